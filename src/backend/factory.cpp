@@ -1,0 +1,38 @@
+// Chooses and creates a backend for a device; the only place that knows which backends exist.
+#include <string>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/ops.hpp"
+#include "core/errors.hpp"
+#ifdef CNNERGY_HAVE_CUDA
+#include "backend/cuda/cuda_backend.hpp"
+#endif
+
+namespace cnnergy {
+
+bool cuda_backend_built() {
+#ifdef CNNERGY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#ifdef CNNERGY_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Backend> create_backend(const BackendOptions& options) {
+  if (options.device.is_cpu()) return cpu::create_cpu_backend(options);
+#ifdef CNNERGY_HAVE_CUDA
+  return cuda::create_cuda_backend(options);
+#else
+  throw NotSupported("device " + options.device.str() + " requested, but this cnnergy was built without CUDA");
+#endif
+}
+
+}  // namespace cnnergy

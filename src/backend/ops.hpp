@@ -1,0 +1,272 @@
+// The kernel contracts every backend implements: plain descriptors (sizes and hyper-parameters) and
+// one kernel interface per operation. Layers (src/layers) own parameters and shapes and call these;
+// backends (src/backend/cpu, src/backend/cuda) implement them. The CPU backend is the reference.
+//
+// Conventions for every kernel:
+// * Tensors are views; outputs are passed as `const Tensor&` and written in place. An absent
+//   optional tensor is a default-constructed (undefined) Tensor.
+// * 4-D activations are logical N,C,H,W; their memory layout is the tensor's layout (NCHW or NHWC).
+//   2-D activations are (N, F). A convolution's working weight has logical shape (K, C/g, R, S) and
+//   the backend's layout (NHWC-tagged weights are stored K, R, S, C/g, as cuDNN's NHWC filters). Activations, working weights and their gradients use the backend's
+//   activation dtype; batch-norm parameters/statistics, master weights, momentum and the loss are fp32.
+// * `accumulate == true` means dx += result (a tensor consumed by several layers, e.g. a residual);
+//   false means dx = result.
+// * Kernels are enqueued on the backend's stream and never wait for the host.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/shape.hpp"
+#include "core/tensor.hpp"
+
+namespace cnnergy {
+
+// ---- convolution ---------------------------------------------------------------------------------
+struct Conv2dDesc {
+  std::int64_t n = 1, c = 1, h = 1, w = 1;  // input
+  std::int64_t k = 1;                       // output channels
+  std::int64_t r = 1, s = 1;                // kernel height, width
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  std::int64_t dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+  bool bias = true;
+
+  std::int64_t out_h() const { return (h + pad_top + pad_bottom - dilation_h * (r - 1) - 1) / stride_h + 1; }
+  std::int64_t out_w() const { return (w + pad_left + pad_right - dilation_w * (s - 1) - 1) / stride_w + 1; }
+  Shape input_shape() const { return {n, c, h, w}; }
+  Shape weight_shape() const { return {k, c / groups, r, s}; }  // always K, C/g, R, S (logical)
+  Shape output_shape() const { return {n, k, out_h(), out_w()}; }
+};
+
+// Which algorithm a convolution uses. Empty strings mean "the run's policy" (BackendOptions).
+// Names: CPU "reference" | "im2col_gemm"; CUDA "find" | "heuristic" | a cuDNN algorithm name.
+struct ConvAlgoChoice {
+  std::string forward;
+  std::string backward_data;
+  std::string backward_filter;
+};
+
+// What a convolution kernel actually runs, for `model-info --show-algos` and the results store.
+struct ConvAlgoInfo {
+  std::string forward, backward_data, backward_filter;  // algorithm names
+  std::string math_type;                                // "fp32", "tf32", "tensor_op", ...
+  std::size_t workspace_bytes = 0;                      // largest of the three
+  std::vector<std::string> notes;                       // e.g. "winograd unsupported for 7x7, fell back to ..."
+};
+
+class ConvKernel {
+ public:
+  virtual ~ConvKernel() = default;
+  // y = conv(x, w) + b (b undefined when desc.bias is false)
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) = 0;
+  // dw = dW(x, dy); db = sum of dy over N,H,W (db undefined when no bias). Overwrites dw and db.
+  virtual void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) = 0;
+  virtual ConvAlgoInfo info() const = 0;
+};
+
+// ---- fully connected -----------------------------------------------------------------------------
+struct LinearDesc {
+  std::int64_t n = 1, in_features = 1, out_features = 1;
+  bool bias = true;
+};
+
+class LinearKernel {
+ public:
+  virtual ~LinearKernel() = default;
+  // x (N, in), w (out, in), b (out), y (N, out): y = x w^T + b
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) = 0;
+  virtual void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) = 0;
+};
+
+// ---- pooling -------------------------------------------------------------------------------------
+enum class PoolMode {
+  kMax,
+  kAvgIncludePad,  // divisor = window clipped to the padded input (Caffe / PyTorch count_include_pad)
+  kAvgExcludePad,  // divisor = number of real input elements in the window
+};
+
+struct Pool2dDesc {
+  std::int64_t n = 1, c = 1, h = 1, w = 1;
+  std::int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
+  bool ceil_mode = false;  // Caffe-era output size: ceil, dropping a last window that starts in the padding
+  PoolMode mode = PoolMode::kMax;
+
+  std::int64_t out_h() const { return out_size(h, kernel_h, stride_h, pad_h); }
+  std::int64_t out_w() const { return out_size(w, kernel_w, stride_w, pad_w); }
+  Shape output_shape() const { return {n, c, out_h(), out_w()}; }
+
+ private:
+  std::int64_t out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p) const {
+    const std::int64_t span = in + 2 * p - k;
+    std::int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    if (ceil_mode && p > 0 && (out - 1) * s >= in + p) --out;
+    return out;
+  }
+};
+
+class PoolKernel {
+ public:
+  virtual ~PoolKernel() = default;
+  virtual void forward(const Tensor& x, const Tensor& y) = 0;
+  virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate) = 0;
+};
+
+// ---- local response normalisation (across channels, Caffe/AlexNet) --------------------------------
+// y = x / (k + alpha / size * sum_{c' in window(c)} x_{c'}^2)^beta
+struct LrnDesc {
+  std::int64_t n = 1, c = 1, h = 1, w = 1;
+  std::int64_t size = 5;
+  double alpha = 1e-4, beta = 0.75, k = 1.0;
+};
+
+class LrnKernel {
+ public:
+  virtual ~LrnKernel() = default;
+  virtual void forward(const Tensor& x, const Tensor& y) = 0;
+  virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate) = 0;
+};
+
+// ---- batch normalisation (per channel for 4-D, per feature for 2-D) -------------------------------
+struct BatchNormDesc {
+  std::int64_t n = 1, c = 1, h = 1, w = 1;  // 2-D inputs use h = w = 1
+  double eps = 1e-5;
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch; variance unbiased
+};
+
+class BatchNormKernel {
+ public:
+  virtual ~BatchNormKernel() = default;
+  // gamma, beta, running_mean, running_var, saved_mean, saved_inv_std: fp32, shape (C).
+  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                const Tensor& running_var, const Tensor& y, const Tensor& saved_mean,
+                                const Tensor& saved_inv_std) = 0;
+  virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) = 0;
+  // dgamma, dbeta overwritten; dx overwritten or accumulated.
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                        const Tensor& saved_inv_std, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        bool accumulate) = 0;
+};
+
+// ---- softmax + cross-entropy loss -----------------------------------------------------------------
+struct SoftmaxXentDesc {
+  std::int64_t n = 1, classes = 2;
+};
+
+class SoftmaxXentKernel {
+ public:
+  virtual ~SoftmaxXentKernel() = default;
+  // logits (N, K) activation dtype; labels int32 (N); probs fp32 (N, K); loss fp32 (1): mean over N.
+  virtual void forward(const Tensor& logits, const Tensor& labels, const Tensor& probs, const Tensor& loss) = 0;
+  // dlogits = loss_scale * (probs - onehot(labels)) / N
+  virtual void backward(const Tensor& probs, const Tensor& labels, float loss_scale, const Tensor& dlogits) = 0;
+};
+
+// ---- optimiser -----------------------------------------------------------------------------------
+struct SgdStep {
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  float inv_grad_scale = 1.0f;  // gradients are multiplied by this first (1 / loss scale)
+};
+
+// ---- the backend ---------------------------------------------------------------------------------
+struct BackendOptions {
+  Device device;
+  DType dtype = DType::kF32;          // activation/working-weight type: fp32, fp16 or bf16
+  bool allow_tf32 = false;            // fp32 math on tensor cores (precision "tf32")
+  Layout layout = Layout::kNCHW;      // layout of 4-D activations
+  std::size_t workspace_limit_bytes = std::size_t{4} << 30;  // cap for convolution workspaces
+  std::string conv_algo_policy = "find";  // CUDA: find | heuristic | <algorithm name>; CPU ignores
+  bool conv_algo_fallback = true;     // a named algorithm that cannot run a shape falls back (else error)
+};
+
+// Device-side timestamps for phase timing: record() enqueues; elapsed_ms() waits for both events.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual void record() = 0;
+  virtual void synchronize() = 0;
+  virtual bool ready() const = 0;                      // completed, without waiting
+  virtual double elapsed_ms(const DeviceEvent& since) const = 0;
+};
+
+struct MemoryStats {
+  std::size_t in_use_bytes = 0;
+  std::size_t peak_bytes = 0;
+  std::size_t total_bytes = 0;  // device capacity (0 where unknown)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;                // "cpu" or "cuda"
+  virtual std::string device_name() const = 0;         // "NVIDIA H200", CPU model, ...
+  virtual const BackendOptions& options() const = 0;
+  Device device() const { return options().device; }
+  DType dtype() const { return options().dtype; }
+  Layout layout() const { return options().layout; }
+
+  // Memory. alloc_buffer throws OutOfMemory with the requested size and what is free.
+  virtual std::shared_ptr<Buffer> alloc_buffer(std::size_t size_bytes) = 0;
+  Tensor alloc(const Shape& shape, DType dtype, Layout layout = Layout::kNCHW) {
+    const auto bytes = static_cast<std::size_t>(shape.numel()) * dtype_size_bytes(dtype);
+    return Tensor(shape, dtype, shape.rank() == 4 ? layout : Layout::kNCHW, alloc_buffer(bytes));
+  }
+  // Page-locked host memory for fast asynchronous uploads (plain host memory on the CPU backend).
+  virtual std::shared_ptr<Buffer> alloc_pinned_host(std::size_t size_bytes) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+
+  // Transfers and element-wise utilities. Host tensors must have the same dtype/layout as dst.
+  // upload with async=true returns before the copy ends: keep `host` alive until synchronize().
+  virtual void upload(const Tensor& host, const Tensor& dst, bool async = false) = 0;
+  virtual void download(const Tensor& src, const Tensor& host) = 0;  // waits for the copy
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;       // converts dtype and layout
+  virtual void fill(const Tensor& t, float value) = 0;
+  virtual void accumulate(const Tensor& src, const Tensor& dst) = 0;  // dst += src
+  virtual void synchronize() = 0;
+  virtual std::unique_ptr<DeviceEvent> make_event() = 0;
+
+  // Kernels (throw NotSupported naming the operation and the backend if absent).
+  virtual std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc, const ConvAlgoChoice& algo) = 0;
+  virtual std::unique_ptr<LinearKernel> make_linear(const LinearDesc& desc) = 0;
+  virtual std::unique_ptr<PoolKernel> make_pool(const Pool2dDesc& desc) = 0;
+  virtual std::unique_ptr<LrnKernel> make_lrn(const LrnDesc& desc) = 0;
+  virtual std::unique_ptr<BatchNormKernel> make_batch_norm(const BatchNormDesc& desc) = 0;
+  virtual std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) = 0;
+
+  // Stateless element-wise kernels.
+  virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;  // y may alias x
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate) = 0;
+  // Inverted dropout: keep element i when uniform01(seed, i) >= p; mask holds 0 or 1/(1-p).
+  virtual void dropout_forward(const Tensor& x, float p, std::uint64_t seed, const Tensor& mask, const Tensor& y) = 0;
+  virtual void dropout_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx, bool accumulate) = 0;
+  virtual void add_forward(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  // Concatenate along channels (dim 1) of 4-D or features of 2-D tensors.
+  virtual void concat_forward(std::span<const Tensor> xs, const Tensor& y) = 0;
+  virtual void concat_backward(const Tensor& dy, std::span<const Tensor> dxs, bool accumulate) = 0;
+  // Momentum SGD on fp32 master weights, then refresh the working copy (undefined when the master
+  // is the working copy). When skip_if_nonzero (int32, 1) holds non-zero, nothing changes
+  // (fp16 dynamic loss scaling: an overflowed step is skipped without a host round trip).
+  virtual void sgd_update(const Tensor& master, const Tensor& grad, const Tensor& momentum, const Tensor& working,
+                          const SgdStep& step, const Tensor& skip_if_nonzero) = 0;
+  // flag (int32, 1) |= any element of t is Inf or NaN.
+  virtual void check_finite(const Tensor& t, const Tensor& flag) = 0;
+  // Top-k hits: correct (int32, 1) += number of rows whose label is among the k largest logits.
+  virtual void count_topk(const Tensor& logits, const Tensor& labels, int k, const Tensor& correct) = 0;
+};
+
+// Creates the backend for options.device. CUDA when built without it, or when no GPU is present,
+// throws NotSupported saying which. The CPU backend supports fp32 and NCHW only.
+std::unique_ptr<Backend> create_backend(const BackendOptions& options);
+bool cuda_backend_built();
+int cuda_device_count();  // 0 when not built, no driver or no GPU
+
+}  // namespace cnnergy

@@ -1,0 +1,58 @@
+// Entry point: dispatches to a command and turns typed errors into a message and an exit code.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "core/build_info.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+
+namespace {
+
+void print_usage() {
+  std::printf("cnnergy %s: measure, explain and tune the time and energy of CNNs on GPUs\n\n", cnnergy::build::kVersion);
+  std::printf("usage: cnnergy COMMAND [options]   (cnnergy COMMAND --help for a command's options)\n\ncommands:\n");
+  for (const auto& c : cnnergy::cli::commands()) std::printf("  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+  std::printf(
+      "\nglobal: --version, --help; CNNERGY_LOG=debug|info|warn|error sets the log level.\n\n"
+      "exit codes:\n"
+      "  0 success            1 internal error       2 bad usage or value   3 bad or missing file\n"
+      "  4 unsupported here   5 does not fit memory  6 permission denied    7 device library error\n"
+      "  8 external command could not be started; `monitor` passes its command's own exit code\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cnnergy;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (const char* lvl = std::getenv("CNNERGY_LOG"); lvl && *lvl) set_log_level(parse_log_level(lvl));
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      print_usage();
+      return args.empty() ? static_cast<int>(ExitCode::kUsage) : 0;
+    }
+    if (args[0] == "--version") {
+      std::printf("cnnergy %s (%s, CUDA %s)\n", build::kVersion, build::kBuildType,
+                  build::kHaveCuda ? build::kCudaVersion : "not built");
+      return 0;
+    }
+    for (const auto& c : cli::commands()) {
+      if (c.name == args[0]) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    }
+    std::string known;
+    for (const auto& c : cli::commands()) known += (known.empty() ? "" : ", ") + c.name;
+    throw InvalidArgument("unknown command '" + args[0] + "' (commands: " + known + ")");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cnnergy: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "cnnergy: error: out of host memory\n");
+    return static_cast<int>(ExitCode::kOutOfMemory);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cnnergy: internal error: %s\n", e.what());
+    return static_cast<int>(ExitCode::kInternal);
+  }
+}

@@ -1,0 +1,62 @@
+// User-facing hyper-parameters of each layer type, as written in model definitions (zoo, ONNX).
+// Sizes that depend on the input (channels in, spatial size) are derived in Layer::setup.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/ops.hpp"
+
+namespace cnnergy {
+
+struct ConvSpec {
+  std::int64_t out_channels = 1;
+  std::int64_t kernel_h = 3, kernel_w = 3;
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  std::int64_t dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+  bool bias = true;
+  ConvAlgoChoice algo;  // per-layer override of the run's algorithm policy
+
+  // Square kernel, symmetric padding.
+  static ConvSpec make(std::int64_t out, std::int64_t kernel, std::int64_t stride = 1, std::int64_t pad = 0,
+                       std::int64_t groups = 1, bool bias = true) {
+    ConvSpec s;
+    s.out_channels = out;
+    s.kernel_h = s.kernel_w = kernel;
+    s.stride_h = s.stride_w = stride;
+    s.pad_top = s.pad_bottom = s.pad_left = s.pad_right = pad;
+    s.groups = groups;
+    s.bias = bias;
+    return s;
+  }
+};
+
+struct PoolSpec {
+  std::int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
+  bool ceil_mode = false;
+  PoolMode mode = PoolMode::kMax;
+  static PoolSpec make(std::int64_t kernel, std::int64_t stride, std::int64_t pad = 0, bool ceil_mode = false,
+                       PoolMode mode = PoolMode::kMax) {
+    PoolSpec s;
+    s.kernel_h = s.kernel_w = kernel;
+    s.stride_h = s.stride_w = stride;
+    s.pad_h = s.pad_w = pad;
+    s.ceil_mode = ceil_mode;
+    s.mode = mode;
+    return s;
+  }
+};
+
+struct LrnSpec {
+  std::int64_t size = 5;
+  double alpha = 1e-4, beta = 0.75, k = 1.0;
+};
+
+struct BatchNormSpec {
+  double eps = 1e-5;
+  double momentum = 0.1;
+};
+
+}  // namespace cnnergy

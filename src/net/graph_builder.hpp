@@ -1,0 +1,55 @@
+// The builder API the model zoo (and ONNX import) uses to describe a network as a DAG of layers.
+// Each call adds one layer and returns the id of the tensor it produces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/shape.hpp"
+#include "layers/specs.hpp"
+
+namespace cnnergy {
+
+class Graph;  // net/graph.hpp
+
+class GraphBuilder {
+ public:
+  using Node = int;
+
+  // input_per_sample: C, H, W of one sample (a batch dimension is added at build time).
+  GraphBuilder(std::string model_name, Shape input_per_sample, std::int64_t num_classes);
+  ~GraphBuilder();
+  GraphBuilder(GraphBuilder&&) noexcept;
+  GraphBuilder& operator=(GraphBuilder&&) noexcept;
+
+  Node input() const;
+  std::int64_t num_classes() const;
+  const Shape& input_per_sample() const;
+
+  Node conv(Node x, const std::string& name, const ConvSpec& spec);
+  Node fc(Node x, const std::string& name, std::int64_t out_features, bool bias = true);  // flattens 4-D input
+  Node max_pool(Node x, const std::string& name, const PoolSpec& spec);
+  Node avg_pool(Node x, const std::string& name, const PoolSpec& spec);
+  Node global_avg_pool(Node x, const std::string& name);
+  Node relu(Node x, const std::string& name);
+  Node lrn(Node x, const std::string& name, const LrnSpec& spec);
+  Node batch_norm(Node x, const std::string& name, const BatchNormSpec& spec = {});
+  Node dropout(Node x, const std::string& name, float p);
+  Node add(Node a, Node b, const std::string& name);
+  Node concat(const std::vector<Node>& xs, const std::string& name);
+  Node flatten(Node x, const std::string& name);
+  // Marks `logits` (N, num_classes) as the output and adds the softmax cross-entropy loss.
+  void softmax_loss(Node logits, const std::string& name = "loss");
+
+  // Validates (shape inference at batch 1 with the declared input) and returns the graph.
+  // Throws ShapeError naming the layer whose output would be empty or whose inputs disagree.
+  std::unique_ptr<Graph> build();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace cnnergy
