@@ -14,7 +14,10 @@ namespace cnnergy::cli {
 namespace {
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += sep;
+    out += v[i];
+  }
   return out;
 }
 }  // namespace

@@ -43,7 +43,10 @@ int main(int argc, char** argv) {
       if (c.name == args[0]) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
     }
     std::string known;
-    for (const auto& c : cli::commands()) known += (known.empty() ? "" : ", ") + c.name;
+    for (const auto& c : cli::commands()) {
+      if (!known.empty()) known += ", ";
+      known += c.name;
+    }
     throw InvalidArgument("unknown command '" + args[0] + "' (commands: " + known + ")");
   } catch (const Error& e) {
     std::fprintf(stderr, "cnnergy: error: %s\n", e.what());

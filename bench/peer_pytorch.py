@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""PyTorch peer for the training-throughput benchmark (issue: CUDA backend).
+
+Measures, for torchvision models on synthetic data, training throughput (images/s), per-phase time
+(forward, backward, update; CUDA events, no host sync inside the measured loop) and peak GPU memory,
+in fp32 (TF32 off), tf32 and bf16 (autocast + channels-last), plus torch.compile for chosen cells.
+Writes one JSON object per cell to --out (a JSON list) and prints a table. Run on the same GPU, in
+the same call, as cnnergy's own benchmark so the two are comparable.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torchvision
+
+
+def build(name, classes):
+    ctor = getattr(torchvision.models, name)
+    return ctor(num_classes=classes)
+
+
+def run_cell(name, batch, precision, compiled, iters, warmup, image):
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    dev = torch.device("cuda")
+    model = build(name, 1000).to(dev)
+    bf16 = precision == "bf16"
+    fmt = torch.channels_last if bf16 else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(batch, 3, image, image, device=dev).to(memory_format=fmt)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    fwd = torch.compile(model) if compiled else model
+
+    def forward():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            return loss_fn(fwd(x), y)
+
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        for _ in range(warmup):
+            opt.zero_grad(set_to_none=True)
+            forward().backward()
+            opt.step()
+        torch.cuda.synchronize()
+        ev = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(iters)]
+        t0 = time.perf_counter()
+        for i in range(iters):
+            e = ev[i]
+            e[0].record()
+            opt.zero_grad(set_to_none=True)
+            loss = forward()
+            e[1].record()
+            loss.backward()
+            e[2].record()
+            opt.step()
+            e[3].record()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    except torch.OutOfMemoryError as exc:
+        return {"status": "does_not_fit", "error": str(exc)[:200]}
+    f = sorted(e[0].elapsed_time(e[1]) for e in ev)
+    b = sorted(e[1].elapsed_time(e[2]) for e in ev)
+    u = sorted(e[2].elapsed_time(e[3]) for e in ev)
+    med = lambda v: v[len(v) // 2]
+    return {
+        "status": "ok",
+        "images_per_s": batch * iters / wall,
+        "iter_ms": wall * 1e3 / iters,
+        "forward_ms": med(f), "backward_ms": med(b), "update_ms": med(u),
+        "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet50,resnet34,vgg16,alexnet")
+    ap.add_argument("--batches", default="64,128,256")
+    ap.add_argument("--precisions", default="fp32,tf32,bf16")
+    ap.add_argument("--compile", default="resnet50:256:bf16", help="model:batch:precision cells also run with torch.compile")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    cells = []
+    for m in a.models.split(","):
+        for b in map(int, a.batches.split(",")):
+            for p in a.precisions.split(","):
+                cells.append((m, b, p, False))
+    for c in filter(None, a.compile.split(",")):
+        m, b, p = c.split(":")
+        cells.append((m, int(b), p, True))
+    results = []
+    print(f"{'model':10} {'batch':>5} {'prec':6} {'compile':7} {'img/s':>9} {'fwd ms':>8} {'bwd ms':>8} {'upd ms':>8} {'peak MiB':>9}")
+    for m, b, p, comp in cells:
+        r = {"framework": "pytorch " + torch.__version__, "model": m, "batch": b, "precision": p, "compiled": comp}
+        try:
+            r.update(run_cell(m, b, p, comp, a.iters, a.warmup, a.image))
+        except Exception as exc:  # record and go on: one failing cell must not lose the others
+            r.update({"status": "failed", "error": repr(exc)[:300]})
+        results.append(r)
+        if r["status"] == "ok":
+            print(f"{m:10} {b:5d} {p:6} {str(comp):7} {r['images_per_s']:9.1f} {r['forward_ms']:8.2f} {r['backward_ms']:8.2f} {r['update_ms']:8.2f} {r['peak_mem_mib']:9.0f}", flush=True)
+        else:
+            print(f"{m:10} {b:5d} {p:6} {str(comp):7} {r['status']}: {r.get('error','')[:80]}", flush=True)
+        with open(a.out, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(0), "results": results}, fh, indent=1)
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+// Training-throughput benchmark (issue: CUDA backend): for each model x batch x precision, trains on
+// synthetic data already on the device and reports images/s, per-phase time (forward, backward,
+// update; device events) and peak device memory. Prints a table and writes JSON (--out).
+// The PyTorch peer (bench/peer_pytorch.py) measures the same cells in the same call.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend/ops.hpp"
+#include "cli/args.hpp"
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "measure/phase_timer.hpp"
+#include "measure/statistics.hpp"
+#include "net/executor.hpp"
+#include "net/graph.hpp"
+#include "net/solver.hpp"
+#include "net/zoo/zoo.hpp"
+#include "train/precision.hpp"
+
+using namespace cnnergy;
+
+namespace {
+
+struct Cell {
+  std::string model;
+  std::int64_t batch = 0;
+  std::string precision;
+  std::string layout;
+  std::string status = "ok";
+  std::string error;
+  double images_per_s = 0, iter_ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0, peak_mem_mib = 0;
+};
+
+void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy, const std::vector<std::int64_t>& image) {
+  BackendOptions opt;
+  opt.device = parse_device("cuda");
+  apply_precision(parse_precision(cell.precision), opt);
+  opt.layout = parse_layout(cell.layout);
+  opt.conv_algo_policy = algo_policy;
+  auto backend = create_backend(opt);
+  std::optional<Shape> input;
+  if (!image.empty()) input = Shape{3, image[0], image[0]};
+  auto graph = build_model(cell.model, input, std::nullopt);
+  ExecutorOptions eo;
+  eo.batch_size = cell.batch;
+  Executor exec(*graph, *backend, eo);
+  exec.initialize_parameters(1234);
+  SolverOptions so;
+  so.loss_scale = SolverOptions::loss_scale_for(opt.dtype);
+  SgdSolver solver(exec, so);
+
+  const Shape in_shape = Shape{cell.batch, graph->input_per_sample()[0], graph->input_per_sample()[1],
+                               graph->input_per_sample()[2]};
+  Rng rng(42);
+  Tensor host_images = Tensor::host(in_shape);
+  rng.fill_normal(host_images.f32(), 0.f, 1.f);
+  Tensor host_labels = Tensor::host(Shape{cell.batch}, DType::kI32);
+  for (std::int64_t i = 0; i < cell.batch; ++i)
+    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph->num_classes());
+  Tensor images = backend->alloc(in_shape, opt.dtype, opt.layout);
+  Tensor staged = from_f32_nchw(host_images, opt.dtype, opt.layout);
+  backend->upload(staged, images);
+  Tensor labels = backend->alloc(Shape{cell.batch}, DType::kI32);
+  backend->upload(host_labels, labels);
+  exec.set_input(images, labels);
+
+  PhaseTimer timer(*backend, {"forward", "backward", "update"});
+  auto step = [&]() {
+    timer.begin_iteration();
+    exec.forward(Phase::kTrain);
+    timer.end_phase(0);
+    exec.backward(solver.loss_scale());
+    timer.end_phase(1);
+    solver.step();
+    timer.end_phase(2);
+    timer.end_iteration();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  backend->synchronize();
+  timer.clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) step();
+  backend->synchronize();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  timer.flush();
+  cell.iter_ms = wall_ms / iters;
+  cell.images_per_s = static_cast<double>(cell.batch) * iters / (wall_ms / 1e3);
+  cell.forward_ms = summarize(timer.phase_ms()[0]).median;
+  cell.backward_ms = summarize(timer.phase_ms()[1]).median;
+  cell.update_ms = summarize(timer.phase_ms()[2]).median;
+  cell.peak_mem_mib = static_cast<double>(backend->memory_stats().peak_bytes) / (1024.0 * 1024.0);
+  if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) { o += ' '; continue; }
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cli::ArgParser p("bench-train-throughput", "Training throughput per model, batch and precision on one GPU.");
+    p.option("models", "comma-separated zoo models", "resnet50,resnet34,vgg16,alexnet");
+    p.option("batches", "comma-separated batch sizes", "64,128,256");
+    p.option("precisions", "comma-separated precisions", "fp32,tf32,bf16");
+    p.option("layout", "activation layout: auto (NHWC for fp16/bf16, NCHW otherwise), nchw or nhwc", "auto");
+    p.option("algo", "convolution algorithm policy", "find");
+    p.option("iters", "timed iterations per cell", "20");
+    p.option("warmup", "warm-up iterations per cell", "5");
+    p.option("image", "square input size override (0 = model default)", "0");
+    p.option("out", "JSON output file", "train_throughput.json");
+    if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
+    const int iters = static_cast<int>(p.get_int("iters", 1, 100000));
+    const int warmup = static_cast<int>(p.get_int("warmup", 0, 100000));
+    const auto image = p.get_int("image", 0, 4096);
+    std::vector<Cell> cells;
+    for (const auto& m : cli::split_list(p.get("models"), "model"))
+      for (const auto& b : cli::split_list(p.get("batches"), "batch"))
+        for (const auto& pr : cli::split_list(p.get("precisions"), "precision")) {
+          Cell c;
+          c.model = m;
+          c.batch = std::stoll(b);
+          c.precision = pr;
+          c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "bf16" || pr == "fp16" ? "nhwc" : "nchw");
+          cells.push_back(c);
+        }
+    std::printf("%-10s %5s %-5s %-4s %9s %8s %8s %8s %9s\n", "model", "batch", "prec", "lay", "img/s", "fwd ms",
+                "bwd ms", "upd ms", "peak MiB");
+    std::ofstream out(p.get("out"));
+    out << "{\"framework\": \"cnnergy\", \"results\": [\n";
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      Cell& c = cells[i];
+      try {
+        run_cell(c, iters, warmup, p.get("algo"), image ? std::vector<std::int64_t>{image} : std::vector<std::int64_t>{});
+      } catch (const OutOfMemory& e) {
+        c.status = "does_not_fit";
+        c.error = e.what();
+      } catch (const Error& e) {
+        c.status = "failed";
+        c.error = e.what();
+      }
+      if (c.status == "ok")
+        std::printf("%-10s %5lld %-5s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f\n", c.model.c_str(),
+                    static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.images_per_s,
+                    c.forward_ms, c.backward_ms, c.update_ms, c.peak_mem_mib);
+      else
+        std::printf("%-10s %5lld %-5s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
+                    c.precision.c_str(), c.layout.c_str(), c.status.c_str(), c.error.c_str());
+      std::fflush(stdout);
+      out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
+          << "\", \"layout\": \"" << c.layout << "\", \"status\": \"" << c.status << "\", \"error\": \""
+          << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
+          << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms
+          << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib << "}"
+          << (i + 1 < cells.size() ? ",\n" : "\n");
+      out.flush();
+    }
+    out << "]}\n";
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench-train-throughput: error: %s\n", e.what());
+    return e.exit_code();
+  }
+}

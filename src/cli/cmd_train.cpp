@@ -1,0 +1,133 @@
+// `cnnergy train` implementation: flags -> TrainConfig, run, print per-epoch lines and a summary.
+#include "cli/cmd_train.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "backend/ops.hpp"
+#include "cli/args.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "data/dataset.hpp"
+#include "net/graph.hpp"
+#include "net/zoo/zoo.hpp"
+#include "train/precision.hpp"
+#include "train/trainer.hpp"
+
+namespace cnnergy::cli {
+
+namespace {
+
+LrPolicy parse_lr_policy(const std::string& s) {
+  if (s == "fixed") return LrPolicy::kFixed;
+  if (s == "step") return LrPolicy::kStep;
+  if (s == "exp") return LrPolicy::kExponential;
+  throw InvalidArgument("unknown --lr-policy '" + s + "' (choose one of: fixed, step, exp)");
+}
+
+// "fashion-mnist" and friends pass through; "synthetic" alone takes the model's input shape.
+std::string data_spec(const std::string& data, const Graph& graph, std::int64_t dataset_size) {
+  if (data != "synthetic") return data;
+  const Shape& in = graph.input_per_sample();
+  return "synthetic:" + std::to_string(in[0]) + "x" + std::to_string(in[1]) + "x" + std::to_string(in[2]) +
+         ":classes=" + std::to_string(graph.num_classes()) +
+         (dataset_size > 0 ? ":size=" + std::to_string(dataset_size) : std::string());
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args) {
+  ArgParser p("train", "Train a model and report seconds, samples/s, loss and held-out top-1/top-5 accuracy per "
+                       "epoch, with per-phase times (load, forward, backward, update) of seed 000's Algorithm 1.");
+  p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
+  p.option("data", "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
+           "fashion-mnist");
+  p.option("device", "cpu, cuda or cuda:N", "cpu");
+  p.option("precision", "fp32 (TF32 off), tf32, fp16 (loss scaling), bf16", "fp32", precision_names());
+  p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
+  p.option("batch", "batch size", "64");
+  p.option("epochs", "epochs", "1");
+  p.option("max-iters", "iterations per epoch at most (0 = whole epoch)", "0");
+  p.option("eval-batches", "held-out batches per evaluation (0 = all)", "0");
+  p.option("lr", "base learning rate", "0.01");
+  p.option("lr-policy", "learning-rate policy", "fixed", {"fixed", "step", "exp"});
+  p.option("lr-gamma", "step: factor every --lr-step epochs; exp: factor per epoch", "0.1");
+  p.option("lr-step", "epochs between steps (step policy)", "20");
+  p.option("momentum", "SGD momentum", "0.9");
+  p.option("weight-decay", "L2 weight decay (weights only)", "0.0005");
+  p.option("target-accuracy", "stop once held-out top-1 reaches this fraction in (0, 1]");
+  p.option("save", "write a checkpoint here after every epoch");
+  p.option("resume", "continue from this checkpoint");
+  p.option("input", "model input override CxHxW");
+  p.option("classes", "model class-count override");
+  p.option("dataset-size", "synthetic data set size", "0");
+  p.option("conv-algo", "GPU convolution algorithm policy: find, heuristic or an algorithm name", "find");
+  p.option("workers", "data-loader threads", "2");
+  p.option("prefetch", "batches prefetched", "3");
+  p.option("seed", "seed for weights, shuffling, dropout", "1");
+  p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
+  if (!p.parse(args)) return 0;
+
+  BackendOptions bo;
+  bo.device = parse_device(p.get("device"));
+  apply_precision(parse_precision(p.get("precision")), bo);
+  bo.layout = parse_layout(p.get("layout"));
+  bo.conv_algo_policy = p.get("conv-algo");
+
+  TrainConfig tc;
+  tc.batch_size = p.get_int("batch", 1, 1 << 20);
+  tc.epochs = p.get_int("epochs", 1, 100000);
+  tc.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);
+  tc.eval_batches = p.get_int("eval-batches", 0, 1LL << 40);
+  tc.solver.schedule.policy = parse_lr_policy(p.get("lr-policy"));
+  tc.solver.schedule.base_lr = p.get_double("lr", 1e-12, 100.0);
+  tc.solver.schedule.gamma = p.get_double("lr-gamma", 1e-12, 100.0);
+  tc.solver.schedule.step_size = p.get_int("lr-step", 1, 1 << 30);
+  tc.solver.momentum = p.get_double("momentum", 0.0, 0.999999);
+  tc.solver.weight_decay = p.get_double("weight-decay", 0.0, 1.0);
+  tc.solver.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
+  if (auto t = p.get_optional("target-accuracy")) tc.target_accuracy = p.get_double("target-accuracy", -1e9, 1e9);
+  if (tc.target_accuracy && !(*tc.target_accuracy > 0 && *tc.target_accuracy <= 1))
+    throw InvalidArgument("--target-accuracy must lie in (0, 1], got " + p.get("target-accuracy"));
+  tc.save_path = p.get_optional("save").value_or("");
+  tc.resume_path = p.get_optional("resume").value_or("");
+  tc.loader_workers = static_cast<int>(p.get_int("workers", 1, 64));
+  tc.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
+  tc.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
+
+  std::optional<Shape> input;
+  if (auto s = p.get_optional("input")) input = parse_shape(*s);
+  std::optional<std::int64_t> classes;
+  if (p.get_optional("classes")) classes = p.get_int("classes", 1, 1 << 24);
+  auto graph = build_model(p.get("model"), input, classes);
+  const auto splits = data::open_dataset(data_spec(p.get("data"), *graph, p.get_int("dataset-size", 0, 1LL << 40)));
+  auto backend = create_backend(bo);
+
+  std::printf("training %s on %s (%lld samples), %s %s, batch %lld, %s\n", graph->model_name().c_str(),
+              splits.train->name().c_str(), static_cast<long long>(splits.train->size()), backend->name().c_str(),
+              backend->device_name().c_str(), static_cast<long long>(tc.batch_size), p.get("precision").c_str());
+  std::printf("%6s %10s %8s %8s %9s %11s %9s\n", "epoch", "loss", "top-1", "top-5", "seconds", "samples/s", "lr");
+  const auto report = train(*graph, *backend, splits, tc, nullptr, [](const EpochReport& e) {
+    std::printf("%6lld %10.4f %7.2f%% %7.2f%% %9.2f %11.1f %9.2g\n", static_cast<long long>(e.epoch), e.train_loss,
+                e.top1 ? *e.top1 * 100 : std::nan(""), e.top5 ? *e.top5 * 100 : std::nan(""), e.seconds,
+                e.samples_per_s, e.learning_rate);
+    std::fflush(stdout);
+  });
+  std::printf("\nper iteration (median over %zu iterations, device time):\n", report.iteration_ms.n);
+  for (std::size_t i = 0; i < report.phase_names.size(); ++i)
+    std::printf("  %-9s %9.3f ms  (spread %.3f..%.3f)\n", report.phase_names[i].c_str(), report.phase_ms[i].median,
+                report.phase_ms[i].min, report.phase_ms[i].max);
+  std::printf("  %-9s %9.3f ms\n", "iteration", report.iteration_ms.median);
+  const double it_s = report.iteration_ms.median / 1e3;
+  if (it_s > 0)
+    std::printf("  GFLOPS    %9.1f  (forward+backward FLOPs of the layers / iteration time)\n",
+                report.flops_per_sample * static_cast<double>(tc.batch_size) / it_s / 1e9);
+  std::printf("  loader waits: %.1f ms in total; total time %.2f s\n", report.loader_wait_ms, report.total_seconds);
+  if (report.seconds_to_target)
+    std::printf("reached top-1 >= %.2f%% after %.2f s of training\n", *tc.target_accuracy * 100, *report.seconds_to_target);
+  else if (tc.target_accuracy)
+    std::printf("did not reach top-1 >= %.2f%%\n", *tc.target_accuracy * 100);
+  return 0;
+}
+
+}  // namespace cnnergy::cli
