@@ -9,6 +9,7 @@
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "data/dataset.hpp"
+#include "measure/nvml_probe.hpp"
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
 #include "train/precision.hpp"
@@ -65,6 +66,8 @@ int run_train(const std::vector<std::string>& args) {
   p.option("workers", "data-loader threads", "2");
   p.option("prefetch", "batches prefetched", "3");
   p.option("seed", "seed for weights, shuffling, dropout", "1");
+  p.flag("no-energy", "do not meter energy (time only)");
+  p.option("extrapolate-epochs", "estimate a whole training of this many epochs from the measured ones", "0");
   p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
 
@@ -107,10 +110,14 @@ int run_train(const std::vector<std::string>& args) {
               splits.train->name().c_str(), static_cast<long long>(splits.train->size()), backend->name().c_str(),
               backend->device_name().c_str(), static_cast<long long>(tc.batch_size), p.get("precision").c_str());
   std::printf("%6s %10s %8s %8s %9s %11s %9s\n", "epoch", "loss", "top-1", "top-5", "seconds", "samples/s", "lr");
-  const auto report = train(*graph, *backend, splits, tc, nullptr, [](const EpochReport& e) {
-    std::printf("%6lld %10.4f %7.2f%% %7.2f%% %9.2f %11.1f %9.2g\n", static_cast<long long>(e.epoch), e.train_loss,
+  const auto extrapolate = p.get_int("extrapolate-epochs", 0, 1 << 20);
+  std::unique_ptr<EnergyProbe> probe = p.get_flag("no-energy") ? nullptr : open_energy_probe(*backend);
+  const auto report = train(*graph, *backend, splits, tc, probe.get(), [](const EpochReport& e) {
+    std::printf("%6lld %10.4f %7.2f%% %7.2f%% %9.2f %11.1f %9.2g", static_cast<long long>(e.epoch), e.train_loss,
                 e.top1 ? *e.top1 * 100 : std::nan(""), e.top5 ? *e.top5 * 100 : std::nan(""), e.seconds,
                 e.samples_per_s, e.learning_rate);
+    if (e.joules) std::printf("  %.1f J, %.1f W", *e.joules, e.average_watts);
+    std::printf("\n");
     std::fflush(stdout);
   });
   std::printf("\nper iteration (median over %zu iterations, device time):\n", report.iteration_ms.n);
@@ -123,6 +130,34 @@ int run_train(const std::vector<std::string>& args) {
     std::printf("  GFLOPS    %9.1f  (forward+backward FLOPs of the layers / iteration time)\n",
                 report.flops_per_sample * static_cast<double>(tc.batch_size) / it_s / 1e9);
   std::printf("  loader waits: %.1f ms in total; total time %.2f s\n", report.loader_wait_ms, report.total_seconds);
+  double train_s = 0, joules = 0;
+  std::int64_t iters = 0;
+  for (const auto& e : report.epochs) {
+    train_s += e.seconds;
+    iters += e.iterations;
+    joules += e.joules.value_or(0);
+  }
+  if (iters > 0 && report.total_joules) {
+    const double j_batch = joules / static_cast<double>(iters), s_batch = train_s / static_cast<double>(iters);
+    const double gflop_batch = report.flops_per_sample * static_cast<double>(tc.batch_size) / 1e9;
+    std::printf("energy (%s, epoch windows): %.3f J/batch, %.2f W, %.5f J/sample, %.1f GFLOPS, %.2f GFLOPS/W\n",
+                report.energy_source.c_str(), j_batch, j_batch / s_batch, j_batch / static_cast<double>(tc.batch_size),
+                gflop_batch / s_batch, gflop_batch / j_batch);
+  } else {
+    std::printf("energy: not metered (%s)\n", probe ? "no reading" : "no NVML / --no-energy");
+  }
+  if (extrapolate > 0 && iters > 0) {
+    const double per_epoch = static_cast<double>(splits.train->size() / tc.batch_size);
+    const double whole = per_epoch * static_cast<double>(extrapolate);
+    const double s_batch = train_s / static_cast<double>(iters);
+    std::printf("whole training, %lld epochs x %.0f iterations: %.1f s", static_cast<long long>(extrapolate), per_epoch,
+                whole * s_batch);
+    std::printf(" (forward %.1f s, backward %.1f s from the phase medians)", whole * report.phase_ms[1].median / 1e3,
+                whole * report.phase_ms[2].median / 1e3);
+    if (report.total_joules) std::printf(", %.0f J", whole * joules / static_cast<double>(iters));
+    std::printf("\n");
+  }
+  if (report.joules_to_target) std::printf("energy to target: %.1f J\n", *report.joules_to_target);
   if (report.seconds_to_target)
     std::printf("reached top-1 >= %.2f%% after %.2f s of training\n", *tc.target_accuracy * 100, *report.seconds_to_target);
   else if (tc.target_accuracy)

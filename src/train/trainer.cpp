@@ -150,9 +150,10 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
     in_flight.clear();
     er.seconds = seconds_since(t0);
     if (energy) {
-      if (auto j = energy->end_joules()) {
-        er.joules = *j;
-        joules_total += *j;
+      if (auto r = energy->end()) {
+        er.joules = r->joules;
+        er.average_watts = r->average_watts;
+        joules_total += r->joules;
       } else {
         have_joules = false;
       }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/ops.hpp"
+#include "measure/energy_probe.hpp"
 #include "measure/statistics.hpp"
 #include "net/solver.hpp"
 
@@ -22,17 +23,6 @@ class Graph;
 namespace data {
 struct DatasetSplits;
 }
-
-// Measures energy over a window of device work; implemented over NVML by the CLI (telemetry).
-// begin() / end() bracket the window; end() returns joules summed over the metered devices (empty
-// when no energy source is available) and is called after the device work has finished.
-class EnergyProbe {
- public:
-  virtual ~EnergyProbe() = default;
-  virtual void begin() = 0;
-  virtual std::optional<double> end_joules() = 0;
-  virtual std::string source() const = 0;  // "nvml energy counter", "none", ...
-};
 
 struct TrainConfig {
   std::int64_t batch_size = 64;
@@ -58,6 +48,7 @@ struct EpochReport {
   double eval_seconds = 0;
   double samples_per_s = 0;
   std::optional<double> joules;     // energy of the training part of the epoch
+  double average_watts = 0;
   double learning_rate = 0;
 };
 

@@ -1,0 +1,253 @@
+// `cnnergy profile` implementation.
+#include "cli/cmd_profile.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "backend/ops.hpp"
+#include "cli/args.hpp"
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "measure/layer_profile.hpp"
+#include "measure/nvml_probe.hpp"
+#include "measure/phase_energy.hpp"
+#include "net/executor.hpp"
+#include "net/graph.hpp"
+#include "net/solver.hpp"
+#include "net/zoo/zoo.hpp"
+#include "telemetry/json.hpp"
+#include "train/precision.hpp"
+
+namespace cnnergy::cli {
+
+namespace {
+
+using telemetry::Json;
+
+std::string fmt(double v, int prec = 3) {
+  if (!std::isfinite(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+std::string fmt_opt(const std::optional<double>& v, int prec = 4) { return v ? fmt(*v, prec) : "-"; }
+
+Json summary_json(const Summary& s) {
+  Json j = Json::object();
+  j["median"] = s.median;
+  j["min"] = s.min;
+  j["max"] = s.max;
+  j["cv"] = s.cv();
+  j["n"] = s.n;
+  return j;
+}
+
+}  // namespace
+
+int run_profile(const std::vector<std::string>& args) {
+  ArgParser p("profile", "Per-layer and per-phase time and energy of one training iteration of MODEL.");
+  p.positional("MODEL", "zoo model (cnnergy model-info --list)");
+  p.option("batch", "batch size", "64");
+  p.option("device", "cpu, cuda or cuda:N", "cuda");
+  p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
+  p.option("layout", "activation layout", "nchw", {"nchw", "nhwc"});
+  p.option("conv-algo", "GPU convolution algorithm policy: find, heuristic or an algorithm name", "find");
+  p.option("input", "model input override CxHxW");
+  p.option("classes", "model class-count override");
+  p.option("reps", "timed passes for per-layer times", "10");
+  p.option("energy-top", "isolate the energy of this many hottest layers (0 = none)", "5");
+  p.option("window-s", "minimum seconds of each energy window", "1.0");
+  p.option("windows", "repetitions of each energy window", "3");
+  p.flag("no-phases", "skip the per-phase isolation windows");
+  p.option("extrapolate-epochs", "whole-training estimate for this many epochs (0 = none)", "0");
+  p.option("dataset-size", "samples per epoch for the estimate", "1281167");
+  p.option("format", "output format", "table", {"table", "json"});
+  p.option("out", "also write JSON to this file");
+  p.epilog("Energy needs an NVIDIA driver (NVML); without one, times only. Per-phase energy comes from\n"
+           "isolation windows (docs/methodology.md): forward = F, backward = FB - F, update = U, with the\n"
+           "closure gap against the whole step and the real loop shown.");
+  if (!p.parse(args)) return 0;
+
+  BackendOptions bo;
+  bo.device = parse_device(p.get("device"));
+  apply_precision(parse_precision(p.get("precision")), bo);
+  bo.layout = parse_layout(p.get("layout"));
+  bo.conv_algo_policy = p.get("conv-algo");
+  const std::int64_t batch = p.get_int("batch", 1, 1 << 20);
+  std::optional<Shape> input;
+  if (auto s = p.get_optional("input")) input = parse_shape(*s);
+  std::optional<std::int64_t> classes;
+  if (p.get_optional("classes")) classes = p.get_int("classes", 1, 1 << 24);
+  const auto epochs = p.get_int("extrapolate-epochs", 0, 1 << 20);
+  const auto dataset_size = p.get_int("dataset-size", 1, 1LL << 40);
+  LayerProfileOptions lo;
+  lo.repetitions = static_cast<int>(p.get_int("reps", 1, 100000));
+  lo.energy_top = p.get_int("energy-top", 0, 100000);
+  WindowSpec ws;
+  ws.min_seconds = p.get_double("window-s", 0.0, 3600.0);
+  ws.repetitions = static_cast<int>(p.get_int("windows", 1, 1000));
+  lo.energy_window = ws;
+
+  auto graph = build_model(p.get("MODEL"), input, classes);
+  auto backend = create_backend(bo);
+  ExecutorOptions eo;
+  eo.batch_size = batch;
+  Executor ex(*graph, *backend, eo);
+  ex.initialize_parameters(1);
+  SolverOptions so;
+  so.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
+  SgdSolver solver(ex, so);
+
+  const Shape& per = graph->input_per_sample();
+  const Shape in_shape{batch, per[0], per[1], per[2]};
+  Rng rng(7);
+  Tensor host_images = Tensor::host(in_shape);
+  rng.fill_normal(host_images.f32(), 0, 1);
+  Tensor host_labels = Tensor::host(Shape{batch}, DType::kI32);
+  for (std::int64_t i = 0; i < batch; ++i)
+    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph->num_classes());
+  Tensor images = backend->alloc(in_shape, DType::kF32);
+  Tensor labels = backend->alloc(Shape{batch}, DType::kI32);
+  backend->upload(host_images, images);
+  backend->upload(host_labels, labels);
+  ex.set_input(images, labels);
+
+  auto probe = open_energy_probe(*backend);
+  if (!probe) lo.energy_top = 0;
+  const LayerProfile prof = profile_layers(ex, probe.get(), lo);
+
+  std::optional<PhaseEnergyReport> phases;
+  if (!p.get_flag("no-phases")) {
+    // Data loading alone: a synchronous upload of a host batch (the synthetic loader's cost floor).
+    auto load = [&] { backend->upload(host_images, images, true); };
+    auto real = [&] {
+      backend->upload(host_images, images, true);
+      ex.forward(Phase::kTrain);
+      ex.backward(solver.loss_scale());
+      solver.step();
+    };
+    phases = measure_phase_energy(ex, solver, probe.get(), load, real, ws);
+  }
+
+  Json out = Json::object();
+  out["model"] = graph->model_name();
+  out["batch"] = batch;
+  out["device"] = backend->device_name();
+  out["precision"] = p.get("precision");
+  out["energy_source"] = probe ? probe->source() : std::string("none");
+  Json layers = Json::array();
+  for (const auto& t : prof.layers) {
+    Json l = Json::object();
+    l["name"] = t.name;
+    l["type"] = t.type;
+    l["category"] = t.category;
+    l["forward_ms"] = t.forward_ms;
+    l["backward_ms"] = t.backward_ms;
+    l["forward_gflop"] = t.forward_gflop;
+    l["backward_gflop"] = t.backward_gflop;
+    if (t.forward_joules) l["forward_joules"] = *t.forward_joules;
+    if (t.backward_joules) l["backward_joules"] = *t.backward_joules;
+    layers.push_back(l);
+  }
+  out["layers"] = layers;
+  Json cats = Json::array();
+  for (const auto& c : prof.categories) {
+    Json j = Json::object();
+    j["category"] = c.category;
+    j["forward_ms"] = c.forward_ms;
+    j["backward_ms"] = c.backward_ms;
+    j["share"] = c.share;
+    cats.push_back(j);
+  }
+  out["categories"] = cats;
+  if (phases) {
+    Json ph = Json::array();
+    for (const auto& f : phases->phases) {
+      Json j = Json::object();
+      j["phase"] = f.name;
+      j["ms_per_iteration"] = f.ms_per_iteration;
+      j["ms_spread"] = f.ms_spread;
+      if (f.joules_per_iteration) {
+        j["joules_per_iteration"] = *f.joules_per_iteration;
+        j["joules_spread"] = f.joules_spread;
+      }
+      ph.push_back(j);
+    }
+    out["phases"] = ph;
+    out["step_ms"] = summary_json(phases->step.ms_per_iteration);
+    out["real_iteration_ms"] = summary_json(phases->real_iteration.ms_per_iteration);
+    if (phases->step.joules_per_iteration) out["step_joules"] = summary_json(*phases->step.joules_per_iteration);
+    if (phases->real_iteration.joules_per_iteration)
+      out["real_iteration_joules"] = summary_json(*phases->real_iteration.joules_per_iteration);
+    out["time_gap_vs_step"] = phases->time_gap_vs_step;
+    out["time_gap_vs_real"] = phases->time_gap_vs_real;
+    if (phases->energy_gap_vs_step) out["energy_gap_vs_step"] = *phases->energy_gap_vs_step;
+    if (phases->energy_gap_vs_real) out["energy_gap_vs_real"] = *phases->energy_gap_vs_real;
+  }
+  // Whole-training extrapolation (seed 000 Tables 3-6): iterations per epoch, then time and energy
+  // of the whole training, forward and backward separately.
+  if (epochs > 0 && phases) {
+    const double iters = std::floor(static_cast<double>(dataset_size) / static_cast<double>(batch)) * static_cast<double>(epochs);
+    Json ex_j = Json::object();
+    ex_j["epochs"] = epochs;
+    ex_j["dataset_size"] = dataset_size;
+    ex_j["iterations"] = iters;
+    for (const auto& f : phases->phases) {
+      if (f.name.rfind("load", 0) == 0) continue;
+      ex_j[f.name + "_seconds"] = f.ms_per_iteration * iters / 1e3;
+      if (f.joules_per_iteration) ex_j[f.name + "_joules"] = *f.joules_per_iteration * iters;
+    }
+    ex_j["total_seconds"] = phases->real_iteration.ms_per_iteration.median * iters / 1e3;
+    if (phases->real_iteration.joules_per_iteration)
+      ex_j["total_joules"] = phases->real_iteration.joules_per_iteration->median * iters;
+    out["extrapolation"] = ex_j;
+  }
+  if (auto path = p.get_optional("out")) {
+    std::ofstream f(*path);
+    if (!f) throw InvalidArgument("cannot write --out file '" + *path + "'");
+    f << out.dump(1) << "\n";
+  }
+  if (p.get("format") == "json") {
+    std::cout << out.dump(1) << "\n";
+    return 0;
+  }
+
+  std::printf("profile of %s, batch %lld, %s on %s; energy: %s\n\n", graph->model_name().c_str(),
+              static_cast<long long>(batch), p.get("precision").c_str(), backend->device_name().c_str(),
+              probe ? probe->source().c_str() : "none (no NVML)");
+  std::printf("%-28s %-16s %10s %10s %9s %11s %11s\n", "layer", "type", "fwd ms", "bwd ms", "fwd GF/s", "fwd J",
+              "bwd J");
+  for (const auto& t : prof.layers)
+    std::printf("%-28.28s %-16.16s %10s %10s %9s %11s %11s\n", t.name.c_str(), t.type.c_str(), fmt(t.forward_ms).c_str(),
+                fmt(t.backward_ms).c_str(), fmt(t.forward_ms > 0 ? t.forward_gflop / (t.forward_ms / 1e3) : NAN, 0).c_str(),
+                fmt_opt(t.forward_joules).c_str(), fmt_opt(t.backward_joules).c_str());
+  std::printf("%-28s %-16s %10s %10s\n\nhotspots by layer type (share of forward+backward time):\n", "total", "",
+              fmt(prof.forward_total_ms).c_str(), fmt(prof.backward_total_ms).c_str());
+  for (const auto& c : prof.categories)
+    std::printf("  %-10s %6.1f%%  (fwd %s ms, bwd %s ms)\n", c.category.c_str(), c.share * 100, fmt(c.forward_ms).c_str(),
+                fmt(c.backward_ms).c_str());
+  if (phases) {
+    std::printf("\nper phase, isolated windows (>= %.1f s, %d repetitions; median, spread max-min):\n", ws.min_seconds,
+                ws.repetitions);
+    for (const auto& f : phases->phases)
+      std::printf("  %-13s %9s ms ±%-8s %10s J ±%s\n", f.name.c_str(), fmt(f.ms_per_iteration).c_str(),
+                  fmt(f.ms_spread).c_str(), fmt_opt(f.joules_per_iteration).c_str(),
+                  f.joules_per_iteration ? fmt(f.joules_spread, 4).c_str() : "-");
+    std::printf("  whole step    %9s ms            %10s J\n", fmt(phases->step.ms_per_iteration.median).c_str(),
+                phases->step.joules_per_iteration ? fmt(phases->step.joules_per_iteration->median, 4).c_str() : "-");
+    std::printf("  real loop     %9s ms            %10s J\n", fmt(phases->real_iteration.ms_per_iteration.median).c_str(),
+                phases->real_iteration.joules_per_iteration ? fmt(phases->real_iteration.joules_per_iteration->median, 4).c_str() : "-");
+    std::printf("  closure: phases vs whole step %+.2f%% time, %s energy; vs real loop %+.2f%% time, %s energy\n",
+                phases->time_gap_vs_step * 100,
+                phases->energy_gap_vs_step ? (fmt(*phases->energy_gap_vs_step * 100, 2) + "%").c_str() : "-",
+                phases->time_gap_vs_real * 100,
+                phases->energy_gap_vs_real ? (fmt(*phases->energy_gap_vs_real * 100, 2) + "%").c_str() : "-");
+  }
+  if (const Json* e = out.find("extrapolation")) std::printf("\nwhole training estimate: %s\n", e->dump().c_str());
+  return 0;
+}
+
+}  // namespace cnnergy::cli

@@ -1,0 +1,30 @@
+// The energy-window interface the measurement code uses. It is implemented over NVML by the
+// telemetry adapter (measure/nvml_probe.hpp), so phase and layer attribution can be tested with a
+// simulated device and run where there is no GPU driver at all (no probe: time only).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace cnnergy {
+
+struct ProbeReading {
+  double joules = 0;              // summed over the metered devices
+  double uncertainty_joules = 0;  // from the sensor's granularity (0 when unknown)
+  double average_watts = 0;
+  double peak_watts = 0;
+  bool short_window = false;      // shorter than the sensor's update period: do not trust alone
+};
+
+class EnergyProbe {
+ public:
+  virtual ~EnergyProbe() = default;
+  // begin() marks the start of a window; end() its end. The caller synchronises the device first,
+  // so the window holds exactly the work it measures. end() is empty when no energy is available.
+  virtual void begin() = 0;
+  virtual std::optional<ProbeReading> end() = 0;
+  virtual std::string source() const = 0;  // "nvml energy counter", "nvml integrated power", ...
+  virtual double sensor_period_ms() const = 0;
+};
+
+}  // namespace cnnergy

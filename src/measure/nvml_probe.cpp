@@ -1,0 +1,65 @@
+// NvmlEnergyProbe: one EnergyMeter window per begin()/end(), GPU energy summed over the metered GPUs.
+#include "measure/nvml_probe.hpp"
+
+#include <cstdlib>
+
+#include "core/log.hpp"
+#include "telemetry/energy_meter.hpp"
+#include "telemetry/nvml.hpp"
+#include "telemetry/sampler.hpp"
+
+namespace cnnergy {
+
+namespace {
+
+class NvmlEnergyProbe final : public EnergyProbe {
+ public:
+  NvmlEnergyProbe(Backend& backend, std::shared_ptr<telemetry::Sampler> sampler)
+      : backend_(backend), sampler_(std::move(sampler)), meter_(sampler_) {}
+
+  void begin() override { id_ = meter_.begin("window", [this] { backend_.synchronize(); }); }
+
+  std::optional<ProbeReading> end() override {
+    const auto m = meter_.end(id_, [this] { backend_.synchronize(); });
+    const auto e = m.gpu_energy_mj();
+    if (!e) return std::nullopt;
+    ProbeReading r;
+    r.joules = *e / 1e3;
+    r.uncertainty_joules = m.gpu_uncertainty_mj().value_or(0) / 1e3;
+    r.average_watts = m.elapsed_ms > 0 ? r.joules / (m.elapsed_ms / 1e3) : 0;
+    for (const auto& g : m.gpus) r.peak_watts += g.peak_power_mw.value_or(0) / 1e3;
+    r.short_window = m.short_window;
+    if (!m.gpus.empty()) source_ = std::string("nvml ") + telemetry::to_string(m.gpus.front().source);
+    return r;
+  }
+
+  std::string source() const override { return source_; }
+  double sensor_period_ms() const override { return sampler_->sensor_period_ms(); }
+
+ private:
+  Backend& backend_;
+  std::shared_ptr<telemetry::Sampler> sampler_;
+  telemetry::EnergyMeter meter_;
+  telemetry::EnergyMeter::WindowId id_ = 0;
+  std::string source_ = "nvml";
+};
+
+}  // namespace
+
+std::unique_ptr<EnergyProbe> open_energy_probe(Backend& backend) {
+  if (!backend.device().is_cuda()) return nullptr;
+  auto opened = telemetry::Nvml::open();
+  if (!opened.nvml) {
+    log_warn("no GPU energy: " + opened.unavailable_reason + " (measuring time only)");
+    return nullptr;
+  }
+  telemetry::SamplerOptions so;
+  const unsigned cuda_index = static_cast<unsigned>(backend.device().index);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if ((!visible || !*visible) && cuda_index < opened.nvml->device_count()) so.gpus = {cuda_index};
+  auto sampler = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
+  if (sampler->gpu_count() == 0) return nullptr;
+  return std::make_unique<NvmlEnergyProbe>(backend, std::move(sampler));
+}
+
+}  // namespace cnnergy
