@@ -233,6 +233,10 @@ class Backend {
   virtual void accumulate(const Tensor& src, const Tensor& dst) = 0;  // dst += src
   virtual void synchronize() = 0;
   virtual std::unique_ptr<DeviceEvent> make_event() = 0;
+  // The backend's native stream (cudaStream_t on CUDA; null on the CPU), for libraries that enqueue
+  // on it (NCCL collectives). PCI bus id of the device ("" on the CPU), to match NVML devices.
+  virtual void* native_stream() const { return nullptr; }
+  virtual std::string pci_bus_id() const { return {}; }
 
   // Kernels (throw NotSupported naming the operation and the backend if absent).
   virtual std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc, const ConvAlgoChoice& algo) = 0;
