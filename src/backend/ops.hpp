@@ -105,6 +105,7 @@ struct Pool2dDesc {
  private:
   std::int64_t out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p) const {
     const std::int64_t span = in + 2 * p - k;
+    if (span < 0) return 0;  // window larger than the padded input: no output
     std::int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
     if (ceil_mode && p > 0 && (out - 1) * s >= in + p) --out;
     return out;

@@ -1,15 +1,21 @@
 // The table of commands, in the order `cnnergy --help` lists them.
 #include "cli/commands.hpp"
 
+#include "cli/cmd_model_info.hpp"
 #include "cli/cmd_profile.hpp"
 #include "cli/cmd_train.hpp"
+#include "cli/telemetry_commands.hpp"
 
 namespace cnnergy::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
+      {"model-info", "per-layer operations, FLOPs, data volumes and CTC of a model (seed 000 Sec. 4)", run_model_info},
       {"train", "train a model; time, throughput, accuracy (and energy) per epoch", run_train},
       {"profile", "per-layer and per-phase time and energy of a training iteration", run_profile},
+      {"devices", "GPUs NVML sees: readings, what each can measure and control", run_devices},
+      {"monitor", "run a command and report its time and energy (perf stat for joules)", run_monitor},
+      {"restore", "restore GPU settings left changed by a crashed or killed run", run_restore},
   };
   return table;
 }

@@ -1,0 +1,86 @@
+// The two gait-recognition networks of seed 000 (Section 4.1, Fig. 1 a-b), for optical-flow volumes
+// of 25 frames x 2 flow components at 60x60 (input C=50, H=W=60). Class count: TUM-GAID's
+// identification protocol (Hofmann et al. 2014, seed 000 ref. [55]) classifies the 155 test subjects
+// (305 in all, 150 for training the features), so 155 by default; override with --classes.
+// Where the paper is silent or ambiguous, the choice made is written next to the layer.
+#include <array>
+
+#include "net/zoo/common.hpp"
+#include "net/zoo/families.hpp"
+
+namespace cnnergy::zoo {
+namespace {
+
+// Seed 000 Section 7.4: "dropout to 0.4 (when required)" for the gait networks.
+constexpr float kGaitDropout = 0.4f;
+constexpr double kBnEps = 1e-5;
+
+}  // namespace
+
+// 2D-CNN (seed 000 Fig. 1a, after Castro et al. 2017, ref. [46]): exactly the listed layers.
+// Max pooling 2x2 with stride 2 (non-overlapping: the paper gives the window only); ReLU after every
+// convolution (stated) and after both hidden fully connected layers (AlexNet-like, not stated).
+// At 50x60x60: 54 -> 27 -> 12 -> 6 -> 4 -> 2 -> 1, so conv4 (2x2, 4096) sees a 2x2 map and outputs
+// 4096 features at 1x1. Note: seed 000's Table 1 (783.84 M operations) matches this list WITHOUT
+// full5 (784.09 M); with full5, as listed in the text, it is 800.87 M (see docs/model-info.md).
+GraphBuilder gait_2dcnn(const Shape& input, std::int64_t classes) {
+  GraphBuilder b("gait_2dcnn", input, classes);
+  const PoolSpec pool = PoolSpec::make(2, 2);
+  Node x = b.conv(b.input(), "conv1", ConvSpec::make(96, 7, 1));
+  x = b.relu(x, "relu1");
+  x = b.max_pool(x, "pool1", pool);
+  x = b.conv(x, "conv2", ConvSpec::make(192, 5, 2));
+  x = b.relu(x, "relu2");
+  x = b.max_pool(x, "pool2", pool);
+  x = b.conv(x, "conv3", ConvSpec::make(512, 3, 1));
+  x = b.relu(x, "relu3");
+  x = b.max_pool(x, "pool3", pool);
+  x = b.conv(x, "conv4", ConvSpec::make(4096, 2, 1));
+  x = b.relu(x, "relu4");
+  x = b.fc(x, "full5", 4096);
+  x = b.relu(x, "relu5");
+  x = b.dropout(x, "drop5", kGaitDropout);
+  x = b.fc(x, "full6", 2048);
+  x = b.relu(x, "relu6");
+  x = b.dropout(x, "drop6", kGaitDropout);
+  x = b.fc(x, "fc_out", classes);
+  b.softmax_loss(x);
+  return b;
+}
+
+// Gait ResNet (seed 000 Fig. 1b, "as defined in [47]", i.e. He et al. 2016): conv1 64 7x7 stride 1
+// (padding 3, as He et al.'s stem) + BN + ReLU, max pool 3x3 stride 2 (padding 1, as He et al.);
+// then for each of the four stages an "adapter convolution to resize the input to that of the next
+// block" and 4/6/7/2 basic residual blocks (3x3 convolutions, stride 1) of 64/128/256/512 filters.
+// Choice: the adapter is a 3x3 convolution with stride 2 + BN + ReLU. With it, the last stage's map
+// is 2x2 at 60x60 input (60 -> 60 -> 30 -> 15 -> 8 -> 4 -> 2), which is what the paper's "global
+// average pooling 2x2" requires; the paper gives no adapter kernel size.
+GraphBuilder gait_resnet(const Shape& input, std::int64_t classes) {
+  GraphBuilder b("gait_resnet", input, classes);
+  BatchNormSpec bn;
+  bn.eps = kBnEps;
+  Node x = conv_bn_relu(b, b.input(), "conv1", 64, 7, 1, 3, kBnEps);
+  x = b.max_pool(x, "pool1", PoolSpec::make(3, 2, 1));
+  constexpr std::array<int, 4> kBlocks = {4, 6, 7, 2};
+  for (int stage = 0; stage < 4; ++stage) {
+    const std::int64_t width = std::int64_t{64} << stage;
+    const std::string s = "resb" + std::to_string(stage + 1);
+    x = conv_bn_relu(b, x, s + ".adapter", width, 3, 2, 1, kBnEps);
+    for (int i = 0; i < kBlocks[static_cast<std::size_t>(stage)]; ++i) {
+      const std::string n = s + "." + std::to_string(i);
+      Node y = b.conv(x, n + ".conv1", ConvSpec::make(width, 3, 1, 1, 1, false));
+      y = b.batch_norm(y, n + ".bn1", bn);
+      y = b.relu(y, n + ".relu1");
+      y = b.conv(y, n + ".conv2", ConvSpec::make(width, 3, 1, 1, 1, false));
+      y = b.batch_norm(y, n + ".bn2", bn);
+      y = b.add(y, x, n + ".add");
+      x = b.relu(y, n + ".relu");
+    }
+  }
+  x = b.global_avg_pool(x, "pool");
+  x = b.fc(x, "fc", classes);
+  b.softmax_loss(x);
+  return b;
+}
+
+}  // namespace cnnergy::zoo
