@@ -1,0 +1,153 @@
+// Batch normalisation on the CPU, per channel of 4-D (N,C,H,W) or per feature of 2-D (N,F) inputs:
+// training with batch statistics (biased variance to normalise, unbiased for the running estimate),
+// inference with the running statistics, and the backward for dx, dgamma and dbeta.
+#include <cmath>
+#include <string>
+
+#include "backend/cpu/cpu_kernels.hpp"
+#include "core/errors.hpp"
+
+namespace cnnergy::cpu {
+
+namespace {
+
+constexpr std::string_view kOp = "batch_norm";
+
+class BatchNormCpu final : public BatchNormKernel {
+ public:
+  explicit BatchNormCpu(const BatchNormDesc& d) : d_(d), hw_(d.h * d.w), m_(d.n * d.h * d.w) {}
+
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                        const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+    check_activation(x, "x");
+    check_activation(y, "y");
+    check_param(gamma, "gamma");
+    check_param(beta, "beta");
+    check_param(running_mean, "running_mean");
+    check_param(running_var, "running_var");
+    check_param(saved_mean, "saved_mean");
+    check_param(saved_inv_std, "saved_inv_std");
+    if (m_ < 2)
+      throw InvalidArgument("batch_norm: training needs more than one value per channel (batch " +
+                            std::to_string(d_.n) + " x " + std::to_string(hw_) + " positions)");
+    const float* xp = cf32(x);
+    float* yp = mf32(y);
+    const double mom = d_.momentum;
+    for (std::int64_t c = 0; c < d_.c; ++c) {
+      // Two passes in double: the mean first, then the centred sum of squares (no cancellation).
+      double sum = 0.0;
+      for_channel(c, [&](std::int64_t i) { sum += xp[i]; });
+      const double mean = sum / static_cast<double>(m_);
+      double sq = 0.0;
+      for_channel(c, [&](std::int64_t i) {
+        const double dv = xp[i] - mean;
+        sq += dv * dv;
+      });
+      const double var = sq / static_cast<double>(m_);
+      const double inv_std = 1.0 / std::sqrt(var + d_.eps);
+      const double scale = cf32(gamma)[c] * inv_std;
+      const double shift = cf32(beta)[c] - mean * scale;
+      for_channel(c, [&](std::int64_t i) { yp[i] = static_cast<float>(xp[i] * scale + shift); });
+      mf32(saved_mean)[c] = static_cast<float>(mean);
+      mf32(saved_inv_std)[c] = static_cast<float>(inv_std);
+      const double unbiased = sq / static_cast<double>(m_ - 1);
+      float& rm = mf32(running_mean)[c];
+      float& rv = mf32(running_var)[c];
+      rm = static_cast<float>((1.0 - mom) * rm + mom * mean);
+      rv = static_cast<float>((1.0 - mom) * rv + mom * unbiased);
+    }
+  }
+
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& y) override {
+    check_activation(x, "x");
+    check_activation(y, "y");
+    check_param(gamma, "gamma");
+    check_param(beta, "beta");
+    check_param(running_mean, "running_mean");
+    check_param(running_var, "running_var");
+    const float* xp = cf32(x);
+    float* yp = mf32(y);
+    for (std::int64_t c = 0; c < d_.c; ++c) {
+      const double inv_std = 1.0 / std::sqrt(static_cast<double>(cf32(running_var)[c]) + d_.eps);
+      const double scale = cf32(gamma)[c] * inv_std;
+      const double shift = cf32(beta)[c] - cf32(running_mean)[c] * scale;
+      for_channel(c, [&](std::int64_t i) { yp[i] = static_cast<float>(xp[i] * scale + shift); });
+    }
+  }
+
+  // With xhat = (x - mean) * inv_std over the M = N*H*W values of a channel:
+  // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma * inv_std / M * (M dy - dbeta - xhat dgamma).
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                const Tensor& saved_inv_std, const Tensor& dx, const Tensor& dgamma,
+                const Tensor& dbeta, bool accumulate) override {
+    check_activation(x, "x");
+    check_activation(dy, "dy");
+    check_activation(dx, "dx");
+    check_param(gamma, "gamma");
+    check_param(saved_mean, "saved_mean");
+    check_param(saved_inv_std, "saved_inv_std");
+    check_param(dgamma, "dgamma");
+    check_param(dbeta, "dbeta");
+    const float* xp = cf32(x);
+    const float* dyp = cf32(dy);
+    float* dxp = mf32(dx);
+    const double m = static_cast<double>(m_);
+    for (std::int64_t c = 0; c < d_.c; ++c) {
+      const double mean = cf32(saved_mean)[c];
+      const double inv_std = cf32(saved_inv_std)[c];
+      double sum_dy = 0.0, sum_dy_xhat = 0.0;
+      for_channel(c, [&](std::int64_t i) {
+        sum_dy += dyp[i];
+        sum_dy_xhat += dyp[i] * (xp[i] - mean) * inv_std;
+      });
+      mf32(dbeta)[c] = static_cast<float>(sum_dy);
+      mf32(dgamma)[c] = static_cast<float>(sum_dy_xhat);
+      const double k = cf32(gamma)[c] * inv_std / m;
+      for_channel(c, [&](std::int64_t i) {
+        const double xhat = (xp[i] - mean) * inv_std;
+        const auto g = static_cast<float>(k * (m * dyp[i] - sum_dy - xhat * sum_dy_xhat));
+        dxp[i] = accumulate ? dxp[i] + g : g;
+      });
+    }
+  }
+
+ private:
+  // Calls f(flat index) for every element of channel c.
+  template <typename F>
+  void for_channel(std::int64_t c, F&& f) const {
+    for (std::int64_t n = 0; n < d_.n; ++n) {
+      const std::int64_t base = (n * d_.c + c) * hw_;
+      for (std::int64_t i = 0; i < hw_; ++i) f(base + i);
+    }
+  }
+
+  // 4-D (N,C,H,W) or, when H = W = 1, 2-D (N,C).
+  void check_activation(const Tensor& t, std::string_view name) const {
+    check_f32(t, kOp, name, d_.n * d_.c * hw_);
+    if (t.shape()[0] != d_.n || t.shape().c() != d_.c)
+      throw ShapeError("batch_norm: " + std::string(name) + " has shape " + t.shape().str() +
+                       ", expected " + Shape{d_.n, d_.c, d_.h, d_.w}.str());
+  }
+  void check_param(const Tensor& t, std::string_view name) const { check_f32(t, kOp, name, d_.c); }
+
+  BatchNormDesc d_;
+  std::int64_t hw_, m_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormKernel> make_batch_norm_kernel(const BatchNormDesc& d) {
+  check_at_least(d.n, 1, kOp, "batch size");
+  check_at_least(d.c, 1, kOp, "channels");
+  check_at_least(d.h, 1, kOp, "height");
+  check_at_least(d.w, 1, kOp, "width");
+  if (!(d.eps > 0.0) || !(d.momentum >= 0.0 && d.momentum <= 1.0))
+    throw InvalidArgument("batch_norm: needs eps > 0 and momentum in [0, 1] (got eps=" +
+                          std::to_string(d.eps) + ", momentum=" + std::to_string(d.momentum) + ")");
+  return std::make_unique<BatchNormCpu>(d);
+}
+
+}  // namespace cnnergy::cpu

@@ -1,0 +1,134 @@
+// CPU batch normalisation: finite-difference checks of dx, dgamma and dbeta in training mode (4-D
+// and 2-D), running statistics (momentum, unbiased variance) and saved statistics against a hand
+// computation, inference with running statistics, accumulate semantics, errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend_cpu/cpu_fixture.hpp"
+#include "core/errors.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+class BatchNorm : public CpuBackendTest {};
+
+BatchNormDesc bn(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, double eps = 1e-5,
+                 double momentum = 0.1) {
+  BatchNormDesc d;
+  d.n = n, d.c = c, d.h = h, d.w = w, d.eps = eps, d.momentum = momentum;
+  return d;
+}
+
+TEST_F(BatchNorm, TrainingGradientsMatchFiniteDifferences) {
+  struct Case {
+    BatchNormDesc d;
+    Shape shape;
+  };
+  for (const Case& cs : {Case{bn(3, 4, 3, 2), Shape{3, 4, 3, 2}}, Case{bn(5, 6, 1, 1), Shape{5, 6}},
+                         Case{bn(2, 3, 1, 1, 0.1), Shape{2, 3}}}) {
+    // (The last case: with two samples the output is nearly +-1 and only eps keeps the gradient
+    // away from zero; eps = 0.1 keeps the curvature scale sqrt(eps) far above the finite-difference
+    // step.)
+    const BatchNormDesc& d = cs.d;
+    SCOPED_TRACE("x " + cs.shape.str());
+    auto kernel = backend_->make_batch_norm(d);
+    // Offset, scaled inputs: the gradient must not rely on zero-mean, unit-variance data.
+    const Tensor x = random_tensor(cs.shape, rng_, -1.5f, 2.5f);
+    const Tensor gamma = random_tensor({d.c}, rng_, 0.5f, 1.5f), beta = random_tensor({d.c}, rng_);
+    const Tensor rm = Tensor::host({d.c}), rv = Tensor::host({d.c}), mean = Tensor::host({d.c}),
+                 inv_std = Tensor::host({d.c});
+    const Tensor y = Tensor::host(cs.shape), dy = random_tensor(cs.shape, rng_);
+    kernel->forward_training(x, gamma, beta, rm, rv, y, mean, inv_std);
+    const Tensor dx = Tensor::host(cs.shape), dgamma = random_tensor({d.c}, rng_),
+                 dbeta = random_tensor({d.c}, rng_);
+    kernel->backward(x, dy, gamma, mean, inv_std, dx, dgamma, dbeta,
+                     false);  // dgamma/dbeta overwritten
+    const auto objective = [&] {
+      // running statistics change on every call but do not enter y in training mode
+      kernel->forward_training(x, gamma, beta, rm, rv, y, mean, inv_std);
+      return dot(dy, y);
+    };
+    GradCheckOptions opt;
+    opt.seed = seed_;
+    EXPECT_TRUE(check_gradient("bn dx", x, objective, dx, opt));
+    EXPECT_TRUE(check_gradient("bn dgamma", gamma, objective, dgamma, opt));
+    EXPECT_TRUE(check_gradient("bn dbeta", beta, objective, dbeta, opt));
+
+    const Tensor acc = random_tensor(cs.shape, rng_), expected = clone(acc);
+    kernel->backward(x, dy, gamma, mean, inv_std, acc, dgamma, dbeta, true);
+    for (std::int64_t i = 0; i < x.numel(); ++i) expected.f32()[i] += dx.f32()[i];
+    EXPECT_TRUE(all_close(acc, expected, 1e-6, 1e-6)) << "accumulate";
+  }
+}
+
+TEST_F(BatchNorm, RunningAndSavedStatistics) {
+  const BatchNormDesc d = bn(4, 3, 2, 5, 1e-3, 0.25);
+  auto kernel = backend_->make_batch_norm(d);
+  const Tensor x = random_tensor({4, 3, 2, 5}, rng_, -1.0f, 3.0f);
+  const Tensor gamma = random_tensor({3}, rng_), beta = random_tensor({3}, rng_);
+  const Tensor rm = random_tensor({3}, rng_), rv = random_tensor({3}, rng_, 0.5f, 2.0f);
+  const Tensor rm0 = clone(rm), rv0 = clone(rv);
+  const Tensor y = Tensor::host(x.shape()), mean = Tensor::host({3}), inv_std = Tensor::host({3});
+  kernel->forward_training(x, gamma, beta, rm, rv, y, mean, inv_std);
+  for (std::int64_t c = 0; c < 3; ++c) {
+    std::vector<double> v;
+    for (std::int64_t n = 0; n < 4; ++n)
+      for (std::int64_t i = 0; i < 10; ++i)
+        v.push_back(x.f32()[static_cast<std::size_t>((n * 3 + c) * 10 + i)]);
+    double m = 0;
+    for (double e : v) m += e;
+    m /= 40.0;
+    double ss = 0;
+    for (double e : v) ss += (e - m) * (e - m);
+    const double biased = ss / 40.0, unbiased = ss / 39.0;
+    const auto cu = static_cast<std::size_t>(c);
+    EXPECT_NEAR(mean.f32()[cu], m, 1e-6);
+    EXPECT_NEAR(inv_std.f32()[cu], 1.0 / std::sqrt(biased + 1e-3), 1e-5);
+    EXPECT_NEAR(rm.f32()[cu], 0.75 * rm0.f32()[cu] + 0.25 * m, 1e-6);
+    EXPECT_NEAR(rv.f32()[cu], 0.75 * rv0.f32()[cu] + 0.25 * unbiased, 1e-6);
+    // y normalised with the biased variance
+    const double x0 = x.f32()[static_cast<std::size_t>(c * 10)];
+    EXPECT_NEAR(y.f32()[static_cast<std::size_t>(c * 10)],
+                gamma.f32()[cu] * (x0 - m) / std::sqrt(biased + 1e-3) + beta.f32()[cu], 1e-5);
+  }
+}
+
+TEST_F(BatchNorm, InferenceUsesRunningStatistics) {
+  const BatchNormDesc d = bn(3, 2, 1, 1);
+  auto kernel = backend_->make_batch_norm(d);
+  const Tensor x = random_tensor({3, 2}, rng_), gamma = random_tensor({2}, rng_),
+               beta = random_tensor({2}, rng_);
+  const Tensor rm = random_tensor({2}, rng_), rv = random_tensor({2}, rng_, 0.1f, 3.0f),
+               y = Tensor::host({3, 2});
+  kernel->forward_inference(x, gamma, beta, rm, rv, y);
+  for (std::size_t n = 0; n < 3; ++n)
+    for (std::size_t c = 0; c < 2; ++c)
+      EXPECT_NEAR(
+          y.f32()[n * 2 + c],
+          gamma.f32()[c] * (x.f32()[n * 2 + c] - rm.f32()[c]) / std::sqrt(rv.f32()[c] + 1e-5) +
+              beta.f32()[c],
+          1e-5);
+}
+
+TEST_F(BatchNorm, RejectsBadInput) {
+  EXPECT_THROW(backend_->make_batch_norm(bn(2, 3, 1, 1, 0.0)), InvalidArgument);
+  EXPECT_THROW(backend_->make_batch_norm(bn(2, 3, 1, 1, 1e-5, 1.5)), InvalidArgument);
+  auto one =
+      backend_->make_batch_norm(bn(1, 2, 1, 1));  // one value per channel: no batch statistics
+  const Tensor p = Tensor::host({2});
+  EXPECT_THROW(one->forward_training(Tensor::host({1, 2}), p, p, p, p, Tensor::host({1, 2}), p, p),
+               InvalidArgument);
+  auto kernel = backend_->make_batch_norm(bn(2, 3, 2, 2));
+  const Tensor q = Tensor::host({3});
+  EXPECT_THROW(kernel->forward_inference(Tensor::host({2, 3, 2, 2}), q, q, q, Tensor::host({2}),
+                                         Tensor::host({2, 3, 2, 2})),
+               ShapeError);
+  EXPECT_THROW(
+      kernel->forward_inference(Tensor::host({2, 4, 3, 1}), q, q, q, q, Tensor::host({2, 3, 2, 2})),
+      ShapeError);
+}
+
+}  // namespace
+}  // namespace cnnergy::test

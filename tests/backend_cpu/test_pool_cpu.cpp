@@ -1,0 +1,206 @@
+// CPU pooling: output sizes of real networks (ceil mode, padding), hand-computed windows and
+// divisors, finite-difference checks of every mode incl. ceil mode with padding and global pooling,
+// max ties, accumulate semantics and argument errors.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend_cpu/cpu_fixture.hpp"
+#include "core/errors.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+class Pool : public CpuBackendTest {};
+
+Pool2dDesc pool(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t k,
+                std::int64_t s, std::int64_t p, bool ceil_mode, PoolMode mode) {
+  Pool2dDesc d;
+  d.n = n, d.c = c, d.h = h, d.w = w;
+  d.kernel_h = d.kernel_w = k;
+  d.stride_h = d.stride_w = s;
+  d.pad_h = d.pad_w = p;
+  d.ceil_mode = ceil_mode;
+  d.mode = mode;
+  return d;
+}
+
+const char* mode_name(PoolMode m) {
+  return m == PoolMode::kMax             ? "max"
+         : m == PoolMode::kAvgIncludePad ? "avg_include_pad"
+                                         : "avg_exclude_pad";
+}
+
+TEST_F(Pool, OutputSizesOfRealNetworks) {
+  // CaffeNet/AlexNet pool1: 55 -> 27 (k3 s2, ceil); pool5: 13 -> 6.
+  EXPECT_EQ(pool(1, 1, 55, 55, 3, 2, 0, true, PoolMode::kMax).out_h(), 27);
+  EXPECT_EQ(pool(1, 1, 13, 13, 3, 2, 0, true, PoolMode::kMax).out_h(), 6);
+  // GoogLeNet (Caffe): 112 -> 56 and 28 -> 14 with k3 s2 ceil; k3 s1 p1 keeps the size.
+  EXPECT_EQ(pool(1, 1, 112, 112, 3, 2, 0, true, PoolMode::kMax).out_h(), 56);
+  EXPECT_EQ(pool(1, 1, 28, 28, 3, 2, 0, true, PoolMode::kMax).out_h(), 14);
+  EXPECT_EQ(pool(1, 1, 28, 28, 3, 1, 1, true, PoolMode::kMax).out_h(), 28);
+  // Padding with ceil: 14 -> 8 (k3 s2 p1); a last window that would start in the padding is
+  // dropped: 5 -> 3, not 4 (k2 s2 p1).
+  EXPECT_EQ(pool(1, 1, 14, 14, 3, 2, 1, true, PoolMode::kMax).out_h(), 8);
+  EXPECT_EQ(pool(1, 1, 5, 5, 2, 2, 1, true, PoolMode::kMax).out_h(), 3);
+  // Floor mode (ResNet/Inception): 112 -> 56 (k3 s2 p1), 35 -> 17 (k3 s2).
+  EXPECT_EQ(pool(1, 1, 112, 112, 3, 2, 1, false, PoolMode::kMax).out_h(), 56);
+  EXPECT_EQ(pool(1, 1, 35, 35, 3, 2, 0, false, PoolMode::kMax).out_h(), 17);
+  // The kernel runs with those sizes: every window, including the clipped ceil-mode ones.
+  for (const auto& d : {pool(2, 3, 55, 55, 3, 2, 0, true, PoolMode::kMax),
+                        pool(2, 3, 14, 14, 3, 2, 1, true, PoolMode::kAvgIncludePad),
+                        pool(2, 3, 5, 5, 2, 2, 1, true, PoolMode::kAvgExcludePad)}) {
+    const Tensor x = random_tensor({d.n, d.c, d.h, d.w}, rng_), y = Tensor::host(d.output_shape());
+    backend_->make_pool(d)->forward(x, y);
+    for (const float v : y.f32()) {
+      EXPECT_GE(v, -1.0f);
+      EXPECT_LE(v, 1.0f);
+    }
+  }
+}
+
+TEST_F(Pool, HandComputedWindowsAndDivisors) {
+  // x = 1..16 on 4x4, k3 s2 p1 ceil: out 3x3; the last row/column of windows covers padded
+  // rows 3..4.
+  const Tensor x = Tensor::host({1, 1, 4, 4});
+  for (int i = 0; i < 16; ++i) x.f32()[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+  auto run = [&](PoolMode mode) {
+    const auto d = pool(1, 1, 4, 4, 3, 2, 1, true, mode);
+    const Tensor y = Tensor::host(d.output_shape());
+    EXPECT_EQ(d.output_shape(), (Shape{1, 1, 3, 3}));
+    backend_->make_pool(d)->forward(x, y);
+    return y;
+  };
+  const Tensor mx = run(PoolMode::kMax), inc = run(PoolMode::kAvgIncludePad),
+               exc = run(PoolMode::kAvgExcludePad);
+  // Window (0,0): rows/cols -1..1 -> real {1,2,5,6}; include-pad divides by 9, exclude-pad by 4.
+  EXPECT_FLOAT_EQ(mx.f32()[0], 6.0f);
+  EXPECT_FLOAT_EQ(inc.f32()[0], 14.0f / 9.0f);
+  EXPECT_FLOAT_EQ(exc.f32()[0], 14.0f / 4.0f);
+  // Window (0,1): rows -1..1, cols 1..3 -> {2,3,4,6,7,8}.
+  EXPECT_FLOAT_EQ(inc.f32()[1], 30.0f / 9.0f);
+  EXPECT_FLOAT_EQ(exc.f32()[1], 30.0f / 6.0f);
+  // Window (2,2): rows/cols 3..5, clipped to the padded input [-1, 5) -> 3..4, real {16}:
+  // include-pad divisor 2x2 = 4 (PyTorch count_include_pad), exclude-pad divisor 1.
+  EXPECT_FLOAT_EQ(mx.f32()[8], 16.0f);
+  EXPECT_FLOAT_EQ(inc.f32()[8], 4.0f);
+  EXPECT_FLOAT_EQ(exc.f32()[8], 16.0f);
+  // Window (1,2): rows 1..3, cols 3..4 -> {8,12,16}; include divisor 3x2 = 6.
+  EXPECT_FLOAT_EQ(inc.f32()[5], 36.0f / 6.0f);
+  EXPECT_FLOAT_EQ(exc.f32()[5], 36.0f / 3.0f);
+}
+
+struct PoolCase {
+  std::string name;
+  Pool2dDesc desc;
+};
+void PrintTo(const PoolCase& c, std::ostream* os) { *os << c.name; }
+
+class PoolGradient : public CpuBackendTest, public ::testing::WithParamInterface<PoolCase> {};
+
+TEST_P(PoolGradient, MatchesFiniteDifferences) {
+  const Pool2dDesc& d = GetParam().desc;
+  SCOPED_TRACE(GetParam().name);
+  auto kernel = backend_->make_pool(d);
+  // Distinct values 0.05 apart and a 1e-2 step: no max-pool window changes its argmax.
+  const Tensor x = distinct_tensor({d.n, d.c, d.h, d.w}, rng_, 0.05f);
+  const Tensor y = Tensor::host(d.output_shape()), dy = random_tensor(d.output_shape(), rng_);
+  kernel->forward(x, y);
+  const Tensor dx = Tensor::host(x.shape());
+  kernel->backward(x, y, dy, dx, false);
+  GradCheckOptions opt;
+  opt.seed = seed_;
+  opt.max_elements = 128;
+  EXPECT_TRUE(check_gradient(
+      std::string("pool dx ") + mode_name(d.mode), x,
+      [&] {
+        kernel->forward(x, y);
+        return dot(dy, y);
+      },
+      dx, opt));
+}
+
+std::vector<PoolCase> pool_cases() {
+  std::vector<PoolCase> cases;
+  for (const PoolMode m : {PoolMode::kMax, PoolMode::kAvgIncludePad, PoolMode::kAvgExcludePad}) {
+    const std::string n = mode_name(m);
+    cases.push_back({n + "_k2s2", pool(2, 3, 6, 6, 2, 2, 0, false, m)});
+    cases.push_back({n + "_k3s2_ceil", pool(2, 2, 7, 8, 3, 2, 0, true, m)});
+    cases.push_back({n + "_k3s2p1_ceil", pool(1, 3, 8, 6, 3, 2, 1, true, m)});
+    cases.push_back({n + "_k2s2p1_ceil_dropped_window", pool(2, 2, 5, 5, 2, 2, 1, true, m)});
+    cases.push_back({n + "_k3s1p1_overlap", pool(1, 2, 5, 4, 3, 1, 1, false, m)});
+    Pool2dDesc rect = pool(2, 2, 7, 9, 3, 2, 1, false, m);
+    rect.kernel_w = 2, rect.stride_w = 3, rect.pad_w = 0;
+    cases.push_back({n + "_rectangular", rect});
+  }
+  // Global average pooling: the kernel is the whole input.
+  Pool2dDesc global = pool(3, 4, 5, 6, 1, 1, 0, false, PoolMode::kAvgIncludePad);
+  global.kernel_h = 5, global.kernel_w = 6;
+  cases.push_back({"global_avg", global});
+  Pool2dDesc global_max = global;
+  global_max.mode = PoolMode::kMax;
+  cases.push_back({"global_max", global_max});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, PoolGradient, ::testing::ValuesIn(pool_cases()),
+                         [](const auto& p) { return p.param.name; });
+
+TEST_F(Pool, GlobalAverageIsTheMean) {
+  Pool2dDesc d = pool(2, 3, 4, 5, 1, 1, 0, false, PoolMode::kAvgExcludePad);
+  d.kernel_h = 4, d.kernel_w = 5;
+  ASSERT_EQ(d.output_shape(), (Shape{2, 3, 1, 1}));
+  const Tensor x = random_tensor({2, 3, 4, 5}, rng_), y = Tensor::host(d.output_shape());
+  backend_->make_pool(d)->forward(x, y);
+  for (std::int64_t p = 0; p < 6; ++p) {
+    double sum = 0;
+    for (std::int64_t i = 0; i < 20; ++i) sum += x.f32()[static_cast<std::size_t>(p * 20 + i)];
+    EXPECT_NEAR(y.f32()[static_cast<std::size_t>(p)], sum / 20.0, 1e-6);
+  }
+}
+
+TEST_F(Pool, MaxTiesRouteToTheFirstMaximum) {
+  const auto d = pool(1, 1, 2, 2, 2, 2, 0, false, PoolMode::kMax);
+  const Tensor x = Tensor::host({1, 1, 2, 2}), y = Tensor::host({1, 1, 1, 1});
+  x.f32()[0] = 0.5f, x.f32()[1] = 2.0f, x.f32()[2] = 2.0f, x.f32()[3] = 2.0f;
+  auto kernel = backend_->make_pool(d);
+  kernel->forward(x, y);
+  EXPECT_EQ(y.f32()[0], 2.0f);
+  const Tensor dy = Tensor::host({1, 1, 1, 1}), dx = Tensor::host({1, 1, 2, 2});
+  dy.f32()[0] = 3.0f;
+  kernel->backward(x, y, dy, dx, false);
+  EXPECT_EQ(dx.f32()[0], 0.0f);
+  EXPECT_EQ(dx.f32()[1], 3.0f);
+  EXPECT_EQ(dx.f32()[2], 0.0f);
+  EXPECT_EQ(dx.f32()[3], 0.0f);
+}
+
+TEST_F(Pool, AccumulateAddsAndOverwriteReplaces) {
+  for (const PoolMode m : {PoolMode::kMax, PoolMode::kAvgIncludePad}) {
+    const auto d = pool(2, 2, 6, 5, 3, 2, 1, true, m);
+    auto kernel = backend_->make_pool(d);
+    const Tensor x = distinct_tensor({2, 2, 6, 5}, rng_), y = Tensor::host(d.output_shape());
+    const Tensor dy = random_tensor(d.output_shape(), rng_), dx0 = random_tensor(x.shape(), rng_);
+    kernel->forward(x, y);
+    const Tensor fresh = clone(dx0), acc = clone(dx0);
+    kernel->backward(x, y, dy, fresh, false);
+    kernel->backward(x, y, dy, acc, true);
+    const Tensor expected = clone(dx0);
+    for (std::int64_t i = 0; i < x.numel(); ++i) expected.f32()[i] += fresh.f32()[i];
+    EXPECT_TRUE(all_close(acc, expected, 1e-6, 1e-6)) << mode_name(m);
+  }
+}
+
+TEST_F(Pool, RejectsBadDescriptors) {
+  EXPECT_THROW(backend_->make_pool(pool(1, 1, 4, 4, 2, 2, 2, false, PoolMode::kMax)),
+               InvalidArgument);  // pad >= k
+  EXPECT_THROW(backend_->make_pool(pool(1, 1, 2, 2, 5, 1, 1, false, PoolMode::kMax)), ShapeError);
+  EXPECT_THROW(backend_->make_pool(pool(1, 1, 4, 4, 2, 0, 0, false, PoolMode::kMax)),
+               InvalidArgument);
+  auto kernel = backend_->make_pool(pool(1, 1, 4, 4, 2, 2, 0, false, PoolMode::kMax));
+  EXPECT_THROW(kernel->forward(Tensor::host({1, 1, 4, 4}), Tensor::host({1, 1, 3, 3})), ShapeError);
+}
+
+}  // namespace
+}  // namespace cnnergy::test
