@@ -9,6 +9,17 @@
 
 namespace cnnergy {
 
+// How a conv/fc layer's weights start. He (Kaiming) normal with fan-in suits layers followed by
+// ReLU; kGaussian is Caffe's fixed-stddev gaussian (AlexNet/CaffeNet definitions). Biases start
+// at bias_value (0 unless a model definition says otherwise).
+enum class InitKind { kHeNormal, kGaussian };
+struct WeightInit {
+  InitKind kind = InitKind::kHeNormal;
+  float stddev = 0.01f;  // kGaussian only
+  float bias_value = 0.0f;
+  static WeightInit gaussian(float stddev, float bias_value = 0.0f) { return {InitKind::kGaussian, stddev, bias_value}; }
+};
+
 struct ConvSpec {
   std::int64_t out_channels = 1;
   std::int64_t kernel_h = 3, kernel_w = 3;
@@ -18,6 +29,7 @@ struct ConvSpec {
   std::int64_t groups = 1;
   bool bias = true;
   ConvAlgoChoice algo;  // per-layer override of the run's algorithm policy
+  WeightInit init;
 
   // Square kernel, symmetric padding.
   static ConvSpec make(std::int64_t out, std::int64_t kernel, std::int64_t stride = 1, std::int64_t pad = 0,
@@ -31,6 +43,12 @@ struct ConvSpec {
     s.bias = bias;
     return s;
   }
+};
+
+struct FcSpec {
+  std::int64_t out_features = 1;
+  bool bias = true;
+  WeightInit init;
 };
 
 struct PoolSpec {

@@ -30,6 +30,7 @@ class GraphBuilder {
 
   Node conv(Node x, const std::string& name, const ConvSpec& spec);
   Node fc(Node x, const std::string& name, std::int64_t out_features, bool bias = true);  // flattens 4-D input
+  Node fc(Node x, const std::string& name, const FcSpec& spec);  // same, with the weight init choice
   Node max_pool(Node x, const std::string& name, const PoolSpec& spec);
   Node avg_pool(Node x, const std::string& name, const PoolSpec& spec);
   Node global_avg_pool(Node x, const std::string& name);
@@ -46,6 +47,9 @@ class GraphBuilder {
   // Validates (shape inference at batch 1 with the declared input) and returns the graph.
   // Throws ShapeError naming the layer whose output would be empty or whose inputs disagree.
   std::unique_ptr<Graph> build();
+
+  // Shape of a node at batch 1 (N, C, H, W or N, F), for model definitions that need it.
+  const Shape& shape(Node x) const;
 
  private:
   struct State;

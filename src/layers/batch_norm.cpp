@@ -1,0 +1,104 @@
+// Batch normalisation per channel (4-D) or per feature (2-D): gamma and beta are trained fp32
+// parameters (no weight decay by default); running mean/variance are fp32 buffers saved in
+// checkpoints; the batch statistics saved for backward are private to the layer.
+#include "core/errors.hpp"
+#include "layers/layer.hpp"
+
+namespace cnnergy {
+namespace {
+
+class BatchNormLayer final : public Layer {
+ public:
+  BatchNormLayer(std::string name, const BatchNormSpec& spec) : Layer(std::move(name)), spec_(spec) {}
+
+  std::string type() const override { return "batch_norm"; }
+  LayerCategory category() const override { return LayerCategory::kNorm; }
+  std::unique_ptr<Layer> clone() const override { return std::make_unique<BatchNormLayer>(name(), spec_); }
+  bool needs_inputs_in_backward() const override { return true; }
+  std::size_t private_bytes() const override { return saved_mean_.size_bytes() + saved_inv_std_.size_bytes(); }
+
+  void init_parameters(Rng& rng) override {
+    (void)rng;
+    init_constant(0, 1.0f);  // gamma
+    init_constant(1, 0.0f);  // beta
+    backend().fill(buffers()[0].tensor, 0.0f);
+    backend().fill(buffers()[1].tensor, 1.0f);
+    refresh_working_copies();
+  }
+
+  void forward(const ForwardContext& ctx) override {
+    const Tensor& gamma = parameters()[0].master;
+    const Tensor& beta = parameters()[1].master;
+    const Tensor& mean = buffers()[0].tensor;
+    const Tensor& var = buffers()[1].tensor;
+    if (ctx.phase == Phase::kTrain)
+      kernel_->forward_training(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0], saved_mean_, saved_inv_std_);
+    else
+      kernel_->forward_inference(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0]);
+  }
+
+  // The kernel always writes dgamma/dbeta; with no data gradient wanted (BN on the network
+  // input) dx goes to a private scratch tensor.
+  void backward(const BackwardContext& ctx) override {
+    Tensor dx = ctx.input_grads[0];
+    bool accumulate = ctx.accumulate[0];
+    if (!dx.defined()) {
+      if (!scratch_.defined()) scratch_ = backend().alloc(input_shapes()[0], backend().dtype(), backend().layout());
+      dx = scratch_;
+      accumulate = false;
+    }
+    kernel_->backward(ctx.inputs[0], ctx.output_grads[0], parameters()[0].master, saved_mean_, saved_inv_std_, dx,
+                      parameters()[0].grad, parameters()[1].grad, accumulate);
+  }
+
+ protected:
+  std::vector<Shape> infer_shapes(std::span<const Shape> in) override {
+    check_input_count(in, 1);
+    const Shape& x = in[0];
+    if (x.rank() != 4 && x.rank() != 2) shape_error("needs a 4-D or 2-D input, got " + x.str());
+    if (spec_.eps <= 0.0 || spec_.momentum < 0.0 || spec_.momentum > 1.0)
+      shape_error("needs eps > 0 and momentum in [0, 1]");
+    desc_ = BatchNormDesc{x.n(), x.c(), x.h(), x.w(), spec_.eps, spec_.momentum};
+    const Shape per_channel{x.c()};
+    declare_parameter("gamma", per_channel, /*decay=*/false, /*backend_dtype=*/false);
+    declare_parameter("beta", per_channel, /*decay=*/false, /*backend_dtype=*/false);
+    declare_buffer("running_mean", per_channel);
+    declare_buffer("running_var", per_channel);
+    return {x};
+  }
+
+  // Eq. 6: 2 operations per element (subtract the mean, divide by the deviation). FLOPs in
+  // training: 2 per element for the batch statistics, 4 to normalise, scale and shift; backward
+  // about the same as forward (two reductions and the element-wise combination).
+  Workload compute_workload() const override {
+    const std::int64_t e = input_shapes()[0].per_sample();
+    Workload w;
+    w.operations = 2 * e;
+    w.flops_forward = 6 * e;
+    w.flops_backward = 6 * e;
+    w.read_elements = e + 2 * desc_.c;
+    w.written_elements = e;
+    w.parameters = 2 * desc_.c;
+    return w;
+  }
+
+  void create_kernels(Backend& backend) override {
+    kernel_ = backend.make_batch_norm(desc_);
+    saved_mean_ = backend.alloc(Shape{desc_.c}, DType::kF32);
+    saved_inv_std_ = backend.alloc(Shape{desc_.c}, DType::kF32);
+  }
+
+ private:
+  BatchNormSpec spec_;
+  BatchNormDesc desc_;
+  std::unique_ptr<BatchNormKernel> kernel_;
+  Tensor saved_mean_, saved_inv_std_, scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_batch_norm_layer(const std::string& name, const BatchNormSpec& spec) {
+  return std::make_unique<BatchNormLayer>(name, spec);
+}
+
+}  // namespace cnnergy

@@ -1,0 +1,122 @@
+// Convolution layer (grouped, strided, padded, dilated), weight (K, C/g, R, S) and optional bias
+// (K). Kernels come from Backend::make_conv with the layer's algorithm choice (ConvSpec::algo).
+#include <algorithm>
+
+#include "core/errors.hpp"
+#include "layers/layer.hpp"
+
+namespace cnnergy {
+namespace {
+
+class ConvLayer final : public Layer {
+ public:
+  ConvLayer(std::string name, const ConvSpec& spec) : Layer(std::move(name)), spec_(spec) {}
+
+  std::string type() const override { return "conv"; }
+  LayerCategory category() const override { return LayerCategory::kConv; }
+  std::string describe() const override {
+    std::string s = "conv " + std::to_string(spec_.out_channels) + " " + std::to_string(spec_.kernel_h) + "x" +
+                    std::to_string(spec_.kernel_w) + " /" + std::to_string(spec_.stride_h);
+    if (spec_.pad_top || spec_.pad_left) s += " pad " + std::to_string(spec_.pad_top);
+    if (spec_.groups > 1) s += " groups " + std::to_string(spec_.groups);
+    if (spec_.dilation_h > 1 || spec_.dilation_w > 1) s += " dilation " + std::to_string(spec_.dilation_h);
+    return s;
+  }
+  std::unique_ptr<Layer> clone() const override { return std::make_unique<ConvLayer>(name(), spec_); }
+  bool needs_inputs_in_backward() const override { return true; }  // weight gradient reads x
+  std::optional<ConvAlgoInfo> conv_algorithms() const override {
+    if (!kernel_) return std::nullopt;
+    return kernel_->info();
+  }
+
+  void init_parameters(Rng& rng) override {
+    const auto fan_in = (desc_.c / desc_.groups) * desc_.r * desc_.s;
+    init_weight(0, spec_.init, fan_in, rng);
+    if (spec_.bias) init_constant(1, spec_.init.bias_value);
+    refresh_working_copies();
+  }
+
+  void forward(const ForwardContext& ctx) override {
+    kernel_->forward(ctx.inputs[0], parameters()[0].value(), bias_value(), ctx.outputs[0]);
+  }
+
+  void backward(const BackwardContext& ctx) override {
+    kernel_->backward_filter(ctx.inputs[0], ctx.output_grads[0], parameters()[0].grad,
+                             spec_.bias ? parameters()[1].grad : Tensor{});
+    if (ctx.input_grads[0].defined())
+      kernel_->backward_data(ctx.output_grads[0], parameters()[0].value(), ctx.input_grads[0], ctx.accumulate[0]);
+  }
+
+ protected:
+  std::vector<Shape> infer_shapes(std::span<const Shape> in) override {
+    check_input_count(in, 1);
+    const Shape& x = in[0];
+    if (x.rank() != 4) shape_error("needs a 4-D input (N, C, H, W), got " + x.str());
+    const ConvSpec& s = spec_;
+    if (s.out_channels < 1 || s.kernel_h < 1 || s.kernel_w < 1 || s.stride_h < 1 || s.stride_w < 1 ||
+        s.dilation_h < 1 || s.dilation_w < 1 || s.groups < 1 || s.pad_top < 0 || s.pad_bottom < 0 ||
+        s.pad_left < 0 || s.pad_right < 0)
+      shape_error("hyper-parameters out of range (sizes, strides, dilations, groups >= 1; pads >= 0)");
+    if (x.c() % s.groups != 0 || s.out_channels % s.groups != 0)
+      shape_error("groups " + std::to_string(s.groups) + " must divide input channels " + std::to_string(x.c()) +
+                  " and output channels " + std::to_string(s.out_channels));
+    desc_ = Conv2dDesc{};
+    desc_.n = x.n();
+    desc_.c = x.c();
+    desc_.h = x.h();
+    desc_.w = x.w();
+    desc_.k = s.out_channels;
+    desc_.r = s.kernel_h;
+    desc_.s = s.kernel_w;
+    desc_.stride_h = s.stride_h;
+    desc_.stride_w = s.stride_w;
+    desc_.pad_top = s.pad_top;
+    desc_.pad_bottom = s.pad_bottom;
+    desc_.pad_left = s.pad_left;
+    desc_.pad_right = s.pad_right;
+    desc_.dilation_h = s.dilation_h;
+    desc_.dilation_w = s.dilation_w;
+    desc_.groups = s.groups;
+    desc_.bias = s.bias;
+    const auto span_h = x.h() + s.pad_top + s.pad_bottom - s.dilation_h * (s.kernel_h - 1) - 1;
+    const auto span_w = x.w() + s.pad_left + s.pad_right - s.dilation_w * (s.kernel_w - 1) - 1;
+    if (span_h < 0 || span_w < 0)
+      shape_error("output would be empty: " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
+                  " kernel does not fit the padded input " + x.str());
+    declare_parameter("weight", desc_.weight_shape(), /*decay=*/true, /*backend_dtype=*/true);
+    if (s.bias) declare_parameter("bias", Shape{s.out_channels}, /*decay=*/false, /*backend_dtype=*/true);
+    return {desc_.output_shape()};
+  }
+
+  Workload compute_workload() const override {
+    const std::int64_t out_pos = desc_.out_h() * desc_.out_w();
+    const std::int64_t weights = desc_.k * (desc_.c / desc_.groups) * desc_.r * desc_.s;
+    const std::int64_t macs = weights * out_pos;  // Eq. 1 with ch_in per group
+    const std::int64_t bias_adds = spec_.bias ? desc_.k * out_pos : 0;
+    Workload w;
+    w.operations = macs + bias_adds;
+    w.flops_forward = 2 * macs + bias_adds;
+    w.flops_backward = 2 * macs /*weight grad*/ + (input_grad_needed() ? 2 * macs : 0) + bias_adds;
+    w.read_elements = desc_.c * desc_.h * desc_.w + weights + (spec_.bias ? desc_.k : 0);
+    w.written_elements = desc_.k * out_pos;
+    w.parameters = weights + (spec_.bias ? desc_.k : 0);
+    return w;
+  }
+
+  void create_kernels(Backend& backend) override { kernel_ = backend.make_conv(desc_, spec_.algo); }
+
+ private:
+  Tensor bias_value() const { return spec_.bias ? parameters()[1].value() : Tensor{}; }
+
+  ConvSpec spec_;
+  Conv2dDesc desc_;
+  std::unique_ptr<ConvKernel> kernel_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv_layer(const std::string& name, const ConvSpec& spec) {
+  return std::make_unique<ConvLayer>(name, spec);
+}
+
+}  // namespace cnnergy

@@ -1,0 +1,193 @@
+// The Layer contract: shape inference (setup), the parameters and buffers a layer owns, binding to a
+// backend (kernel creation), forward/backward over tensors the executor supplies, what backward
+// needs kept alive (for memory planning), and the layer's own per-sample workload (workload.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/ops.hpp"
+#include "core/rng.hpp"
+#include "core/shape.hpp"
+#include "core/tensor.hpp"
+#include "layers/specs.hpp"
+#include "layers/workload.hpp"
+
+namespace cnnergy {
+
+// Groups for hotspot summaries (seed 004: which kind of layer dominates).
+enum class LayerCategory { kConv, kFc, kPool, kRelu, kNorm, kDropout, kEltwise, kConcat, kLoss, kOther };
+std::string_view category_name(LayerCategory c);  // "conv", "fc", "pool", ...
+
+enum class Phase { kTrain, kEval };
+
+// A trained parameter. `master` is fp32 (what the optimiser updates and checkpoints hold);
+// `working` is the copy kernels read, in the backend dtype, and is undefined when the master is
+// the working copy (fp32 backend, or parameters that always stay fp32: batch-norm gamma/beta).
+// `grad` has the working copy's dtype. 4-D weights carry the backend layout (ops.hpp).
+struct Parameter {
+  std::string name;         // "<layer>.weight", "<layer>.bias", "<layer>.gamma", "<layer>.beta"
+  Shape shape;              // logical shape, e.g. K, C/g, R, S
+  bool decay = true;        // weight decay applies by default (weights yes; biases, BN no)
+  bool backend_dtype = true;  // working copy in the backend dtype (false: always fp32)
+  Tensor master;
+  Tensor working;
+  Tensor grad;
+  const Tensor& value() const { return working.defined() ? working : master; }
+};
+
+// Non-trained state saved in checkpoints (batch-norm running statistics), fp32.
+struct StateBuffer {
+  std::string name;  // "<layer>.running_mean", "<layer>.running_var"
+  Shape shape;
+  Tensor tensor;
+};
+
+struct ForwardContext {
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  Phase phase = Phase::kTrain;
+  std::uint64_t seed = 0;        // per layer and iteration (dropout masks)
+  const Tensor* labels = nullptr;  // int32 (N): for loss layers
+};
+
+// Inputs/outputs a layer did not ask to keep (needs_inputs_in_backward()...) are passed undefined,
+// because the executor may have reused their memory. An undefined input_grads[i] means no gradient
+// is wanted for input i (e.g. the network input). accumulate[i]: add into input_grads[i] instead of
+// overwriting it (a tensor consumed by several layers).
+struct BackwardContext {
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  std::span<const Tensor> output_grads;
+  std::span<const Tensor> input_grads;
+  std::span<const bool> accumulate;
+  float loss_scale = 1.0f;
+  const Tensor* labels = nullptr;
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual std::string type() const = 0;  // "conv", "fc", "max_pool", ... (see the factory below)
+  virtual LayerCategory category() const = 0;
+  virtual std::size_t num_inputs() const { return 1; }  // 0 = any number >= 1 (concat)
+  virtual std::string describe() const { return type(); }  // hyper-parameters for model-info
+
+  // A fresh, unbound copy with the same hyper-parameters (executors clone the graph's layers).
+  virtual std::unique_ptr<Layer> clone() const = 0;
+
+  // Shape inference with batch dims included. Throws ShapeError naming the layer when an input
+  // does not fit or an output would be empty. Also computes the per-sample workload and declares
+  // the parameter and buffer shapes (tensors stay undefined until bind()).
+  std::vector<Shape> setup(std::span<const Shape> input_shapes);
+  const std::vector<Shape>& input_shapes() const { return input_shapes_; }
+  const std::vector<Shape>& output_shapes() const { return output_shapes_; }
+
+  // Whether input 0 needs a data gradient (false for a layer reading the network input: conv/fc
+  // skip backward_data, and their backward FLOPs drop the data gradient). Set before setup().
+  void set_input_grad_needed(bool needed) { input_grad_needed_ = needed; }
+  bool input_grad_needed() const { return input_grad_needed_; }
+
+  const Workload& workload() const { return workload_; }  // per sample, forward (+ backward flops)
+  std::int64_t parameter_count() const;
+
+  std::vector<Parameter>& parameters() { return params_; }
+  const std::vector<Parameter>& parameters() const { return params_; }
+  std::vector<StateBuffer>& buffers() { return buffers_; }
+  const std::vector<StateBuffer>& buffers() const { return buffers_; }
+
+  // What backward reads, so the executor can free or reuse everything else after forward.
+  virtual bool needs_inputs_in_backward() const { return false; }
+  virtual bool needs_outputs_in_backward() const { return false; }
+  // Whether output 0 may share memory with input 0: kView (flatten on NCHW: same data, another
+  // shape; always safe) or kInPlace (ReLU: overwrites its input; the executor allows it only when
+  // no other layer and no backward reads that input). Valid after bind().
+  enum class InputAlias { kNone, kView, kInPlace };
+  virtual InputAlias input_alias() const { return InputAlias::kNone; }
+
+  // Device memory the bound layer holds besides parameters and buffers (BN saved statistics,
+  // dropout mask, loss probabilities), for memory reports.
+  virtual std::size_t private_bytes() const { return 0; }
+
+  // The convolution algorithms the bound kernel runs (conv layers only), for --show-algos.
+  virtual std::optional<ConvAlgoInfo> conv_algorithms() const { return std::nullopt; }
+
+  // Allocates parameters, gradients and buffers on the backend and creates the kernels. Throws
+  // NotSupported naming the layer and the backend when the backend lacks a kernel.
+  void bind(Backend& backend);
+  bool bound() const { return backend_ != nullptr; }
+  Backend& backend() const;
+
+  // Initial values: weights from rng (He normal or the spec's gaussian), biases, gamma 1, beta 0,
+  // running mean 0 and variance 1. Needs bind(). Draws in a fixed order so a seed gives one network.
+  virtual void init_parameters(Rng& rng);
+  // Copies every master into its working copy (after init or a checkpoint load).
+  void refresh_working_copies();
+
+  virtual void forward(const ForwardContext& ctx) = 0;
+  virtual void backward(const BackwardContext& ctx) = 0;
+
+ protected:
+  // Implemented by each layer: output shapes from input shapes (checks included).
+  virtual std::vector<Shape> infer_shapes(std::span<const Shape> inputs) = 0;
+  // Per-sample workload from the shapes set by infer_shapes.
+  virtual Workload compute_workload() const = 0;
+  // Creates kernels for the bound backend (parameters are already allocated).
+  virtual void create_kernels(Backend& backend) { (void)backend; }
+  // Declares a parameter / buffer (in infer_shapes); returns its index.
+  std::size_t declare_parameter(const std::string& suffix, const Shape& shape, bool decay, bool backend_dtype);
+  std::size_t declare_buffer(const std::string& suffix, const Shape& shape);
+
+  // ShapeError "layer 'name' (type): message".
+  [[noreturn]] void shape_error(const std::string& message) const;
+  void check_input_count(std::span<const Shape> inputs, std::size_t expected) const;
+  // Fills a host fp32 tensor and uploads it into the master of parameter i.
+  void upload_parameter(std::size_t i, const Tensor& host_f32_nchw);
+  // He normal (stddev sqrt(2 / fan_in)) or gaussian weights into parameter i, constant into bias j.
+  void init_weight(std::size_t i, const WeightInit& init, std::int64_t fan_in, Rng& rng);
+  void init_constant(std::size_t i, float value);
+
+  Backend* backend_ = nullptr;
+
+ private:
+  std::string name_;
+  std::vector<Shape> input_shapes_, output_shapes_;
+  std::vector<Parameter> params_;
+  std::vector<StateBuffer> buffers_;
+  Workload workload_;
+  bool input_grad_needed_ = true;
+};
+
+// Factory functions (one per layer type, defined in that type's .cpp).
+std::unique_ptr<Layer> make_conv_layer(const std::string& name, const ConvSpec& spec);
+std::unique_ptr<Layer> make_fc_layer(const std::string& name, const FcSpec& spec);
+std::unique_ptr<Layer> make_pool_layer(const std::string& name, const PoolSpec& spec);  // max or avg by spec.mode
+std::unique_ptr<Layer> make_global_avg_pool_layer(const std::string& name);
+std::unique_ptr<Layer> make_relu_layer(const std::string& name);
+std::unique_ptr<Layer> make_lrn_layer(const std::string& name, const LrnSpec& spec);
+std::unique_ptr<Layer> make_batch_norm_layer(const std::string& name, const BatchNormSpec& spec);
+std::unique_ptr<Layer> make_dropout_layer(const std::string& name, float p);
+std::unique_ptr<Layer> make_add_layer(const std::string& name);
+std::unique_ptr<Layer> make_concat_layer(const std::string& name);
+std::unique_ptr<Layer> make_flatten_layer(const std::string& name);
+std::unique_ptr<Layer> make_softmax_loss_layer(const std::string& name);
+
+// The loss layer's readouts (fp32 on the device), for executors: mean loss (1) and probs (N, K).
+class LossLayer : public Layer {
+ public:
+  using Layer::Layer;
+  virtual const Tensor& loss() const = 0;
+  virtual const Tensor& probabilities() const = 0;
+};
+
+}  // namespace cnnergy

@@ -1,0 +1,360 @@
+// Executor: binds a graph's layers to a backend at a batch size, plans activation/gradient memory
+// by liveness (see executor.hpp for the rules), and runs forward/backward whole or per layer.
+#include "net/executor.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "core/errors.hpp"
+#include "core/hash.hpp"
+
+namespace cnnergy {
+namespace {
+
+std::size_t bytes_of(const Shape& s, DType t) { return static_cast<std::size_t>(s.numel()) * dtype_size_bytes(t); }
+
+// One storage request of the plan: an activation group or a gradient.
+struct Interval {
+  int start = 0, end = 0;  // steps, inclusive
+  std::size_t bytes = 0;
+  int slot = -1;
+};
+
+// Greedy packing of intervals into reusable slots (see executor.hpp). Returns slot sizes.
+std::vector<std::size_t> pack(std::vector<Interval>& items) {
+  std::vector<std::size_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (items[a].start != items[b].start) return items[a].start < items[b].start;
+    return items[a].bytes > items[b].bytes;
+  });
+  std::vector<std::size_t> sizes;
+  std::vector<int> busy_until;  // last step of the slot's current interval
+  for (std::size_t idx : order) {
+    Interval& it = items[idx];
+    int best = -1;
+    int largest = -1;
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      if (busy_until[s] >= it.start) continue;
+      const int si = static_cast<int>(s);
+      if (sizes[s] >= it.bytes && (best < 0 || sizes[s] < sizes[static_cast<std::size_t>(best)])) best = si;
+      if (largest < 0 || sizes[s] > sizes[static_cast<std::size_t>(largest)]) largest = si;
+    }
+    if (best < 0) best = largest;  // grow the largest free slot rather than open a new one
+    if (best < 0) {
+      sizes.push_back(0);
+      busy_until.push_back(-1);
+      best = static_cast<int>(sizes.size()) - 1;
+    }
+    const auto b = static_cast<std::size_t>(best);
+    sizes[b] = std::max(sizes[b], it.bytes);
+    busy_until[b] = it.end;
+    it.slot = best;
+  }
+  return sizes;
+}
+
+}  // namespace
+
+Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& options)
+    : graph_(graph), backend_(backend), options_(options) {
+  if (options_.batch_size < 1)
+    throw InvalidArgument("batch size must be at least 1, got " + std::to_string(options_.batch_size));
+  const std::int64_t n = options_.batch_size;
+  for (std::size_t i = 0; i < graph_.num_layers(); ++i) {
+    auto layer = graph_.layer(i).clone();
+    layer->set_input_grad_needed(graph_.layer(i).input_grad_needed());
+    std::vector<Shape> shapes;
+    for (int t : graph_.layer_inputs(i)) shapes.push_back(graph_.tensor(t).shape.with_batch(n));
+    layer->setup(shapes);
+    layer->bind(backend_);
+    layers_.push_back(std::move(layer));
+  }
+  loss_layer_ = dynamic_cast<LossLayer*>(layers_.at(static_cast<std::size_t>(graph_.loss_layer())).get());
+  CNNERGY_CHECK(loss_layer_ != nullptr, "the graph's loss layer is not a LossLayer");
+  plan_and_allocate();
+  for (const auto& l : layers_) {
+    for (const auto& p : l->parameters())
+      memory_.parameter_bytes += p.master.size_bytes() + p.working.size_bytes() + p.grad.size_bytes();
+    for (const auto& b : l->buffers()) memory_.layer_state_bytes += b.tensor.size_bytes();
+    memory_.layer_state_bytes += l->private_bytes();
+  }
+}
+
+Executor::~Executor() = default;
+
+void Executor::plan_and_allocate() {
+  const auto num_layers = static_cast<int>(layers_.size());
+  const auto num_tensors = graph_.num_tensors();
+  const DType dtype = backend_.dtype();
+  const bool train = options_.training;
+  const bool reuse = options_.reuse_memory;
+  auto bwd_step = [&](int layer) { return 2 * num_layers - 1 - layer; };
+  auto shape_of = [&](int t) { return graph_.tensor(t).shape.with_batch(options_.batch_size); };
+
+  // Storage groups: each activation is its own group unless a layer's output shares its input.
+  std::vector<int> group(num_tensors);
+  std::iota(group.begin(), group.end(), 0);
+  for (int i = 0; i < num_layers; ++i) {
+    const Layer& l = *layers_[static_cast<std::size_t>(i)];
+    const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
+    const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
+    if (!reuse || outs.size() != 1 || ins.size() != 1 || ins[0] == graph_.input_tensor()) continue;
+    const int x = ins[0];
+    const auto alias = l.input_alias();
+    if (alias == Layer::InputAlias::kNone) continue;
+    if (alias == Layer::InputAlias::kInPlace) {
+      const GraphTensor& xt = graph_.tensor(x);
+      const bool sole_reader = xt.consumers.size() == 1;
+      const bool producer_keeps_output = train && layers_[static_cast<std::size_t>(xt.producer)]->needs_outputs_in_backward();
+      bool x_shared = group[static_cast<std::size_t>(x)] != x;  // x is itself a view of something
+      if (!sole_reader || producer_keeps_output || x_shared || x == graph_.logits_tensor()) continue;
+    }
+    group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(x)];
+  }
+
+  // Activation intervals per group.
+  std::vector<Interval> items;
+  std::vector<int> group_item(num_tensors, -1);
+  std::size_t naive = 0;
+  for (std::size_t t = 1; t < num_tensors; ++t) {
+    const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
+    int start = gt.producer;
+    int end = gt.producer;
+    for (int c : gt.consumers) {
+      end = std::max(end, c);
+      if (train && layers_[static_cast<std::size_t>(c)]->needs_inputs_in_backward()) end = std::max(end, bwd_step(c));
+    }
+    if (train && layers_[static_cast<std::size_t>(gt.producer)]->needs_outputs_in_backward())
+      end = std::max(end, bwd_step(gt.producer));
+    if (static_cast<int>(t) == graph_.logits_tensor()) end = 2 * num_layers;  // readable after the iteration
+    const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
+    naive += bytes;
+    const auto g = static_cast<std::size_t>(group[t]);
+    if (group_item[g] < 0) {
+      group_item[g] = static_cast<int>(items.size());
+      items.push_back(Interval{start, end, bytes, -1});
+    } else {
+      Interval& it = items[static_cast<std::size_t>(group_item[g])];
+      it.start = std::min(it.start, start);
+      it.end = std::max(it.end, end);
+      it.bytes = std::max(it.bytes, bytes);
+    }
+  }
+  // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
+  // producer's backward.
+  std::vector<int> grad_item(num_tensors, -1);
+  if (train) {
+    for (std::size_t t = 1; t < num_tensors; ++t) {
+      const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
+      if (!gt.needs_grad || gt.consumers.empty()) continue;
+      const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
+      naive += bytes;
+      grad_item[t] = static_cast<int>(items.size());
+      items.push_back(Interval{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, -1});
+    }
+  }
+
+  std::vector<std::size_t> slot_sizes;
+  if (reuse) {
+    slot_sizes = pack(items);
+  } else {
+    for (auto& it : items) {
+      it.slot = static_cast<int>(slot_sizes.size());
+      slot_sizes.push_back(it.bytes);
+    }
+  }
+  pool_.clear();
+  for (auto size : slot_sizes) {
+    pool_.push_back(backend_.alloc_buffer(std::max<std::size_t>(size, 1)));
+    memory_.activation_bytes += size;
+  }
+  memory_.naive_bytes = naive;
+  memory_.num_buffers = pool_.size();
+
+  auto view = [&](int t, int item) {
+    const Shape s = shape_of(t);
+    const auto& buf = pool_.at(static_cast<std::size_t>(items.at(static_cast<std::size_t>(item)).slot));
+    return Tensor(s, dtype, s.rank() == 4 ? backend_.layout() : Layout::kNCHW, buf);
+  };
+  activations_.assign(num_tensors, Tensor{});
+  gradients_.assign(num_tensors, Tensor{});
+  for (std::size_t t = 1; t < num_tensors; ++t) {
+    activations_[t] = view(static_cast<int>(t), group_item[static_cast<std::size_t>(group[t])]);
+    if (grad_item[t] >= 0) gradients_[t] = view(static_cast<int>(t), grad_item[t]);
+  }
+
+  // Per-layer I/O and accumulate flags: the first writer of a gradient in backward order (the
+  // highest-index consumer, first occurrence among its inputs) overwrites; the others add.
+  io_.clear();
+  io_.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto& ins = graph_.layer_inputs(i);
+    LayerIo& io = io_[i];
+    io.accumulate = std::make_unique<bool[]>(ins.size());
+    for (std::size_t j = 0; j < ins.size(); ++j) {
+      const GraphTensor& gt = graph_.tensor(ins[j]);
+      bool first = gt.consumers.back() == static_cast<int>(i);
+      for (std::size_t k = 0; k < j; ++k) first = first && ins[k] != ins[j];
+      io.accumulate[j] = !first;
+    }
+    bool any_grad = static_cast<int>(i) == graph_.loss_layer();
+    for (int t : graph_.layer_outputs(i)) any_grad = any_grad || graph_.tensor(t).needs_grad;
+    io.run_backward = train && any_grad;
+  }
+  refresh_views();
+}
+
+void Executor::refresh_views() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    LayerIo& io = io_[i];
+    const Layer& l = *layers_[i];
+    io.fwd_in.clear();
+    io.fwd_out.clear();
+    io.bwd_in.clear();
+    io.bwd_out.clear();
+    io.out_grads.clear();
+    io.in_grads.clear();
+    for (int t : graph_.layer_inputs(i)) {
+      const auto ti = static_cast<std::size_t>(t);
+      io.fwd_in.push_back(activations_[ti]);
+      io.bwd_in.push_back(l.needs_inputs_in_backward() ? activations_[ti] : Tensor{});
+      io.in_grads.push_back(graph_.tensor(t).needs_grad ? gradients_[ti] : Tensor{});
+    }
+    for (int t : graph_.layer_outputs(i)) {
+      const auto ti = static_cast<std::size_t>(t);
+      io.fwd_out.push_back(activations_[ti]);
+      io.bwd_out.push_back(l.needs_outputs_in_backward() ? activations_[ti] : Tensor{});
+      io.out_grads.push_back(gradients_[ti]);
+    }
+  }
+}
+
+void Executor::initialize_parameters(std::uint64_t seed) {
+  Rng rng(seed);
+  for (auto& l : layers_) l->init_parameters(rng);
+}
+
+void Executor::set_input(const Tensor& images, const Tensor& labels) {
+  const Shape want = graph_.tensor(graph_.input_tensor()).shape.with_batch(options_.batch_size);
+  if (!(images.shape() == want))
+    throw ShapeError("model " + graph_.model_name() + " at batch " + std::to_string(options_.batch_size) +
+                     " expects input " + want.str() + ", got " + images.shape().str());
+  if (images.device() != backend_.device())
+    throw InvalidArgument("input images are on " + images.device().str() + ", the network on " +
+                          backend_.device().str());
+  if (labels.defined()) {
+    if (labels.dtype() != DType::kI32 || !(labels.shape() == Shape{options_.batch_size}))
+      throw ShapeError("labels must be int32 (" + std::to_string(options_.batch_size) + "), got " + labels.describe());
+    if (labels.device() != backend_.device())
+      throw InvalidArgument("labels are on " + labels.device().str() + ", the network on " + backend_.device().str());
+  }
+  const Layout layout = want.rank() == 4 ? backend_.layout() : Layout::kNCHW;
+  Tensor in = images;
+  if (images.dtype() != backend_.dtype() || images.layout() != layout) {
+    if (!own_input_.defined()) own_input_ = backend_.alloc(want, backend_.dtype(), backend_.layout());
+    backend_.copy(images, own_input_);
+    in = own_input_;
+  }
+  labels_ = labels;
+  if (activations_[0].raw() != in.raw() || activations_[0].buffer() != in.buffer()) {
+    activations_[0] = in;
+    refresh_views();
+  }
+}
+
+const Tensor& Executor::input() const { return activations_.at(0); }
+const Tensor& Executor::labels() const { return labels_; }
+std::size_t Executor::num_layers() const { return layers_.size(); }
+Layer& Executor::layer(std::size_t i) { return *layers_.at(i); }
+const Layer& Executor::layer(std::size_t i) const { return *layers_.at(i); }
+const Tensor& Executor::logits() const { return activations_.at(static_cast<std::size_t>(graph_.logits_tensor())); }
+const Tensor& Executor::loss() const { return loss_layer_->loss(); }
+const Tensor& Executor::activation(int id) const { return activations_.at(static_cast<std::size_t>(id)); }
+const Tensor& Executor::gradient(int id) const { return gradients_.at(static_cast<std::size_t>(id)); }
+
+float Executor::read_loss() const {
+  Tensor host = Tensor::host(Shape{1});
+  backend_.download(loss(), host);
+  return host.f32()[0];
+}
+
+void Executor::begin_iteration() { ++iteration_; }
+
+void Executor::run_forward_layer(std::size_t i, Phase phase) {
+  if (!activations_[0].defined()) throw InvalidArgument("forward before set_input()");
+  if (phase == Phase::kTrain && !options_.training)
+    throw InvalidArgument("this executor was bound for evaluation only; forward(kTrain) needs training=true");
+  const bool is_loss = static_cast<int>(i) == graph_.loss_layer();
+  if (is_loss && !labels_.defined()) {
+    if (phase == Phase::kTrain) throw InvalidArgument("training forward without labels (set_input)");
+    return;  // inference without labels: no loss
+  }
+  LayerIo& io = io_[i];
+  ForwardContext ctx;
+  ctx.inputs = io.fwd_in;
+  ctx.outputs = io.fwd_out;
+  ctx.phase = phase;
+  ctx.seed = mix64(options_.dropout_seed ^ (iteration_ * 0x9E3779B97F4A7C15ull), i);
+  ctx.labels = &labels_;
+  layers_[i]->forward(ctx);
+}
+
+void Executor::run_backward_layer(std::size_t i, float loss_scale) {
+  if (!options_.training) throw InvalidArgument("this executor was bound for evaluation only: no backward");
+  LayerIo& io = io_[i];
+  if (!io.run_backward) return;
+  BackwardContext ctx;
+  ctx.inputs = io.bwd_in;
+  ctx.outputs = io.bwd_out;
+  ctx.output_grads = io.out_grads;
+  ctx.input_grads = io.in_grads;
+  ctx.accumulate = std::span<const bool>(io.accumulate.get(), io.in_grads.size());
+  ctx.loss_scale = loss_scale;
+  ctx.labels = &labels_;
+  layers_[i]->backward(ctx);
+}
+
+void Executor::forward_layer(std::size_t i, Phase phase) {
+  if (i >= layers_.size()) throw InvalidArgument("layer index " + std::to_string(i) + " out of range");
+  run_forward_layer(i, phase);
+}
+
+void Executor::backward_layer(std::size_t i, float loss_scale) {
+  if (i >= layers_.size()) throw InvalidArgument("layer index " + std::to_string(i) + " out of range");
+  run_backward_layer(i, loss_scale);
+}
+
+void Executor::forward(Phase phase) {
+  begin_iteration();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (hook_) hook_(i, Pass::kForward, false);
+    run_forward_layer(i, phase);
+    if (hook_) hook_(i, Pass::kForward, true);
+  }
+}
+
+void Executor::backward(float loss_scale) {
+  for (std::size_t k = layers_.size(); k-- > 0;) {
+    if (hook_) hook_(k, Pass::kBackward, false);
+    run_backward_layer(k, loss_scale);
+    if (hook_) hook_(k, Pass::kBackward, true);
+  }
+}
+
+std::vector<Parameter*> Executor::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& l : layers_)
+    for (auto& p : l->parameters()) out.push_back(&p);
+  return out;
+}
+
+std::vector<StateBuffer*> Executor::buffers() {
+  std::vector<StateBuffer*> out;
+  for (auto& l : layers_)
+    for (auto& b : l->buffers()) out.push_back(&b);
+  return out;
+}
+
+}  // namespace cnnergy

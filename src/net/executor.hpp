@@ -1,0 +1,143 @@
+// An Executor binds a Graph to a Backend at one batch size: it owns bound copies of the layers,
+// plans and allocates activation and gradient memory, and runs forward/backward as a whole or one
+// layer at a time (for per-layer timing). Nothing here waits for the device except read_loss().
+//
+// Memory planning (ExecutorOptions::reuse_memory, on by default). Steps are numbered: forward of
+// layer i is step i, backward of layer i is step 2L-1-i. Every activation and gradient tensor gets
+// a live interval of steps:
+// * an activation lives from its producer's forward to its last forward consumer, extended to the
+//   backward step of any layer that reads it in backward (producer needs_outputs_in_backward, a
+//   consumer needs_inputs_in_backward); activations nobody reads in backward die after forward;
+// * the gradient of a tensor lives from the backward of its first consumer in backward order (which
+//   overwrites it; later consumers accumulate) to the backward of its producer;
+// * flatten (a view, Layer::InputAlias::kView) shares its input's storage; an in-place ReLU
+//   (kInPlace) does too when its input is read by no other layer and not by its producer's
+//   backward. Tensors sharing storage form one group whose interval is the union of theirs.
+// Intervals are packed greedily into a pool of buffers (first start first; a buffer is free again
+// once its last tensor's interval ended; best-fitting free buffer, grown when none is big enough).
+// Activations and gradients share the pool (both are in the backend dtype). Parameters, their
+// gradients and layer-internal state (BN saved statistics, dropout masks, loss probabilities) are
+// never pooled. With reuse_memory=false every tensor gets its own buffer (the naive sum).
+// In eval-only mode (training=false) no gradient is allocated and nothing is kept for backward.
+// Consequence of reuse: backward() is valid once after each forward(kTrain) (memory of activations
+// it no longer needs may hold gradients afterwards), and activation(id) of a tensor is valid only
+// during its interval; the logits stay valid until the next forward.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/ops.hpp"
+#include "core/tensor.hpp"
+#include "layers/layer.hpp"
+#include "net/graph.hpp"
+
+namespace cnnergy {
+
+struct ExecutorOptions {
+  std::int64_t batch_size = 1;
+  bool training = true;       // allocate gradients and keep what backward reads
+  bool reuse_memory = true;   // liveness-based buffer sharing (see above)
+  std::uint64_t dropout_seed = 0;  // base seed of dropout masks (mixed with layer and iteration)
+};
+
+struct MemoryReport {
+  std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
+  std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
+  std::size_t parameter_bytes = 0;    // masters, working copies, parameter gradients
+  std::size_t layer_state_bytes = 0;  // BN statistics, dropout masks, loss buffers
+  std::size_t num_buffers = 0;        // pooled buffers
+};
+
+enum class Pass { kForward, kBackward };
+// Called before (after == false) and after each layer's forward or backward in forward()/backward().
+using LayerHook = std::function<void(std::size_t layer, Pass pass, bool after)>;
+
+class Executor {
+ public:
+  // The graph must outlive the executor. Clones and sets up the graph's layers at options.batch_size, binds them (kernels, parameters)
+  // and allocates the planned memory. Parameters are zero until initialize_parameters() or a
+  // checkpoint load. Throws InvalidArgument for batch_size < 1, OutOfMemory, NotSupported.
+  Executor(const Graph& graph, Backend& backend, const ExecutorOptions& options);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const Graph& graph() const { return graph_; }
+  Backend& backend() const { return backend_; }
+  std::int64_t batch_size() const { return options_.batch_size; }
+  bool training() const { return options_.training; }
+
+  // Deterministic initial weights from seed (same seed, same network on every backend/replica).
+  void initialize_parameters(std::uint64_t seed);
+
+  // Inputs: images (N, C, H, W) and labels int32 (N) on this backend's device. Images in the
+  // backend dtype and layout are used in place (kept alive until the next set_input); others are
+  // converted into an internal buffer by Backend::copy.
+  void set_input(const Tensor& images, const Tensor& labels);
+  const Tensor& input() const;   // the images tensor layers read
+  const Tensor& labels() const;
+
+  // Whole passes. forward(kTrain) draws new dropout masks per call; backward() needs a preceding
+  // forward(kTrain). loss_scale multiplies the loss gradient (fp16 loss scaling).
+  void forward(Phase phase = Phase::kTrain);
+  void backward(float loss_scale = 1.0f);
+  void set_hook(LayerHook hook) { hook_ = std::move(hook); }
+
+  // One layer at a time, for per-layer timing: the caller runs forward_layer(0..L-1) then
+  // backward_layer(L-1..0); the executor's own bookkeeping is the same as for whole passes.
+  std::size_t num_layers() const;
+  void forward_layer(std::size_t i, Phase phase = Phase::kTrain);
+  void backward_layer(std::size_t i, float loss_scale = 1.0f);
+  void begin_iteration();  // advances the dropout seed; forward() calls it itself
+
+  Layer& layer(std::size_t i);
+  const Layer& layer(std::size_t i) const;
+
+  // Outputs on the device: logits (N, classes) in the backend dtype; loss fp32 (1), the batch mean.
+  const Tensor& logits() const;
+  const Tensor& loss() const;
+  float read_loss() const;  // downloads the loss (waits for the device)
+
+  // Activation tensor / gradient of a graph tensor id (undefined when not allocated, e.g. a
+  // gradient in eval mode). Pooled memory: valid only while the tensor is live (see above).
+  const Tensor& activation(int tensor_id) const;
+  const Tensor& gradient(int tensor_id) const;
+
+  // Every trained parameter in layer order, and every state buffer, for optimisers/checkpoints.
+  std::vector<Parameter*> parameters();
+  std::vector<StateBuffer*> buffers();
+
+  const MemoryReport& memory() const { return memory_; }
+
+ private:
+  void plan_and_allocate();
+  void refresh_views();
+  void run_forward_layer(std::size_t i, Phase phase);
+  void run_backward_layer(std::size_t i, float loss_scale);
+
+  const Graph& graph_;
+  Backend& backend_;
+  ExecutorOptions options_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  LossLayer* loss_layer_ = nullptr;
+  std::vector<Tensor> activations_;  // by tensor id (0: the images set_input gave)
+  std::vector<Tensor> gradients_;    // by tensor id
+  std::vector<std::shared_ptr<Buffer>> pool_;  // planned buffers
+  // Per layer, the tensors its forward/backward get (rebuilt when the input tensor changes).
+  struct LayerIo {
+    std::vector<Tensor> fwd_in, fwd_out, bwd_in, bwd_out, out_grads, in_grads;
+    std::unique_ptr<bool[]> accumulate;
+    bool run_backward = false;  // false when nothing upstream has parameters
+  };
+  std::vector<LayerIo> io_;
+  Tensor own_input_;  // conversion target when set_input needs a copy
+  Tensor labels_;
+  std::uint64_t iteration_ = 0;
+  LayerHook hook_;
+  MemoryReport memory_;
+};
+
+}  // namespace cnnergy

@@ -1,0 +1,126 @@
+// Memory planning: liveness-based reuse must need less memory than one buffer per tensor, share
+// storage where it promises to (in-place ReLU, flatten views), and give bit-identical results to a
+// run without any reuse: losses, logits, every parameter gradient, and parameters after SGD steps.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "net/solver.hpp"
+#include "net_testing.hpp"
+
+using namespace cnnergy;
+using namespace cnnergy::test;
+
+namespace {
+
+// A residual stack deep enough for lifetimes to end early: conv-bn-relu blocks with shortcuts.
+std::unique_ptr<Graph> residual_graph() {
+  GraphBuilder g("residual", Shape{3, 12, 12}, 4);
+  auto x = g.relu(g.batch_norm(g.conv(g.input(), "stem", ConvSpec::make(6, 3, 1, 1)), "stem_bn"), "stem_relu");
+  for (int b = 0; b < 3; ++b) {
+    const std::string n = "b" + std::to_string(b);
+    auto y = g.relu(g.batch_norm(g.conv(x, n + "_c1", ConvSpec::make(6, 3, 1, 1, 1, false)), n + "_bn1"), n + "_r1");
+    y = g.batch_norm(g.conv(y, n + "_c2", ConvSpec::make(6, 3, 1, 1, 1, false)), n + "_bn2");
+    x = g.relu(g.add(y, x, n + "_add"), n + "_r2");
+  }
+  x = g.max_pool(x, "pool", PoolSpec::make(2, 2));
+  x = g.dropout(g.relu(g.fc(x, "fc1", 16), "fc1_relu"), "drop", 0.2f);
+  g.softmax_loss(g.fc(x, "fc2", 4));
+  return g.build();
+}
+
+bool same_bytes(Backend& b, const Tensor& x, const Tensor& y) {
+  const Tensor hx = to_host(b, x), hy = to_host(b, y);
+  return hx.size_bytes() == hy.size_bytes() && std::memcmp(hx.raw(), hy.raw(), hx.size_bytes()) == 0;
+}
+
+class MemoryPlan : public SeededTest {
+ protected:
+  void compare(const Graph& graph, std::int64_t batch) {
+    auto backend = cpu_backend();
+    ExecutorOptions o;
+    o.batch_size = batch;
+    o.dropout_seed = seed_;
+    Executor reuse(graph, *backend, o);
+    o.reuse_memory = false;
+    Executor naive(graph, *backend, o);
+    EXPECT_LT(reuse.memory().activation_bytes, naive.memory().activation_bytes);
+    EXPECT_EQ(naive.memory().activation_bytes, naive.memory().naive_bytes);
+    EXPECT_EQ(reuse.memory().naive_bytes, naive.memory().naive_bytes);
+    EXPECT_LT(reuse.memory().num_buffers, naive.memory().num_buffers);
+    EXPECT_GT(reuse.memory().parameter_bytes, 0u);
+
+    reuse.initialize_parameters(seed_);
+    naive.initialize_parameters(seed_);
+    SolverOptions so;
+    so.schedule.base_lr = 0.05;
+    SgdSolver s_reuse(reuse, so), s_naive(naive, so);
+    const auto& in_shape = graph.input_per_sample().dims();
+    std::vector<std::int64_t> dims{batch};
+    dims.insert(dims.end(), in_shape.begin(), in_shape.end());
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      Tensor images = to_backend(*backend, random_tensor(Shape(dims), rng_));
+      Tensor labels = to_backend(*backend, random_labels(batch, graph.num_classes(), rng_));
+      reuse.set_input(images, labels);
+      naive.set_input(images, labels);
+      reuse.forward(Phase::kTrain);
+      naive.forward(Phase::kTrain);
+      EXPECT_EQ(reuse.read_loss(), naive.read_loss());
+      EXPECT_TRUE(same_bytes(*backend, reuse.logits(), naive.logits()));
+      reuse.backward();
+      naive.backward();
+      const auto pr = reuse.parameters(), pn = naive.parameters();
+      ASSERT_EQ(pr.size(), pn.size());
+      for (std::size_t i = 0; i < pr.size(); ++i) EXPECT_TRUE(same_bytes(*backend, pr[i]->grad, pn[i]->grad)) << pr[i]->name;
+      s_reuse.step();
+      s_naive.step();
+    }
+    const auto pr = reuse.parameters(), pn = naive.parameters();
+    for (std::size_t i = 0; i < pr.size(); ++i) EXPECT_TRUE(same_bytes(*backend, pr[i]->master, pn[i]->master)) << pr[i]->name;
+    reuse.forward(Phase::kEval);
+    naive.forward(Phase::kEval);
+    EXPECT_TRUE(same_bytes(*backend, reuse.logits(), naive.logits()));
+
+    // An inference-only executor keeps nothing for backward: less memory still, same logits.
+    o.training = false;
+    o.reuse_memory = true;
+    Executor infer(graph, *backend, o);
+    EXPECT_LT(infer.memory().activation_bytes, reuse.memory().activation_bytes);
+    for (std::size_t i = 0; i < pr.size(); ++i) {
+      backend->copy(pr[i]->master, infer.parameters()[i]->master);
+    }
+    const auto br = reuse.buffers(), bi = infer.buffers();
+    for (std::size_t i = 0; i < br.size(); ++i) backend->copy(br[i]->tensor, bi[i]->tensor);
+    infer.set_input(reuse.input(), reuse.labels());
+    infer.forward(Phase::kEval);
+    EXPECT_TRUE(same_bytes(*backend, infer.logits(), naive.logits()));
+    EXPECT_THROW(infer.forward(Phase::kTrain), InvalidArgument);
+    EXPECT_THROW(infer.backward(), InvalidArgument);
+  }
+};
+
+}  // namespace
+
+TEST_F(MemoryPlan, ReuseIsSmallerAndBitIdenticalOnTheSmallGraph) { compare(*small_graph(5), 3); }
+
+TEST_F(MemoryPlan, ReuseIsSmallerAndBitIdenticalOnAResidualStack) { compare(*residual_graph(), 4); }
+
+TEST_F(MemoryPlan, InPlaceReluAndFlattenViewsShareStorage) {
+  auto backend = cpu_backend();
+  auto graph = small_graph(5);
+  ExecutorOptions o;
+  o.batch_size = 2;
+  Executor ex(*graph, *backend, o);
+  auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
+  // relu1 reads bn1's output, which only it reads and BN's backward does not need: in place.
+  EXPECT_EQ(ex.activation(out("relu1")).raw(), ex.activation(out("bn1")).raw());
+  // fc's flatten is a view of the dropout output on NCHW.
+  EXPECT_EQ(ex.activation(out("fc_flatten")).raw(), ex.activation(out("drop")).raw());
+  // pool1's output is read by two convolutions and kept for their backward: never shared with them.
+  EXPECT_NE(ex.activation(out("pool1")).raw(), ex.activation(out("conv_a")).raw());
+  // Without reuse nothing is shared.
+  o.reuse_memory = false;
+  Executor plain(*graph, *backend, o);
+  EXPECT_NE(plain.activation(out("relu1")).raw(), plain.activation(out("bn1")).raw());
+}
