@@ -1,6 +1,7 @@
 // NvmlEnergyProbe: one EnergyMeter window per begin()/end(), GPU energy summed over the metered GPUs.
 #include "measure/nvml_probe.hpp"
 
+#include <cctype>
 #include <cstdlib>
 
 #include "core/log.hpp"
@@ -44,6 +45,14 @@ class NvmlEnergyProbe final : public EnergyProbe {
   std::string source_ = "nvml";
 };
 
+// "0000:3B:00.0" (CUDA) and "00000000:3b:00.0" (NVML) name the same device: compare bus:device.function.
+std::string bus_device_function(const std::string& pci) {
+  const auto colon = pci.find(':');
+  std::string s = colon == std::string::npos ? pci : pci.substr(colon + 1);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace
 
 std::unique_ptr<EnergyProbe> open_energy_probe(Backend& backend) {
@@ -54,9 +63,12 @@ std::unique_ptr<EnergyProbe> open_energy_probe(Backend& backend) {
     return nullptr;
   }
   telemetry::SamplerOptions so;
+  const std::string bus = bus_device_function(backend.pci_bus_id());
+  for (std::size_t i = 0; i < opened.nvml->device_count() && !bus.empty(); ++i)
+    if (bus_device_function(opened.nvml->device(i).pci_bus_id()) == bus) so.gpus = {static_cast<unsigned>(i)};
   const unsigned cuda_index = static_cast<unsigned>(backend.device().index);
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if ((!visible || !*visible) && cuda_index < opened.nvml->device_count()) so.gpus = {cuda_index};
+  if (so.gpus.empty() && (!visible || !*visible) && cuda_index < opened.nvml->device_count()) so.gpus = {cuda_index};
   auto sampler = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
   if (sampler->gpu_count() == 0) return nullptr;
   return std::make_unique<NvmlEnergyProbe>(backend, std::move(sampler));

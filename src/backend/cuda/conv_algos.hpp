@@ -1,0 +1,29 @@
+// cuDNN's convolution algorithms by direction, with the names flags, reports and the results store
+// use ("implicit_precomp_gemm", "winograd_nonfused", "algo_3", ...), and the check of a run-wide
+// algorithm policy.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cnnergy::cuda {
+
+enum class ConvDirection { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
+
+struct NamedConvAlgo {
+  int value;  // the cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t value
+  const char* name;
+};
+
+std::span<const NamedConvAlgo> conv_algos(ConvDirection d);
+const char* direction_name(ConvDirection d);  // "forward", "backward_data", "backward_filter"
+const NamedConvAlgo* find_conv_algo(ConvDirection d, const std::string& name);  // null if unknown
+std::string conv_algo_name(ConvDirection d, int value);
+std::string valid_conv_algo_names(ConvDirection d);  // "find, heuristic, implicit_gemm, ..."
+
+// "find" | "heuristic" | an algorithm name of any direction; InvalidArgument listing every valid
+// name otherwise.
+void validate_conv_algo_policy(const std::string& policy);
+
+}  // namespace cnnergy::cuda

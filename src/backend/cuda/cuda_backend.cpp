@@ -1,0 +1,466 @@
+// CudaBackend: the Backend contract on one NVIDIA GPU. Memory comes from the caching allocator
+// (zero-filled, like the CPU backend's), transfers and element-wise work are enqueued on the one
+// stream, layer kernels come from cuda_ops.hpp. Also device_count() and create_cuda_backend().
+#include "backend/cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <bit>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/conv_algos.hpp"
+#include "backend/cuda/cuda_context.hpp"
+#include "backend/cuda/cuda_ops.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "core/errors.hpp"
+
+namespace cnnergy::cuda {
+
+namespace {
+
+// ---- events ------------------------------------------------------------------------------------
+class CudaDeviceEvent final : public DeviceEvent {
+ public:
+  explicit CudaDeviceEvent(std::shared_ptr<CudaContext> ctx) : ctx_(std::move(ctx)) {}
+
+  void record() override {
+    ctx_->activate();
+    CNNERGY_CUDA_CALL(cudaEventRecord(event_, ctx_->stream()));
+    recorded_ = true;
+  }
+  void synchronize() override {
+    require_recorded("synchronize");
+    CNNERGY_CUDA_CALL(cudaEventSynchronize(event_));
+  }
+  bool ready() const override {
+    if (!recorded_) return false;
+    const cudaError_t s = cudaEventQuery(event_);
+    if (s == cudaErrorNotReady) return false;
+    CNNERGY_CUDA_CALL(s);
+    return true;
+  }
+  double elapsed_ms(const DeviceEvent& since) const override {
+    const auto* start = dynamic_cast<const CudaDeviceEvent*>(&since);
+    if (start == nullptr) throw InvalidArgument("elapsed_ms: the start event is not a CUDA event");
+    require_recorded("elapsed_ms");
+    start->require_recorded("elapsed_ms (start event)");
+    CNNERGY_CUDA_CALL(cudaEventSynchronize(start->event_));
+    CNNERGY_CUDA_CALL(cudaEventSynchronize(event_));
+    float ms = 0.0f;
+    CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start->event_, event_));
+    return ms;
+  }
+
+ private:
+  void require_recorded(const char* what) const {
+    if (!recorded_)
+      throw InvalidArgument(std::string("device event: ") + what + " before record()");
+  }
+  std::shared_ptr<CudaContext> ctx_;
+  Event event_;
+  bool recorded_ = false;
+};
+
+// ---- the backend -------------------------------------------------------------------------------
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options)
+      : ctx_(std::make_shared<CudaContext>(options)) {}
+
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return ctx_->properties().name; }
+  const BackendOptions& options() const override { return ctx_->options(); }
+  const std::shared_ptr<CudaContext>& context() const { return ctx_; }
+  void* native_stream() const override { return static_cast<void*>(ctx_->stream()); }
+  std::string pci_bus_id() const override {
+    char id[32] = {};
+    if (cudaDeviceGetPCIBusId(id, sizeof id, ctx_->device_index()) != cudaSuccess) return {};
+    return id;
+  }
+
+  std::shared_ptr<Buffer> alloc_buffer(std::size_t size_bytes) override {
+    ctx_->activate();
+    auto buffer = ctx_->allocator().allocate(size_bytes);
+    if (size_bytes > 0)
+      CNNERGY_CUDA_CALL(cudaMemsetAsync(buffer->data(), 0, size_bytes, ctx_->stream()));
+    return buffer;
+  }
+  std::shared_ptr<Buffer> alloc_pinned_host(std::size_t size_bytes) override {
+    ctx_->activate();
+    return allocate_pinned_host(size_bytes);
+  }
+  MemoryStats memory_stats() const override {
+    const AllocatorStats s = ctx_->allocator().stats();
+    return {s.in_use_bytes, s.peak_bytes, ctx_->properties().totalGlobalMem};
+  }
+
+  void upload(const Tensor& host, const Tensor& dst, bool async) override {
+    ctx_->activate();
+    check_transfer(host, dst, "upload");
+    CNNERGY_CUDA_CALL(cudaMemcpyAsync(dst.raw(), host.raw(), dst.size_bytes(),
+                                      cudaMemcpyHostToDevice, ctx_->stream()));
+    if (!async) synchronize();
+  }
+  void download(const Tensor& src, const Tensor& host) override {
+    ctx_->activate();
+    check_transfer(host, src, "download");
+    CNNERGY_CUDA_CALL(cudaMemcpyAsync(host.raw(), src.raw(), src.size_bytes(),
+                                      cudaMemcpyDeviceToHost, ctx_->stream()));
+    synchronize();
+  }
+
+  void copy(const Tensor& src, const Tensor& dst) override { convert(src, dst, false, "copy"); }
+  void accumulate(const Tensor& src, const Tensor& dst) override {
+    convert(src, dst, true, "accumulate");
+  }
+
+  void fill(const Tensor& t, float value) override {
+    ctx_->activate();
+    check_device_tensor(t, *ctx_, "fill", "t");
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+    if (bits == 0) {  // +0.0 is all-zero bytes in every dtype
+      CNNERGY_CUDA_CALL(cudaMemsetAsync(t.raw(), 0, t.size_bytes(), ctx_->stream()));
+      return;
+    }
+    kernels::fill(t.raw(), t.dtype(), t.numel(), value, ctx_->stream());
+  }
+
+  void synchronize() override {
+    ctx_->activate();
+    CNNERGY_CUDA_CALL(cudaStreamSynchronize(ctx_->stream()));
+  }
+  std::unique_ptr<DeviceEvent> make_event() override {
+    ctx_->activate();
+    return std::make_unique<CudaDeviceEvent>(ctx_);
+  }
+
+  std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
+                                        const ConvAlgoChoice& algo) override {
+    ctx_->activate();
+    return make_cudnn_conv(ctx_, desc, algo);
+  }
+  std::unique_ptr<LinearKernel> make_linear(const LinearDesc& desc) override {
+    ctx_->activate();
+    return make_cublas_linear(ctx_, desc);
+  }
+  std::unique_ptr<PoolKernel> make_pool(const Pool2dDesc& desc) override {
+    ctx_->activate();
+    return make_cuda_pool(ctx_, desc);
+  }
+  std::unique_ptr<LrnKernel> make_lrn(const LrnDesc& desc) override {
+    ctx_->activate();
+    return make_cuda_lrn(ctx_, desc);
+  }
+  std::unique_ptr<BatchNormKernel> make_batch_norm(const BatchNormDesc& desc) override {
+    ctx_->activate();
+    return make_cuda_batch_norm(ctx_, desc);
+  }
+  std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
+    ctx_->activate();
+    return make_cuda_softmax_xent(ctx_, desc);
+  }
+
+  void relu_forward(const Tensor& x, const Tensor& y) override {
+    ctx_->activate();
+    check_same(x, y, "relu_forward", "x", "y");
+    kernels::relu_forward(x.raw(), y.raw(), x.dtype(), x.numel(), ctx_->stream());
+  }
+  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx,
+                     bool accumulate) override {
+    ctx_->activate();
+    check_same(y, dy, "relu_backward", "y", "dy");
+    check_same(y, dx, "relu_backward", "y", "dx");
+    kernels::relu_backward(y.raw(), dy.raw(), dx.raw(), y.dtype(), y.numel(), accumulate,
+                           ctx_->stream());
+  }
+
+  void dropout_forward(const Tensor& x, float p, std::uint64_t seed, const Tensor& mask,
+                       const Tensor& y) override {
+    ctx_->activate();
+    if (!(p >= 0.0f && p < 1.0f))
+      throw InvalidArgument("dropout: probability must be in [0, 1), got " + std::to_string(p));
+    check_same(x, mask, "dropout_forward", "x", "mask");
+    check_same(x, y, "dropout_forward", "x", "y");
+    kernels::dropout_forward(x.raw(), mask.raw(), y.raw(), x.dtype(), dims_of(x), p, seed,
+                             ctx_->stream());
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx,
+                        bool accumulate) override {
+    ctx_->activate();
+    check_same(dy, mask, "dropout_backward", "dy", "mask");
+    check_same(dy, dx, "dropout_backward", "dy", "dx");
+    kernels::dropout_backward(dy.raw(), mask.raw(), dx.raw(), dy.dtype(), dy.numel(), accumulate,
+                              ctx_->stream());
+  }
+
+  void add_forward(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    ctx_->activate();
+    check_same(a, b, "add_forward", "a", "b");
+    check_same(a, y, "add_forward", "a", "y");
+    kernels::add(a.raw(), b.raw(), y.raw(), a.dtype(), a.numel(), ctx_->stream());
+  }
+
+  void concat_forward(std::span<const Tensor> xs, const Tensor& y) override {
+    concat(xs, y, true, false);
+  }
+  void concat_backward(const Tensor& dy, std::span<const Tensor> dxs, bool accumulate) override {
+    concat(dxs, dy, false, accumulate);
+  }
+
+  void sgd_update(const Tensor& master, const Tensor& grad, const Tensor& momentum,
+                  const Tensor& working, const SgdStep& step,
+                  const Tensor& skip_if_nonzero) override {
+    ctx_->activate();
+    const char* op = "sgd_update";
+    check_device_tensor(master, *ctx_, op, "master");
+    check_device_tensor(grad, *ctx_, op, "grad");
+    if (master.dtype() != DType::kF32)
+      throw InvalidArgument("sgd_update: master must be fp32, got " + master.describe());
+    const std::int64_t n = master.numel();
+    if (grad.numel() != n)
+      throw ShapeError("sgd_update: master " + master.shape().str() + " and grad " +
+                       grad.shape().str() + " differ in size");
+    float* momentum_ptr = nullptr;  // plain SGD needs no momentum buffer
+    if (momentum.defined()) {
+      check_device_tensor(momentum, *ctx_, op, "momentum");
+      if (momentum.dtype() != DType::kF32 || momentum.numel() != n)
+        throw ShapeError("sgd_update: momentum must be fp32 with " + std::to_string(n) +
+                         " elements, got " + momentum.describe());
+      momentum_ptr = static_cast<float*>(momentum.raw());
+    } else if (step.momentum != 0.0f) {
+      throw InvalidArgument("sgd_update: momentum " + std::to_string(step.momentum) +
+                            " needs a momentum buffer");
+    }
+    if (grad.dtype() == DType::kI32)
+      throw InvalidArgument("sgd_update: grad must be floating point");
+    void* working_ptr = nullptr;
+    DType working_dtype = DType::kF32;
+    if (working.defined() && working.raw() != master.raw()) {
+      check_device_tensor(working, *ctx_, op, "working");
+      if (working.numel() != n || working.dtype() == DType::kI32)
+        throw ShapeError("sgd_update: working copy " + working.describe() +
+                         " does not match master " + master.describe());
+      working_ptr = working.raw();
+      working_dtype = working.dtype();
+    }
+    const std::int32_t* skip = nullptr;
+    if (skip_if_nonzero.defined()) {
+      check_flag(skip_if_nonzero, op, "skip_if_nonzero");
+      skip = skip_if_nonzero.data<std::int32_t>();
+    }
+    kernels::sgd_update(static_cast<float*>(master.raw()), grad.raw(), grad.dtype(), momentum_ptr,
+                        working_ptr, working_dtype, n,
+                        {step.learning_rate, step.momentum, step.weight_decay, step.inv_grad_scale},
+                        skip, ctx_->stream());
+  }
+
+  void check_finite(const Tensor& t, const Tensor& flag) override {
+    ctx_->activate();
+    check_device_tensor(t, *ctx_, "check_finite", "t");
+    check_flag(flag, "check_finite", "flag");
+    kernels::check_finite(t.raw(), t.dtype(), t.numel(), flag.data<std::int32_t>(), ctx_->stream());
+  }
+
+  void count_topk(const Tensor& logits, const Tensor& labels, int k,
+                  const Tensor& correct) override {
+    ctx_->activate();
+    const char* op = "count_topk";
+    check_device_tensor(logits, *ctx_, op, "logits");
+    check_device_tensor(labels, *ctx_, op, "labels");
+    check_flag(correct, op, "correct");
+    if (logits.shape().rank() != 2 || logits.dtype() == DType::kI32)
+      throw ShapeError("count_topk: logits must be a floating-point (N, classes) tensor, got " +
+                       logits.describe());
+    if (labels.dtype() != DType::kI32 || labels.numel() != logits.shape()[0])
+      throw ShapeError("count_topk: labels must be int32 with " +
+                       std::to_string(logits.shape()[0]) + " elements, got " + labels.describe());
+    if (k < 1) throw InvalidArgument("count_topk: k must be at least 1, got " + std::to_string(k));
+    kernels::count_topk(logits.raw(), logits.dtype(), labels.data<std::int32_t>(),
+                        logits.shape()[0], logits.shape()[1], k, correct.data<std::int32_t>(),
+                        ctx_->stream());
+  }
+
+ private:
+  void check_transfer(const Tensor& host, const Tensor& device, const char* op) const {
+    if (!host.defined() || !host.device().is_cpu())
+      throw InvalidArgument(std::string(op) +
+                            ": the host tensor must be defined host memory, got " +
+                            (host.defined() ? host.describe() : std::string("undefined")));
+    check_device_tensor(device, *ctx_, op, "device tensor");
+    if (host.dtype() != device.dtype() || host.numel() != device.numel() ||
+        (device.shape().rank() == 4 && host.shape().rank() == 4 &&
+         host.layout() != device.layout()))
+      throw InvalidArgument(std::string(op) + ": host " + host.describe() + " and device " +
+                            device.describe() +
+                            " differ in dtype, size or layout (transfers do not convert)");
+  }
+
+  // Element-wise operands: same element count and dtype, same layout when both are 4-D.
+  void check_same(const Tensor& a, const Tensor& b, const char* op, const char* an,
+                  const char* bn) const {
+    check_device_tensor(a, *ctx_, op, an);
+    check_device_tensor(b, *ctx_, op, bn);
+    if (a.numel() != b.numel() || a.dtype() != b.dtype())
+      throw ShapeError(std::string(op) + ": " + an + " " + a.describe() + " and " + bn + " " +
+                       b.describe() + " differ in size or dtype");
+    // (layout tags of 4-D tensors with a 1x1 spatial size do not matter: both read N, C)
+    if (a.shape().rank() == 4 && b.shape().rank() == 4 && a.layout() != b.layout() &&
+        a.shape().per_sample() != a.shape()[1])
+      throw InvalidArgument(std::string(op) + ": " + an + " and " + bn + " differ in layout");
+  }
+
+  void check_flag(const Tensor& t, const char* op, const char* name) const {
+    check_device_tensor(t, *ctx_, op, name);
+    if (t.dtype() != DType::kI32 || t.numel() != 1)
+      throw ShapeError(std::string(op) + ": " + name + " must be one int32, got " + t.describe());
+  }
+
+  void convert(const Tensor& src, const Tensor& dst, bool accumulate, const char* op) {
+    ctx_->activate();
+    check_device_tensor(src, *ctx_, op, "src");
+    check_device_tensor(dst, *ctx_, op, "dst");
+    if (src.numel() != dst.numel())
+      throw ShapeError(std::string(op) + ": src " + src.describe() + " and dst " + dst.describe() +
+                       " differ in size");
+    const bool src_nhwc = src.shape().rank() == 4 && src.layout() == Layout::kNHWC;
+    const bool dst_nhwc = dst.shape().rank() == 4 && dst.layout() == Layout::kNHWC;
+    if (src_nhwc != dst_nhwc && src.shape() != dst.shape())
+      throw ShapeError(std::string(op) + ": a layout change needs equal shapes, got " +
+                       src.describe() + " and " + dst.describe());
+    if (!accumulate && src.dtype() == dst.dtype() && src_nhwc == dst_nhwc) {
+      CNNERGY_CUDA_CALL(cudaMemcpyAsync(dst.raw(), src.raw(), dst.size_bytes(),
+                                        cudaMemcpyDeviceToDevice, ctx_->stream()));
+      return;
+    }
+    kernels::Dims dims =
+        src_nhwc != dst_nhwc ? dims_of(dst) : kernels::Dims{dst.numel(), 1, 1, 1, false};
+    kernels::convert(src.raw(), src.dtype(), src_nhwc, dst.raw(), dst.dtype(), dims, accumulate,
+                     ctx_->stream());
+  }
+
+  // Concatenation along channels as one strided block copy per part: NCHW rows are samples
+  // (C*H*W elements), NHWC rows are pixels (C elements), 2-D rows are samples (F elements).
+  void concat(std::span<const Tensor> parts, const Tensor& whole, bool forward, bool accumulate) {
+    ctx_->activate();
+    const char* op = forward ? "concat_forward" : "concat_backward";
+    check_device_tensor(whole, *ctx_, op, forward ? "y" : "dy");
+    const Shape& ws = whole.shape();
+    if (ws.rank() != 2 && ws.rank() != 4)
+      throw ShapeError(std::string(op) + ": needs 2-D or 4-D tensors, got " + ws.str());
+    const bool nhwc = ws.rank() == 4 && whole.layout() == Layout::kNHWC;
+    const std::int64_t spatial = ws.h() * ws.w();
+    std::int64_t channels = 0;
+    for (const Tensor& p : parts) {
+      check_device_tensor(p, *ctx_, op, forward ? "x" : "dx");
+      const Shape& s = p.shape();
+      if (s.rank() != ws.rank() || s.n() != ws.n() || s.h() != ws.h() || s.w() != ws.w() ||
+          p.dtype() != whole.dtype() || (ws.rank() == 4 && p.layout() != whole.layout()))
+        throw ShapeError(std::string(op) + ": part " + p.describe() + " does not fit " +
+                         whole.describe());
+      channels += s.c();
+    }
+    if (channels != ws.c())
+      throw ShapeError(std::string(op) + ": parts have " + std::to_string(channels) +
+                       " channels in total, " + whole.describe() + " has " +
+                       std::to_string(ws.c()));
+    const std::int64_t rows = nhwc ? ws.n() * spatial : ws.n();
+    const std::int64_t whole_ld = nhwc ? ws.c() : ws.c() * spatial;
+    const std::size_t elem = dtype_size_bytes(whole.dtype());
+    std::int64_t offset = 0;  // elements into a row of the whole
+    for (const Tensor& p : parts) {
+      const std::int64_t cols = nhwc ? p.shape().c() : p.shape().c() * spatial;
+      char* whole_at = static_cast<char*>(whole.raw()) + static_cast<std::size_t>(offset) * elem;
+      if (forward)
+        kernels::copy_2d(p.raw(), cols, whole_at, whole_ld, rows, cols, whole.dtype(), false,
+                         ctx_->stream());
+      else
+        kernels::copy_2d(whole_at, whole_ld, p.raw(), cols, rows, cols, whole.dtype(), accumulate,
+                         ctx_->stream());
+      offset += cols;
+    }
+  }
+
+  std::shared_ptr<CudaContext> ctx_;
+};
+
+std::string no_gpu_reason() {
+  int count = 0;
+  const cudaError_t s = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  if (s != cudaSuccess) return std::string(cudaGetErrorName(s)) + ": " + cudaGetErrorString(s);
+  return "the driver reports no devices";
+}
+
+}  // namespace
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> create_cuda_backend(const BackendOptions& options) {
+  const int count = device_count();
+  if (count == 0)
+    throw NotSupported("no CUDA GPU found (" + no_gpu_reason() +
+                       "); run with --device cpu or on a machine with a GPU");
+  if (!options.device.is_cuda())
+    throw InvalidArgument("create_cuda_backend: device " + options.device.str() +
+                          " is not a CUDA device");
+  if (options.device.index < 0 || options.device.index >= count)
+    throw InvalidArgument("device " + options.device.str() + " requested, but this machine has " +
+                          std::to_string(count) +
+                          " GPU(s): cuda:0 .. cuda:" + std::to_string(count - 1));
+  if (options.dtype == DType::kI32)
+    throw InvalidArgument("the activation dtype must be fp32, fp16 or bf16, not int32");
+  cudaDeviceProp p{};
+  CNNERGY_CUDA_CALL(cudaGetDeviceProperties(&p, options.device.index));
+  const int cc = p.major * 10 + p.minor;
+  const std::string gpu = std::string(p.name) + " (compute capability " + std::to_string(p.major) +
+                          "." + std::to_string(p.minor) + ")";
+  if (options.dtype == DType::kBF16 && cc < 80)
+    throw NotSupported("bf16 needs compute capability 8.0 or newer; " + gpu);
+  if (options.dtype == DType::kF16 && cc < 53)
+    throw NotSupported("fp16 needs compute capability 5.3 or newer; " + gpu);
+  if (options.dtype == DType::kF32 && options.allow_tf32 && cc < 80)
+    throw NotSupported("tf32 needs compute capability 8.0 or newer; " + gpu);
+  validate_conv_algo_policy(options.conv_algo_policy);
+  return std::make_unique<CudaBackend>(options);
+}
+
+ConvAlgoCacheStats conv_algo_cache_stats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr)
+    throw InvalidArgument("conv_algo_cache_stats: backend '" + backend.name() + "' is not CUDA");
+  ConvAlgoCache& cache = cuda->context()->conv_algo_cache();
+  return {cache.find_runs(), cache.hits()};
+}
+
+void* native_stream(const Backend& backend) {
+  return static_cast<void*>(context_of(backend)->stream());
+}
+
+std::vector<std::string> conv_algorithm_names(const std::string& direction) {
+  for (const ConvDirection d :
+       {ConvDirection::kForward, ConvDirection::kBackwardData, ConvDirection::kBackwardFilter}) {
+    if (direction != direction_name(d)) continue;
+    std::vector<std::string> names;
+    for (const NamedConvAlgo& a : conv_algos(d)) names.emplace_back(a.name);
+    return names;
+  }
+  throw InvalidArgument("unknown convolution direction '" + direction +
+                        "'; valid: forward, backward_data, backward_filter");
+}
+
+std::shared_ptr<CudaContext> context_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr)
+    throw InvalidArgument("backend '" + backend.name() + "' is not a CUDA backend");
+  return cuda->context();
+}
+
+}  // namespace cnnergy::cuda

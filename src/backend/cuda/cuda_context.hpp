@@ -1,0 +1,106 @@
+// The execution context one CUDA backend owns: its device, one compute stream, the cuDNN and cuBLAS
+// handles bound to that stream, the caching allocator, the convolution workspace shared by all
+// convolution kernels (capped by BackendOptions::workspace_limit_bytes) and the cache of cuDNN
+// "find" results. Kernels hold it through a shared_ptr, so a kernel never outlives its handles.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "backend/cuda/cuda_allocator.hpp"
+#include "backend/cuda/cuda_raii.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "backend/ops.hpp"
+
+namespace cnnergy::cuda {
+
+// A cuDNN algorithm choice for one convolution problem and direction.
+struct CachedConvAlgo {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  std::size_t workspace_bytes = 0;
+};
+
+// "find" results keyed by the cuDNN problem (shapes, dtype, layout, math, direction, workspace
+// cap), so identical layers time the algorithms once per backend.
+class ConvAlgoCache {
+ public:
+  std::optional<CachedConvAlgo> lookup(const std::string& key);     // counts a hit when found
+  void store(const std::string& key, const CachedConvAlgo& value);  // counts a find run
+  std::size_t hits() const;
+  std::size_t find_runs() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, CachedConvAlgo> entries_;
+  std::size_t hits_ = 0, find_runs_ = 0;
+};
+
+class CudaContext {
+ public:
+  explicit CudaContext(const BackendOptions& options);  // options already validated
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  const BackendOptions& options() const { return options_; }
+  int device_index() const { return options_.device.index; }
+  const cudaDeviceProp& properties() const { return properties_; }
+  // Makes this backend's GPU current on the calling thread (cheap when it already is).
+  void activate() const;
+
+  cudaStream_t stream() const { return stream_.get(); }
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }
+  cublasHandle_t cublas() const { return cublas_.get(); }
+  CachingAllocator& allocator() { return *allocator_; }
+  ConvAlgoCache& conv_algo_cache() { return conv_algo_cache_; }
+
+  // Stream-ordered scratch memory from the caching allocator (freed back when the pointer dies).
+  std::shared_ptr<Buffer> scratch(std::size_t bytes) { return allocator_->allocate(bytes); }
+  // The shared convolution workspace, grown to at least `bytes` (callers never ask beyond the cap).
+  // Valid until the next call; safe to share because every kernel runs on the one stream.
+  void* conv_workspace(std::size_t bytes);
+  // The workspace buffer itself (a captured CUDA graph keeps it alive after the context grows it).
+  std::shared_ptr<Buffer> conv_workspace_buffer() const { return workspace_; }
+
+  // The dtype the activations use, and the cuDNN names for it.
+  DType dtype() const { return options_.dtype; }
+  Layout layout() const { return options_.layout; }
+
+ private:
+  BackendOptions options_;
+  cudaDeviceProp properties_{};
+  std::shared_ptr<CachingAllocator>
+      allocator_;  // first: destroyed after everything that returns memory
+  Stream stream_;
+  CudnnHandle cudnn_;
+  CublasHandle cublas_;
+  std::shared_ptr<Buffer> workspace_;
+  ConvAlgoCache conv_algo_cache_;
+};
+
+// ---- helpers shared by the kernel implementations ----------------------------------------------
+cudnnDataType_t cudnn_dtype(DType t);  // fp32, fp16, bf16 (InvalidArgument otherwise)
+cudnnTensorFormat_t cudnn_format(Layout l);
+// Kernel geometry of a tensor: 4-D tensors with their layout, 2-D as (N, F, 1, 1).
+kernels::Dims dims_of(const Tensor& t);
+// Throws InvalidArgument/ShapeError naming `op` and `name` unless t is a defined device tensor of
+// this backend's GPU with the expected shape and dtype (and, for 4-D, the expected layout).
+void check_device_tensor(const Tensor& t, const CudaContext& ctx, const char* op, const char* name,
+                         const Shape& shape, DType dtype, Layout layout);
+void check_device_tensor(const Tensor& t, const CudaContext& ctx, const char* op, const char* name);
+// Sets a 4-D cuDNN tensor descriptor (dims must fit cuDNN's int).
+void set_tensor_4d(cudnnTensorDescriptor_t desc, DType dtype, Layout layout, std::int64_t n,
+                   std::int64_t c, std::int64_t h, std::int64_t w);
+// The context of a CUDA backend (InvalidArgument for any other backend); cuda_backend.cpp.
+std::shared_ptr<CudaContext> context_of(const Backend& backend);
+// The math type name the run uses: "fp32", "tf32" or "tensor_op".
+std::string math_name(const BackendOptions& options);
+
+}  // namespace cnnergy::cuda

@@ -1,0 +1,133 @@
+// Host-callable launchers for the backend's own CUDA kernels (implemented in the .cu files, called
+// from the .cpp files that g++ compiles). Pointers are device pointers; element types are passed as
+// DType values so that one kernel serves fp32, fp16 and bf16 (the loads and stores convert, and all
+// arithmetic is fp32 or wider). Every launcher enqueues on `stream`, checks the launch, never
+// waits.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.hpp"
+
+namespace cnnergy::cuda::kernels {
+
+// A 4-D activation geometry (logical N, C, H, W) and its memory layout. 2-D (N, F) tensors are
+// described as N, F, 1, 1 (any layout reads the same then).
+struct Dims {
+  std::int64_t n = 1, c = 1, h = 1, w = 1;
+  bool nhwc = false;
+  std::int64_t numel() const { return n * c * h * w; }
+};
+
+// How a per-channel reduction or broadcast sees a tensor: element (o, ch, i) lives at
+// o * channels * inner + ch * inner + i. NCHW: outer = N, inner = H*W. NHWC and 2-D: outer = N*H*W,
+// inner = 1 (channel-fastest).
+struct ChannelView {
+  std::int64_t outer = 1, channels = 1, inner = 1;
+  std::int64_t per_channel() const { return outer * inner; }
+};
+inline ChannelView channel_view(const Dims& d) {
+  if (d.nhwc || (d.h == 1 && d.w == 1)) return {d.n * d.h * d.w, d.c, 1};
+  return {d.n, d.c, d.h * d.w};
+}
+
+// ---- element-wise (elementwise.cu) -------------------------------------------------------------
+// dst = src (or dst += src when accumulate), converting dtype and, for 4-D, layout
+// (src_nhwc / dst_dims.nhwc).
+void convert(const void* src, DType src_dtype, bool src_nhwc, void* dst, DType dst_dtype,
+             const Dims& dst_dims, bool accumulate, cudaStream_t stream);
+void fill(void* dst, DType dtype, std::int64_t count, float value, cudaStream_t stream);
+void add(const void* a, const void* b, void* y, DType dtype, std::int64_t count,
+         cudaStream_t stream);
+void relu_forward(const void* x, void* y, DType dtype, std::int64_t count, cudaStream_t stream);
+void relu_backward(const void* y, const void* dy, void* dx, DType dtype, std::int64_t count,
+                   bool accumulate, cudaStream_t stream);
+// Element j's random number is drawn for its logical NCHW index, so masks do not depend on layout
+// and equal the CPU backend's.
+void dropout_forward(const void* x, void* mask, void* y, DType dtype, const Dims& dims, float p,
+                     std::uint64_t seed, cudaStream_t stream);
+void dropout_backward(const void* dy, const void* mask, void* dx, DType dtype, std::int64_t count,
+                      bool accumulate, cudaStream_t stream);
+// rows x cols block copy between row-major matrices with leading dimensions (concat along
+// channels).
+void copy_2d(const void* src, std::int64_t src_ld, void* dst, std::int64_t dst_ld,
+             std::int64_t rows, std::int64_t cols, DType dtype, bool accumulate,
+             cudaStream_t stream);
+// Zero-padded copy (pad_top/left rows/cols before, the rest after) and its adjoint crop.
+void pad_2d(const void* x, const Dims& x_dims, void* xp, const Dims& xp_dims, std::int64_t pad_top,
+            std::int64_t pad_left, DType dtype, cudaStream_t stream);
+void crop_2d(const void* xp, const Dims& xp_dims, void* x, const Dims& x_dims, std::int64_t pad_top,
+             std::int64_t pad_left, DType dtype, bool accumulate, cudaStream_t stream);
+// y[.., c, ..] += b[c] (b in the same dtype as y).
+void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cudaStream_t stream);
+
+struct SgdParams {
+  float learning_rate, momentum, weight_decay, inv_grad_scale;
+};
+// master, momentum (null for plain SGD): fp32; grad in grad_dtype; working (may be null) refreshed
+// in working_dtype. Does nothing when skip (may be null) holds non-zero: read on the device, no
+// host round trip.
+void sgd_update(float* master, const void* grad, DType grad_dtype, float* momentum, void* working,
+                DType working_dtype, std::int64_t count, const SgdParams& params,
+                const std::int32_t* skip, cudaStream_t stream);
+// *flag = 1 when any element is Inf or NaN (flag is left alone otherwise).
+void check_finite(const void* t, DType dtype, std::int64_t count, std::int32_t* flag,
+                  cudaStream_t stream);
+// *correct += rows whose label's logit has fewer than k logits strictly above it.
+void count_topk(const void* logits, DType dtype, const std::int32_t* labels, std::int64_t rows,
+                std::int64_t classes, int k, std::int32_t* correct, cudaStream_t stream);
+// probs (fp32) = softmax(logits); loss[0] = mean over rows of logsumexp - logit[label]; row_loss is
+// scratch of `rows` floats. An out-of-range label makes that row's loss (and the mean) NaN.
+void softmax_xent_forward(const void* logits, DType dtype, const std::int32_t* labels, float* probs,
+                          float* row_loss, float* loss, std::int64_t rows, std::int64_t classes,
+                          cudaStream_t stream);
+void softmax_xent_backward(const float* probs, const std::int32_t* labels, float scale,
+                           void* dlogits, DType dtype, std::int64_t rows, std::int64_t classes,
+                           cudaStream_t stream);
+
+// ---- per-channel reductions, batch norm, pooling, LRN (norm_pool.cu) ---------------------------
+// Bytes of scratch the per-channel reductions below need for `view`.
+std::size_t channel_reduce_scratch_bytes(const ChannelView& view);
+// db[c] = sum of dy over everything but the channel (db in db_dtype).
+void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, DType db_dtype,
+               void* scratch, cudaStream_t stream);
+
+struct BatchNormParams {
+  double eps, momentum;
+};
+// The batch norm of the contract (fp32 parameters and statistics; x/y in dtype), with fp64
+// accumulation. Used where cuDNN's legacy batch norm does not take the dtype (bf16).
+void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
+                                 const float* gamma, const float* beta, float* running_mean,
+                                 float* running_var, float* saved_mean, float* saved_inv_std,
+                                 const BatchNormParams& params, void* scratch, cudaStream_t stream);
+void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
+                                  const float* gamma, const float* beta, const float* running_mean,
+                                  const float* running_var, const BatchNormParams& params,
+                                  void* scratch, cudaStream_t stream);
+void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
+                         const ChannelView& view, const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
+                         void* scratch, cudaStream_t stream);
+
+struct PoolParams {
+  std::int64_t out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  int mode;  // 0 max, 1 average including padding (window clipped to [-pad, in + pad)), 2 excluding
+};
+void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const PoolParams& p,
+                  cudaStream_t stream);
+void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, DType dtype,
+                   const PoolParams& p, bool accumulate, cudaStream_t stream);
+
+struct LrnParams {
+  std::int64_t size;
+  double alpha, beta, k;
+};
+void lrn_forward(const void* x, void* y, const Dims& dims, DType dtype, const LrnParams& p,
+                 cudaStream_t stream);
+void lrn_backward(const void* x, const void* y, const void* dy, void* dx, const Dims& dims,
+                  DType dtype, const LrnParams& p, bool accumulate, cudaStream_t stream);
+
+}  // namespace cnnergy::cuda::kernels

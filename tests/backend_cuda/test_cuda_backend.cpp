@@ -1,0 +1,287 @@
+// The CUDA Backend object: creation errors (no GPU, bad index, bad dtype, bad algorithm policy),
+// memory (zero-filled buffers, in-use/peak accounting, reuse, out-of-memory message, pinned host
+// memory), transfers, converting copies, fill, accumulate and events.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/cuda_graph.hpp"
+#include "backend_cuda/cuda_fixture.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Runs on every machine: without a GPU the factory must say so with NotSupported, not crash.
+TEST(CudaBackendNoGpu, DeviceCountNeverThrowsAndFactoryExplains) {
+  int count = -1;
+  EXPECT_NO_THROW(count = cuda::device_count());
+  EXPECT_GE(count, 0);
+  EXPECT_EQ(cuda_device_count(), count);
+  if (count > 0) GTEST_SKIP() << "a GPU is present; the no-GPU path cannot be exercised here";
+  BackendOptions o;
+  o.device = Device{DeviceKind::kCuda, 0};
+  try {
+    cuda::create_cuda_backend(o);
+    FAIL() << "create_cuda_backend succeeded without a GPU";
+  } catch (const NotSupported& e) {
+    EXPECT_TRUE(contains(e.what(), "no CUDA GPU found")) << e.what();
+  }
+  EXPECT_THROW(create_backend(o), NotSupported);
+}
+
+TEST(CudaBackendNoGpu, AlgorithmNamesPerDirection) {
+  const auto fwd = cuda::conv_algorithm_names("forward");
+  ASSERT_EQ(fwd.size(), 8u);
+  EXPECT_EQ(fwd.front(), "implicit_gemm");
+  EXPECT_EQ(cuda::conv_algorithm_names("backward_data").size(), 6u);
+  const auto bwf = cuda::conv_algorithm_names("backward_filter");
+  ASSERT_EQ(bwf.size(), 6u);
+  EXPECT_EQ(bwf[3], "algo_3");
+  EXPECT_THROW(cuda::conv_algorithm_names("sideways"), InvalidArgument);
+}
+
+class CudaBackend : public CudaTest {
+ protected:
+  // k/64 for k in [-128, 128]: exact in fp32, fp16 and bf16, so conversions must be lossless.
+  Tensor exact_in_every_dtype(const Shape& shape) {
+    Tensor t = Tensor::host(shape);
+    for (float& v : t.f32())
+      v = static_cast<float>(static_cast<int>(rng_.next_u32() % 257) - 128) / 64.0f;
+    return t;
+  }
+};
+
+TEST_F(CudaBackend, IdentifiesItselfAndRejectsBadOptions) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->name(), "cuda");
+  EXPECT_FALSE(b->device_name().empty());
+  EXPECT_TRUE(b->device().is_cuda());
+
+  BackendOptions bad_index;
+  bad_index.device = Device{DeviceKind::kCuda, cuda::device_count()};
+  try {
+    create_backend(bad_index);
+    FAIL() << "device index " << cuda::device_count() << " accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "GPU(s)")) << e.what();
+  }
+  BackendOptions int_dtype;
+  int_dtype.device = Device{DeviceKind::kCuda, 0};
+  int_dtype.dtype = DType::kI32;
+  EXPECT_THROW(create_backend(int_dtype), InvalidArgument);
+
+  BackendOptions bad_policy;
+  bad_policy.device = Device{DeviceKind::kCuda, 0};
+  bad_policy.conv_algo_policy = "fastest_please";
+  try {
+    create_backend(bad_policy);
+    FAIL() << "policy 'fastest_please' accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "fastest_please")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "implicit_precomp_gemm")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "winograd_nonfused")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "algo_3")) << e.what();
+  }
+  EXPECT_THROW(cuda::conv_algo_cache_stats(*cpu_), InvalidArgument);
+  EXPECT_NE(cuda::native_stream(*b), nullptr);
+  EXPECT_THROW(cuda::native_stream(*cpu_), InvalidArgument);
+}
+
+TEST_F(CudaBackend, BuffersAreZeroedAndAccounted) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  const auto base = b->memory_stats();
+  EXPECT_GT(base.total_bytes, std::size_t{1} << 30);
+  std::size_t held = 0;
+  {
+    // Dirty a block, free it, and get it back from the cache: it must come back zeroed.
+    {
+      Tensor dirty = b->alloc({1000}, DType::kF32);
+      b->fill(dirty, 3.5f);
+      b->synchronize();
+    }
+    const Tensor t = b->alloc({1000}, DType::kF32);
+    const Tensor host = download(*b, t);
+    for (const float v : host.f32()) ASSERT_EQ(v, 0.0f);
+    held = b->memory_stats().in_use_bytes - base.in_use_bytes;
+    EXPECT_GE(held, 4000u);
+    EXPECT_LT(held, 8192u);  // a 512-byte size class above 4000 bytes
+    EXPECT_GE(b->memory_stats().peak_bytes, base.in_use_bytes + held);
+  }
+  EXPECT_EQ(b->memory_stats().in_use_bytes, base.in_use_bytes);
+  // A buffer may outlive its backend.
+  Tensor kept = b->alloc({4}, DType::kF32);
+  b.reset();
+  EXPECT_EQ(kept.numel(), 4);
+}
+
+TEST_F(CudaBackend, OutOfMemorySaysWhatWasAskedAndWhatIsFree) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  const std::size_t absurd = std::size_t{1} << 50;  // 1 PiB
+  try {
+    b->alloc_buffer(absurd);
+    FAIL() << "a 1 PiB allocation succeeded";
+  } catch (const OutOfMemory& e) {
+    EXPECT_TRUE(contains(e.what(), std::to_string(absurd))) << e.what();
+    EXPECT_TRUE(contains(e.what(), "free")) << e.what();
+  }
+  EXPECT_THROW(b->alloc_buffer(~std::size_t{0}), OutOfMemory);
+  // The backend still works afterwards (the failed allocation left no sticky error).
+  const Tensor t = b->alloc({16}, DType::kF32);
+  b->fill(t, 2.0f);
+  EXPECT_EQ(download(*b, t).f32()[15], 2.0f);
+}
+
+TEST_F(CudaBackend, TransfersAndConvertingCopiesInEveryDtypeAndLayout) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  const Shape shape{2, 5, 3, 7};
+  const Tensor src = exact_in_every_dtype(shape);
+  for (const DType from : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const Layout from_layout : kAllLayouts) {
+      const Tensor dev = upload(*b, src, from, from_layout);
+      for (const DType to : {DType::kF32, DType::kF16, DType::kBF16})
+        for (const Layout to_layout : kAllLayouts) {
+          Tensor dst = b->alloc(shape, to, to_layout);
+          b->copy(dev, dst);
+          EXPECT_TRUE(all_close(download(*b, dst), src, 0.0, 0.0))
+              << dtype_name(from) << "/" << layout_name(from_layout) << " -> " << dtype_name(to)
+              << "/" << layout_name(to_layout);
+        }
+    }
+  // 2-D tensors and int32 (exact beyond 2^24).
+  Tensor ints = Tensor::host({3, 4}, DType::kI32);
+  for (int i = 0; i < 12; ++i) ints.data<std::int32_t>()[i] = (1 << 25) + 2 * i + 1;
+  Tensor dev_ints = b->alloc({3, 4}, DType::kI32);
+  b->upload(ints, dev_ints);
+  Tensor copy_ints = b->alloc({3, 4}, DType::kI32);
+  b->copy(dev_ints, copy_ints);
+  Tensor back = Tensor::host({3, 4}, DType::kI32);
+  b->download(copy_ints, back);
+  EXPECT_EQ(std::memcmp(back.raw(), ints.raw(), ints.size_bytes()), 0);
+
+  // Pinned host memory and an asynchronous upload.
+  auto pinned = b->alloc_pinned_host(src.size_bytes());
+  Tensor pinned_host(shape, DType::kF32, Layout::kNCHW, pinned);
+  std::memcpy(pinned_host.raw(), src.raw(), src.size_bytes());
+  Tensor dev = b->alloc(shape, DType::kF32);
+  b->upload(pinned_host, dev, /*async=*/true);
+  b->synchronize();
+  EXPECT_TRUE(all_close(download(*b, dev), src, 0.0, 0.0));
+
+  // Transfers do not convert.
+  Tensor half_dev = b->alloc(shape, DType::kF16);
+  EXPECT_THROW(b->upload(src, half_dev), InvalidArgument);
+}
+
+TEST_F(CudaBackend, FillAndAccumulateConvert) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  const Shape shape{3, 4, 5, 2};
+  const Tensor a = exact_in_every_dtype(shape);
+  const Tensor c = exact_in_every_dtype(shape);
+  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Tensor x = b->alloc(shape, t, Layout::kNHWC);
+    b->fill(x, -1.25f);
+    for (const float v : download(*b, x).f32()) ASSERT_EQ(v, -1.25f) << dtype_name(t);
+    b->fill(x, 0.0f);
+    for (const float v : download(*b, x).f32()) ASSERT_EQ(v, 0.0f) << dtype_name(t);
+  }
+  Tensor flag = b->alloc({1}, DType::kI32);
+  b->fill(flag, 7.0f);
+  Tensor host_flag = Tensor::host({1}, DType::kI32);
+  b->download(flag, host_flag);
+  EXPECT_EQ(host_flag.data<std::int32_t>()[0], 7);
+
+  // fp32 NCHW += fp16 NHWC
+  Tensor dst = upload(*b, a, DType::kF32, Layout::kNCHW);
+  const Tensor src = upload(*b, c, DType::kF16, Layout::kNHWC);
+  b->accumulate(src, dst);
+  Tensor expected = clone(a);
+  for (std::int64_t i = 0; i < expected.numel(); ++i) expected.f32()[i] += c.f32()[i];
+  EXPECT_TRUE(all_close(download(*b, dst), expected, 1e-6, 1e-6));
+}
+
+TEST_F(CudaBackend, EventsTimeTheStream) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  auto start = b->make_event();
+  auto stop = b->make_event();
+  EXPECT_FALSE(stop->ready());
+  EXPECT_THROW(stop->synchronize(), InvalidArgument);
+  Tensor big = b->alloc({1 << 24}, DType::kF32);
+  start->record();
+  for (int i = 0; i < 20; ++i) b->fill(big, static_cast<float>(i + 1));
+  stop->record();
+  const double ms = stop->elapsed_ms(*start);
+  EXPECT_GT(ms, 0.0);
+  EXPECT_LT(ms, 10000.0);
+  EXPECT_TRUE(stop->ready());
+  EXPECT_TRUE(start->ready());
+}
+
+// A captured step (convolution, ReLU, a scratch buffer allocated and freed inside) replays with new
+// input data to the same result as running it directly; memory freed during the capture is not
+// handed to tensors allocated afterwards.
+TEST_F(CudaBackend, GraphCaptureReplaysTheWork) {
+  auto b = gpu(kFp32, Layout::kNHWC);
+  ASSERT_TRUE(b);
+  Conv2dDesc d;
+  d.n = 2, d.c = 3, d.h = 8, d.w = 8, d.k = 4, d.r = d.s = 3,
+  d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
+  auto conv = b->make_conv(d, {});
+  Tensor x = b->alloc(d.input_shape(), DType::kF32, Layout::kNHWC);
+  const Tensor w = upload(*b, random(d.weight_shape(), DType::kF32), DType::kF32, Layout::kNHWC);
+  const Tensor bias = upload(*b, random(Shape{d.k}, DType::kF32), DType::kF32, Layout::kNHWC);
+  Tensor y = b->alloc(d.output_shape(), DType::kF32, Layout::kNHWC);
+  Tensor out = b->alloc(d.output_shape(), DType::kF32, Layout::kNHWC);
+  auto step = [&] {
+    conv->forward(x, w, bias, y);
+    Tensor scratch = b->alloc(d.output_shape(), DType::kF32, Layout::kNHWC);
+    b->relu_forward(y, scratch);
+    b->copy(scratch, out);
+  };
+  auto direct = [&](const Tensor& input) {
+    b->upload(from_f32_nchw(input, DType::kF32, Layout::kNHWC), x);
+    step();
+    return download(*b, out);
+  };
+  const Tensor x1 = random(d.input_shape(), DType::kF32), x2 = random(d.input_shape(), DType::kF32);
+  const Tensor expected2 = direct(x2);  // also the warm-up: the convolution resolves its algorithm
+  const Tensor expected1 = direct(x1);
+
+  cuda::CudaGraph graph(*b);
+  EXPECT_FALSE(graph.captured());
+  EXPECT_THROW(graph.replay(), InvalidArgument);
+  graph.capture(step);
+  ASSERT_TRUE(graph.captured());
+  EXPECT_GE(graph.node_count(), 3u);
+  // The scratch block freed inside the capture must not come back here.
+  Tensor after = b->alloc(d.output_shape(), DType::kF32, Layout::kNHWC);
+  b->fill(after, 42.0f);
+  b->upload(from_f32_nchw(x2, DType::kF32, Layout::kNHWC), x);
+  graph.replay();
+  EXPECT_TRUE(all_close(download(*b, out), expected2, 0.0, 0.0)) << "replay with input 2";
+  b->upload(from_f32_nchw(x1, DType::kF32, Layout::kNHWC), x);
+  graph.replay();
+  EXPECT_TRUE(all_close(download(*b, out), expected1, 0.0, 0.0)) << "replay with input 1";
+  for (const float v : download(*b, after).f32())
+    ASSERT_EQ(v, 42.0f) << "the graph wrote into a later tensor";
+
+  // A host wait inside the captured work fails the capture cleanly; the backend keeps working.
+  cuda::CudaGraph bad(*b);
+  EXPECT_THROW(bad.capture([&] { b->synchronize(); }), Error);
+  EXPECT_FALSE(bad.captured());
+  EXPECT_TRUE(all_close(direct(x2), expected2, 0.0, 0.0));
+}
+
+}  // namespace
+}  // namespace cnnergy::test

@@ -1,0 +1,235 @@
+// Element-wise GPU kernels against the CPU reference: ReLU, dropout (masks equal to the CPU's in
+// both layouts), add, channel concatenation (NCHW, NHWC, 2-D; overwrite and accumulate), the SGD
+// step (fp32 master, low-precision working copy, skip flag read on the device), check_finite and
+// top-k counting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend_cuda/cuda_fixture.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+class CudaElementwise : public CudaTest {
+ protected:
+  static std::int32_t read_int(Backend& b, const Tensor& t) {
+    Tensor host = Tensor::host({1}, DType::kI32);
+    b.download(t, host);
+    return host.data<std::int32_t>()[0];
+  }
+  static Tensor int_on(Backend& b, std::int32_t v) {
+    Tensor host = Tensor::host({1}, DType::kI32);
+    host.data<std::int32_t>()[0] = v;
+    Tensor dev = b.alloc({1}, DType::kI32);
+    b.upload(host, dev);
+    return dev;
+  }
+};
+
+TEST_F(CudaElementwise, ReluForwardBackwardAndInPlace) {
+  const Shape s{3, 5, 4, 7};
+  for (const Precision& p : kAllPrecisions) {
+    if (p.tf32) continue;
+    auto g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    const Tensor x = random(s, p.dtype), dy = random(s, p.dtype), dx0 = random(s, p.dtype);
+    Tensor y_r = Tensor::host(s), dx_r = Tensor::host(s), dxa_r = clone(dx0);
+    cpu_->relu_forward(x, y_r);
+    cpu_->relu_backward(y_r, dy, dx_r, false);
+    cpu_->relu_backward(y_r, dy, dxa_r, true);
+    Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC);
+    const Tensor dyd = upload(*g, dy, p.dtype, Layout::kNHWC);
+    Tensor dx = g->alloc(s, p.dtype, Layout::kNHWC), dxa = upload(*g, dx0, p.dtype, Layout::kNHWC);
+    g->relu_forward(xd, xd);  // in place
+    g->relu_backward(xd, dyd, dx, false);
+    g->relu_backward(xd, dyd, dxa, true);
+    EXPECT_TRUE(close(download(*g, xd), y_r, 0.0, std::string("relu forward ") + p.name));
+    EXPECT_TRUE(close(download(*g, dx), dx_r, 0.0, std::string("relu backward ") + p.name));
+    EXPECT_TRUE(
+        close(download(*g, dxa), dxa_r, p.tol, std::string("relu backward accumulate ") + p.name));
+  }
+}
+
+TEST_F(CudaElementwise, DropoutMasksEqualTheCpusInBothLayouts) {
+  const Shape s{4, 3, 5, 6};
+  const float prob = 0.3f;
+  const std::uint64_t seed = rng_.engine()();
+  const Tensor x = random(s, DType::kBF16);
+  Tensor mask_r = Tensor::host(s), y_r = Tensor::host(s);
+  cpu_->dropout_forward(x, prob, seed, mask_r, y_r);
+  const Tensor dy = random(s, DType::kBF16);
+  Tensor dx_r = Tensor::host(s);
+  cpu_->dropout_backward(dy, mask_r, dx_r, false);
+  for (const Precision& p : kAllPrecisions) {
+    if (p.tf32) continue;
+    for (const Layout l : kAllLayouts) {
+      auto g = gpu(p, l);
+      if (!g) continue;
+      const Tensor xd = upload(*g, x, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
+      Tensor mask = g->alloc(s, p.dtype, l), y = g->alloc(s, p.dtype, l),
+             dx = g->alloc(s, p.dtype, l);
+      g->dropout_forward(xd, prob, seed, mask, y);
+      g->dropout_backward(dyd, mask, dx, false);
+      const Tensor m = download(*g, mask);
+      // The same elements are dropped; kept ones hold 1/(1-p) as the dtype rounds it.
+      for (std::int64_t i = 0; i < m.numel(); ++i)
+        ASSERT_EQ(m.f32()[static_cast<std::size_t>(i)] == 0.0f,
+                  mask_r.f32()[static_cast<std::size_t>(i)] == 0.0f)
+            << "mask differs at " << index_str(s, i) << " " << label(p, l);
+      EXPECT_TRUE(close(m, mask_r, p.tol, "dropout mask " + label(p, l)));
+      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, "dropout y " + label(p, l)));
+      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, "dropout dx " + label(p, l)));
+    }
+  }
+  auto g = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(g);
+  Tensor t = g->alloc(s, DType::kF32);
+  EXPECT_THROW(g->dropout_forward(t, 1.0f, seed, t, t), InvalidArgument);
+}
+
+TEST_F(CudaElementwise, AddMatchesCpu) {
+  const Shape s{2, 3, 4, 5};
+  for (const Precision& p : {kFp32, kFp16, kBf16}) {
+    auto g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    const Tensor a = random(s, p.dtype), b = random(s, p.dtype);
+    Tensor y_r = Tensor::host(s);
+    cpu_->add_forward(a, b, y_r);
+    Tensor y = g->alloc(s, p.dtype, Layout::kNHWC);
+    g->add_forward(upload(*g, a, p.dtype, Layout::kNHWC), upload(*g, b, p.dtype, Layout::kNHWC), y);
+    EXPECT_TRUE(close(download(*g, y), y_r, p.tol, std::string("add ") + p.name));
+  }
+}
+
+TEST_F(CudaElementwise, ConcatForwardAndBackwardMatchCpu) {
+  for (const bool flat : {false, true}) {
+    const std::vector<std::int64_t> channels{3, 7, 1};
+    auto shape = [&](std::int64_t c) { return flat ? Shape{4, c} : Shape{4, c, 5, 3}; };
+    const Shape ys = shape(11);
+    for (const Precision& p : {kFp32, kFp16, kBf16}) {
+      for (const Layout l : kAllLayouts) {
+        auto g = gpu(p, l);
+        if (!g) continue;
+        std::vector<Tensor> xs, xs_dev, dxs_r, dxs, dxs0;
+        for (const std::int64_t c : channels) {
+          xs.push_back(random(shape(c), p.dtype));
+          xs_dev.push_back(upload(*g, xs.back(), p.dtype, l));
+          dxs0.push_back(random(shape(c), p.dtype));
+        }
+        Tensor y_r = Tensor::host(ys);
+        cpu_->concat_forward(xs, y_r);
+        Tensor y = g->alloc(ys, p.dtype, l);
+        g->concat_forward(xs_dev, y);
+        const std::string what = std::string(flat ? "concat 2-D " : "concat 4-D ") + label(p, l);
+        EXPECT_TRUE(close(download(*g, y), y_r, 0.0, what + " forward"));
+
+        const Tensor dy = random(ys, p.dtype);
+        for (const bool acc : {false, true}) {
+          std::vector<Tensor> ref, dev;
+          for (std::size_t i = 0; i < channels.size(); ++i) {
+            ref.push_back(acc ? clone(dxs0[i]) : Tensor::host(shape(channels[i])));
+            dev.push_back(acc ? upload(*g, dxs0[i], p.dtype, l)
+                              : g->alloc(shape(channels[i]), p.dtype, l));
+          }
+          cpu_->concat_backward(dy, ref, acc);
+          g->concat_backward(upload(*g, dy, p.dtype, l), dev, acc);
+          for (std::size_t i = 0; i < channels.size(); ++i)
+            EXPECT_TRUE(
+                close(download(*g, dev[i]), ref[i], acc ? p.tol : 0.0,
+                      what + " backward part " + std::to_string(i) + (acc ? " accumulate" : "")));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaElementwise, SgdUpdateMatchesCpuAndRefreshesTheWorkingCopy) {
+  const Shape s{6, 5, 3, 3};
+  SgdStep step;
+  step.learning_rate = 0.05f, step.momentum = 0.9f, step.weight_decay = 1e-3f,
+  step.inv_grad_scale = 1.0f / 64.0f;
+  for (const Precision& p : {kFp32, kFp16, kBf16}) {
+    auto g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    const Tensor w0 = random(s, DType::kF32), v0 = random(s, DType::kF32, -0.1f, 0.1f);
+    const Tensor grad = random(s, p.dtype, -64.0f, 64.0f);
+    Tensor w_r = clone(w0), v_r = clone(v0), work_r = Tensor::host(s, p.dtype);
+    cpu_->sgd_update(w_r, grad, v_r, p.dtype == DType::kF32 ? Tensor{} : work_r, step, Tensor{});
+    cpu_->sgd_update(w_r, grad, v_r, p.dtype == DType::kF32 ? Tensor{} : work_r, step, Tensor{});
+
+    Tensor w = upload(*g, w0, DType::kF32, Layout::kNHWC),
+           v = upload(*g, v0, DType::kF32, Layout::kNHWC);
+    const Tensor gd = upload(*g, grad, p.dtype, Layout::kNHWC);
+    Tensor work = p.dtype == DType::kF32 ? Tensor{} : g->alloc(s, p.dtype, Layout::kNHWC);
+    const Tensor no_skip = int_on(*g, 0);
+    g->sgd_update(w, gd, v, work, step, no_skip);
+    g->sgd_update(w, gd, v, work, step, Tensor{});
+    EXPECT_TRUE(close(download(*g, w), w_r, 1e-6, std::string("sgd master ") + p.name));
+    EXPECT_TRUE(close(download(*g, v), v_r, 1e-6, std::string("sgd momentum ") + p.name));
+    if (work.defined()) {
+      EXPECT_TRUE(close(download(*g, work), to_f32_nchw(work_r), p.tol,
+                        std::string("sgd working copy ") + p.name));
+    }
+
+    // A non-zero skip flag (an overflowed fp16 step) changes nothing.
+    const Tensor skip = int_on(*g, 1);
+    const Tensor w_before = download(*g, w), v_before = download(*g, v);
+    g->sgd_update(w, gd, v, work, step, skip);
+    EXPECT_TRUE(all_close(download(*g, w), w_before, 0.0, 0.0))
+        << "skipped step changed the master";
+    EXPECT_TRUE(all_close(download(*g, v), v_before, 0.0, 0.0))
+        << "skipped step changed the momentum";
+  }
+}
+
+TEST_F(CudaElementwise, CheckFiniteFlagsInfAndNan) {
+  for (const Precision& p : {kFp32, kFp16, kBf16}) {
+    auto g = gpu(p, Layout::kNCHW);
+    if (!g) continue;
+    Tensor x = random({1000}, p.dtype, -100.0f, 100.0f);
+    const Tensor flag = int_on(*g, 0);
+    g->check_finite(upload(*g, x, p.dtype, Layout::kNCHW), flag);
+    EXPECT_EQ(read_int(*g, flag), 0) << p.name;
+    // fp16 overflows to Inf above 65504: a finite fp32 value becomes Inf in the upload.
+    x.f32()[417] = p.dtype == DType::kF16 ? 1e6f : std::numeric_limits<float>::infinity();
+    g->check_finite(upload(*g, x, p.dtype, Layout::kNCHW), flag);
+    EXPECT_EQ(read_int(*g, flag), 1) << p.name;
+    const Tensor flag2 = int_on(*g, 0);
+    x.f32()[417] = 0.0f;
+    x.f32()[999] = std::numeric_limits<float>::quiet_NaN();
+    g->check_finite(upload(*g, x, p.dtype, Layout::kNCHW), flag2);
+    EXPECT_EQ(read_int(*g, flag2), 1) << p.name;
+  }
+}
+
+TEST_F(CudaElementwise, CountTopkMatchesCpuIncludingTies) {
+  for (const Precision& p : {kFp32, kFp16, kBf16}) {
+    auto g = gpu(p, Layout::kNCHW);
+    if (!g) continue;
+    const std::int64_t n = 300, classes = 20;
+    // Coarse values: many ties, which count in the label's favour on both backends.
+    Tensor logits = Tensor::host({n, classes});
+    for (float& v : logits.f32()) v = static_cast<float>(rng_.next_u32() % 8) / 4.0f;
+    const Tensor labels = random_labels(n, classes, rng_);
+    Tensor lab = g->alloc({n}, DType::kI32);
+    g->upload(labels, lab);
+    const Tensor ld = upload(*g, logits, p.dtype, Layout::kNCHW);
+    for (const int k : {1, 5}) {
+      Tensor correct_r = Tensor::host({1}, DType::kI32);
+      correct_r.data<std::int32_t>()[0] = 3;
+      cpu_->count_topk(logits, labels, k, correct_r);
+      const Tensor correct = int_on(*g, 3);
+      g->count_topk(ld, lab, k, correct);
+      EXPECT_EQ(read_int(*g, correct), correct_r.data<std::int32_t>()[0])
+          << "top-" << k << " " << p.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cnnergy::test

@@ -1,0 +1,296 @@
+// Fully connected, pooling, LRN, batch norm and softmax cross-entropy on the GPU against the CPU
+// reference, forward and backward, every precision and layout. Shapes are chosen so that both the
+// cuDNN paths and the backend's own kernels run (ceil-mode pooling, NHWC/bf16 LRN, bf16 batch
+// norm).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend_cuda/cuda_fixture.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+class CudaLayers : public CudaTest {
+ protected:
+  // Values distinct within every (n, c) plane and exact in bf16 and fp16 (a shuffled k/16 for
+  // k in [-HW/2, HW/2), HW <= 256), so that max-pooling has no ties in any dtype.
+  Tensor tie_free(const Shape& shape) {
+    Tensor t = Tensor::host(shape);
+    const std::int64_t plane = shape.h() * shape.w();
+    EXPECT_LE(plane, 256);
+    std::vector<std::int64_t> perm(static_cast<std::size_t>(plane));
+    for (std::int64_t base = 0; base < t.numel(); base += plane) {
+      std::iota(perm.begin(), perm.end(), std::int64_t{0});
+      std::shuffle(perm.begin(), perm.end(), rng_.engine());
+      for (std::int64_t i = 0; i < plane; ++i)
+        t.f32()[static_cast<std::size_t>(base + i)] =
+            static_cast<float>(perm[static_cast<std::size_t>(i)] - plane / 2) / 16.0f;
+    }
+    return t;
+  }
+};
+
+// ---- fully connected ---------------------------------------------------------------------------
+TEST_F(CudaLayers, LinearMatchesCpu) {
+  for (const bool bias : {true, false})
+    for (const Precision& p : kAllPrecisions) {
+      auto g = gpu(p, Layout::kNCHW);
+      if (!g) continue;
+      LinearDesc d;
+      d.n = 5, d.in_features = 37, d.out_features = 11, d.bias = bias;
+      const Tensor x = random({d.n, d.in_features}, p.dtype),
+                   w = random({d.out_features, d.in_features}, p.dtype);
+      const Tensor b = random({d.out_features}, p.dtype),
+                   dy = random({d.n, d.out_features}, p.dtype);
+      const Tensor dx0 = random({d.n, d.in_features}, p.dtype);
+      auto ref = cpu_->make_linear(d);
+      Tensor y_r = Tensor::host({d.n, d.out_features}), dx_r = Tensor::host({d.n, d.in_features});
+      Tensor dxa_r = clone(dx0), dw_r = Tensor::host({d.out_features, d.in_features}),
+             db_r = Tensor::host({d.out_features});
+      ref->forward(x, w, bias ? b : Tensor{}, y_r);
+      ref->backward_data(dy, w, dx_r, false);
+      ref->backward_data(dy, w, dxa_r, true);
+      ref->backward_filter(x, dy, dw_r, bias ? db_r : Tensor{});
+
+      auto k = g->make_linear(d);
+      const Tensor xd = upload(*g, x, p.dtype, Layout::kNCHW),
+                   wd = upload(*g, w, p.dtype, Layout::kNCHW);
+      const Tensor bd = upload(*g, b, p.dtype, Layout::kNCHW),
+                   dyd = upload(*g, dy, p.dtype, Layout::kNCHW);
+      Tensor y = g->alloc({d.n, d.out_features}, p.dtype),
+             dx = g->alloc({d.n, d.in_features}, p.dtype);
+      Tensor dxa = upload(*g, dx0, p.dtype, Layout::kNCHW);
+      Tensor dw = g->alloc({d.out_features, d.in_features}, p.dtype),
+             db = g->alloc({d.out_features}, p.dtype);
+      k->forward(xd, wd, bias ? bd : Tensor{}, y);
+      k->backward_data(dyd, wd, dx, false);
+      k->backward_data(dyd, wd, dxa, true);
+      k->backward_filter(xd, dyd, dw, bias ? db : Tensor{});
+      const std::string what = std::string("linear ") + p.name + (bias ? " bias" : " no bias");
+      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " forward"));
+      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " backward_data"));
+      EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " backward_data accumulate"));
+      EXPECT_TRUE(close(download(*g, dw), dw_r, p.tol, what + " dw"));
+      if (bias) {
+        EXPECT_TRUE(close(download(*g, db), db_r, p.tol, what + " db"));
+      }
+    }
+}
+
+// ---- pooling -----------------------------------------------------------------------------------
+struct PoolCase {
+  const char* name;
+  Pool2dDesc desc;
+};
+
+Pool2dDesc pool_desc(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw,
+                     std::int64_t ph, std::int64_t pw, bool ceil_mode, PoolMode mode) {
+  Pool2dDesc d;
+  d.n = 2, d.c = 5, d.h = 11, d.w = 8;
+  d.kernel_h = kh, d.kernel_w = kw, d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw;
+  d.ceil_mode = ceil_mode;
+  d.mode = mode;
+  return d;
+}
+
+std::vector<PoolCase> pool_cases() {
+  std::vector<PoolCase> cases;
+  const std::pair<PoolMode, const char*> modes[] = {{PoolMode::kMax, "max"},
+                                                    {PoolMode::kAvgIncludePad, "avg_include_pad"},
+                                                    {PoolMode::kAvgExcludePad, "avg_exclude_pad"}};
+  for (const auto& [mode, name] : modes) {
+    // floor sizes: cuDNN (fp32/fp16); AlexNet-style 3x3/2 ceil with a partial last window: own
+    // kernels
+    cases.push_back({name, pool_desc(2, 2, 2, 2, 0, 0, false, mode)});
+    cases.push_back({name, pool_desc(3, 3, 2, 2, 1, 1, false, mode)});
+    cases.push_back({name, pool_desc(3, 3, 2, 2, 0, 0, true, mode)});
+    cases.push_back({name, pool_desc(3, 2, 2, 3, 1, 1, true, mode)});
+  }
+  return cases;
+}
+
+TEST_F(CudaLayers, PoolingMatchesCpu) {
+  for (const PoolCase& c : pool_cases()) {
+    const Pool2dDesc& d = c.desc;
+    const Shape xs{d.n, d.c, d.h, d.w};
+    const std::string shape = std::string(c.name) + " k" + std::to_string(d.kernel_h) + "x" +
+                              std::to_string(d.kernel_w) + " s" + std::to_string(d.stride_h) + "x" +
+                              std::to_string(d.stride_w) + " p" + std::to_string(d.pad_h) +
+                              (d.ceil_mode ? " ceil" : " floor") + " out " + d.output_shape().str();
+    const Tensor x = tie_free(xs);
+    auto ref = cpu_->make_pool(d);
+    Tensor y_r = Tensor::host(d.output_shape());
+    ref->forward(x, y_r);
+    for (const Precision& p : kAllPrecisions) {
+      if (p.tf32) continue;  // no products: same as fp32
+      const Tensor dy = random(d.output_shape(), p.dtype), dx0 = random(xs, p.dtype);
+      Tensor dx_r = Tensor::host(xs), dxa_r = clone(dx0);
+      ref->backward(x, y_r, dy, dx_r, false);
+      ref->backward(x, y_r, dy, dxa_r, true);
+      for (const Layout l : kAllLayouts) {
+        auto g = gpu(p, l);
+        if (!g) continue;
+        auto k = g->make_pool(d);
+        const Tensor xd = upload(*g, x, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
+        Tensor y = g->alloc(d.output_shape(), p.dtype, l), dx = g->alloc(xs, p.dtype, l);
+        Tensor dxa = upload(*g, dx0, p.dtype, l);
+        k->forward(xd, y);
+        k->backward(xd, y, dyd, dx, false);
+        k->backward(xd, y, dyd, dxa, true);
+        const std::string what = "pool " + shape + " " + label(p, l);
+        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " forward"));
+        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " backward"));
+        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " backward accumulate"));
+      }
+    }
+  }
+}
+
+// ---- LRN ---------------------------------------------------------------------------------------
+TEST_F(CudaLayers, LrnMatchesCpu) {
+  for (const std::int64_t size : {5, 4}) {
+    LrnDesc d;
+    d.n = 2, d.c = 13, d.h = 5, d.w = 6, d.size = size, d.alpha = 0.3, d.beta = 0.75, d.k = 2.0;
+    const Shape s{d.n, d.c, d.h, d.w};
+    for (const Precision& p : kAllPrecisions) {
+      if (p.tf32) continue;
+      const Tensor x = random(s, p.dtype, -2.0f, 2.0f), dy = random(s, p.dtype),
+                   dx0 = random(s, p.dtype);
+      auto ref = cpu_->make_lrn(d);
+      Tensor y_r = Tensor::host(s), dx_r = Tensor::host(s), dxa_r = clone(dx0);
+      ref->forward(x, y_r);
+      // The backward reads y: give the CPU the y the GPU will have (rounded to the dtype).
+      const Tensor y_in = rounded(y_r, p.dtype);
+      ref->backward(x, y_in, dy, dx_r, false);
+      ref->backward(x, y_in, dy, dxa_r, true);
+      for (const Layout l : kAllLayouts) {
+        auto g = gpu(p, l);
+        if (!g) continue;
+        auto k = g->make_lrn(d);
+        const Tensor xd = upload(*g, x, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
+        Tensor y = g->alloc(s, p.dtype, l), dx = g->alloc(s, p.dtype, l),
+               dxa = upload(*g, dx0, p.dtype, l);
+        k->forward(xd, y);
+        k->backward(xd, y, dyd, dx, false);
+        k->backward(xd, y, dyd, dxa, true);
+        const std::string what = "lrn size " + std::to_string(size) + " " + label(p, l);
+        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " forward"));
+        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " backward"));
+        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " backward accumulate"));
+      }
+    }
+  }
+}
+
+// ---- batch norm --------------------------------------------------------------------------------
+TEST_F(CudaLayers, BatchNormMatchesCpu) {
+  for (const bool flat : {false, true}) {
+    BatchNormDesc d;
+    d.n = 6, d.c = 7, d.h = flat ? 1 : 5, d.w = flat ? 1 : 3, d.eps = 1e-5, d.momentum = 0.1;
+    const Shape s = flat ? Shape{d.n, d.c} : Shape{d.n, d.c, d.h, d.w};
+    for (const Precision& p : kAllPrecisions) {
+      if (p.tf32) continue;
+      const Tensor x = random(s, p.dtype, -1.0f, 3.0f), dy = random(s, p.dtype),
+                   dx0 = random(s, p.dtype);
+      const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
+                   beta = random({d.c}, DType::kF32);
+      const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
+      auto ref = cpu_->make_batch_norm(d);
+      Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
+             sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
+      ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
+      ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
+      Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
+             db_r = Tensor::host({d.c});
+      ref->backward(x, dy, gamma, sm_r, si_r, dx_r, dg_r, db_r, false);
+      ref->backward(x, dy, gamma, sm_r, si_r, dxa_r, dg_r, db_r, true);
+      for (const Layout l : kAllLayouts) {
+        auto g = gpu(p, l);
+        if (!g) continue;
+        auto k = g->make_batch_norm(d);
+        auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+        const Tensor xd = upload(*g, x, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
+        const Tensor gd = up32(gamma), bd = up32(beta);
+        Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
+               si = g->alloc({d.c}, DType::kF32);
+        Tensor y = g->alloc(s, p.dtype, l), yi = g->alloc(s, p.dtype, l);
+        Tensor dx = g->alloc(s, p.dtype, l), dxa = upload(*g, dx0, p.dtype, l);
+        Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
+        k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
+        k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
+        k->backward(xd, dyd, gd, sm, si, dx, dg, db, false);
+        const std::string what =
+            std::string(flat ? "batch_norm 2-D " : "batch_norm 4-D ") + label(p, l);
+        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
+        EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
+        EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-5, what + " running variance (unbiased)"));
+        EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
+        EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
+        EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
+        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
+        EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
+        EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
+        k->backward(xd, dyd, gd, sm, si, dxa, dg, db, true);
+        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
+      }
+    }
+  }
+}
+
+// ---- softmax cross-entropy ---------------------------------------------------------------------
+TEST_F(CudaLayers, SoftmaxCrossEntropyMatchesCpu) {
+  for (const std::int64_t classes : {10, 1000}) {
+    SoftmaxXentDesc d;
+    d.n = 9, d.classes = classes;
+    for (const Precision& p : kAllPrecisions) {
+      if (p.tf32) continue;
+      auto g = gpu(p, Layout::kNCHW);
+      if (!g) continue;
+      const Tensor logits = random({d.n, d.classes}, p.dtype, -6.0f, 6.0f);
+      const Tensor labels = random_labels(d.n, d.classes, rng_);
+      auto ref = cpu_->make_softmax_xent(d);
+      Tensor probs_r = Tensor::host({d.n, d.classes}), loss_r = Tensor::host({1}),
+             dl_r = Tensor::host({d.n, d.classes});
+      ref->forward(logits, labels, probs_r, loss_r);
+      ref->backward(probs_r, labels, 128.0f, dl_r);
+
+      auto k = g->make_softmax_xent(d);
+      const Tensor ld = upload(*g, logits, p.dtype, Layout::kNCHW);
+      Tensor lab = g->alloc({d.n}, DType::kI32);
+      g->upload(labels, lab);
+      Tensor probs = g->alloc({d.n, d.classes}, DType::kF32), loss = g->alloc({1}, DType::kF32);
+      Tensor dl = g->alloc({d.n, d.classes}, p.dtype);
+      k->forward(ld, lab, probs, loss);
+      k->backward(probs, lab, 128.0f, dl);
+      const std::string what = "softmax_xent " + std::to_string(classes) + " classes " + p.name;
+      EXPECT_TRUE(close(download(*g, probs), probs_r, 1e-5, what + " probs"));
+      EXPECT_TRUE(close(download(*g, loss), loss_r, 1e-5, what + " loss"));
+      EXPECT_TRUE(
+          close(download(*g, dl), dl_r, p.dtype == DType::kF32 ? 1e-5 : p.tol, what + " dlogits"));
+    }
+  }
+}
+
+TEST_F(CudaLayers, SoftmaxCrossEntropyBadLabelGivesNanLoss) {
+  auto g = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(g);
+  SoftmaxXentDesc d;
+  d.n = 3, d.classes = 4;
+  auto k = g->make_softmax_xent(d);
+  Tensor labels = Tensor::host({3}, DType::kI32);
+  labels.data<std::int32_t>()[0] = 1, labels.data<std::int32_t>()[1] = 4,
+  labels.data<std::int32_t>()[2] = 0;
+  Tensor lab = g->alloc({3}, DType::kI32);
+  g->upload(labels, lab);
+  Tensor probs = g->alloc({3, 4}, DType::kF32), loss = g->alloc({1}, DType::kF32);
+  k->forward(upload(*g, random({3, 4}, DType::kF32), DType::kF32, Layout::kNCHW), lab, probs, loss);
+  EXPECT_TRUE(std::isnan(download(*g, loss).f32()[0]));
+}
+
+}  // namespace
+}  // namespace cnnergy::test
