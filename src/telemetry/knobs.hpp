@@ -1,0 +1,79 @@
+// Knob control: the one object through which cnnergy changes a GPU's power limit, locked SM clocks
+// or memory clocks. Every change is validated, journaled (original value + UUID, on disk) before it
+// is made, and undone on destruction, on SIGINT/SIGTERM/SIGHUP, after exceptions, and by
+// `cnnergy restore` after a crash. A dry run validates and prints the plan but changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "telemetry/journal.hpp"
+#include "telemetry/nvml.hpp"
+#include "telemetry/signals.hpp"
+
+namespace cnnergy::telemetry {
+
+struct KnobOptions {
+  std::string journal_path;  // empty: Journal::default_path()
+  bool dry_run = false;
+  // Restore on SIGINT/SIGTERM/SIGHUP and then die of that signal. Turn off when the caller handles
+  // signals itself (e.g. `monitor`, which forwards them to its child and restores afterwards).
+  bool handle_signals = true;
+  std::function<void(const std::string&)> announce;  // each change and restore; default: log_info
+};
+
+class KnobController {
+ public:
+  // If a journal from an earlier run exists: a live writer -> InvalidArgument (another cnnergy
+  // controls the GPUs); a dead one (crash, kill -9) -> its settings are restored first (a dry run
+  // only lists them). A corrupt journal -> DataError.
+  KnobController(std::shared_ptr<const Nvml> nvml, KnobOptions options = {});
+  ~KnobController();  // restores everything; never throws (failures are logged, journal kept)
+  KnobController(const KnobController&) = delete;
+  KnobController& operator=(const KnobController&) = delete;
+
+  // InvalidArgument (with the allowed range in W) outside [min, max]; NotSupported where the GPU
+  // cannot report its range; PermissionDenied without root/CAP_SYS_ADMIN.
+  void set_power_limit_w(unsigned gpu, double watts);
+  // Locks the SM clock to [min_mhz, max_mhz]; each must be a supported clock (InvalidArgument names
+  // the nearest one).
+  void lock_sm_clocks(unsigned gpu, std::uint32_t min_mhz, std::uint32_t max_mhz);
+  // Locks the memory clock (or, where the driver lacks memory locked clocks, sets application
+  // clocks); must be a supported memory clock.
+  void set_memory_clock(unsigned gpu, std::uint32_t mhz);
+
+  // Restores every changed setting now and deletes the journal; throws DeviceError listing what
+  // could not be restored (those entries stay in the journal for `cnnergy restore`).
+  void restore();
+
+  bool dry_run() const { return options_.dry_run; }
+  const std::string& journal_path() const { return journal_.path(); }
+  const std::vector<std::string>& plan() const { return plan_; }  // every change made or planned
+  std::size_t active_changes() const;
+
+ private:
+  const GpuDevice& device(unsigned gpu) const;
+  bool journaled(const std::string& uuid, KnobKind kind) const;
+  void journal_add(const JournalEntry& e);
+  void journal_drop_last();
+  void say(const std::string& line);
+  void restore_noexcept() noexcept;
+
+  std::shared_ptr<const Nvml> nvml_;
+  KnobOptions options_;
+  Journal journal_;
+  JournalData data_;
+  std::vector<std::string> plan_;
+  mutable std::recursive_mutex mutex_;  // the signal thread may restore while the owner works
+  std::optional<SignalWatcher> signals_;
+};
+
+// The supported value closest to `wanted` (ties: the lower one). `values` must not be empty.
+std::uint32_t nearest_clock(const std::vector<std::uint32_t>& values, std::uint32_t wanted);
+
+}  // namespace cnnergy::telemetry
