@@ -3,6 +3,7 @@
 
 #include "cli/cmd_model_info.hpp"
 #include "cli/cmd_profile.hpp"
+#include "cli/cmd_results.hpp"
 #include "cli/cmd_train.hpp"
 #include "cli/telemetry_commands.hpp"
 
@@ -13,6 +14,9 @@ const std::vector<Command>& commands() {
       {"model-info", "per-layer operations, FLOPs, data volumes and CTC of a model (seed 000 Sec. 4)", run_model_info},
       {"train", "train a model; time, throughput, accuracy (and energy) per epoch", run_train},
       {"profile", "per-layer and per-phase time and energy of a training iteration", run_profile},
+      {"report", "terminal tables and a self-contained HTML report of a results database", run_report},
+      {"export", "export a results database as CSV and/or JSON", run_export},
+      {"merge", "merge results databases (the shards of a sweep, several runs)", run_merge},
       {"devices", "GPUs NVML sees: readings, what each can measure and control", run_devices},
       {"monitor", "run a command and report its time and energy (perf stat for joules)", run_monitor},
       {"restore", "restore GPU settings left changed by a crashed or killed run", run_restore},

@@ -1,0 +1,121 @@
+// sqlite3 RAII wrappers: errors become DataError with the file name and SQLite's message.
+#include "tune/sqlite.hpp"
+
+#include <sqlite3.h>
+
+#include "core/errors.hpp"
+
+namespace cnnergy::tune {
+
+SqliteDb::SqliteDb(const std::string& path, bool read_only) : path_(path), read_only_(read_only) {
+  const int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw DataError("cannot open results database " + path + ": " + msg);
+  }
+  sqlite3_extended_result_codes(db_, 1);
+  sqlite3_busy_timeout(db_, 10000);  // another process writing (a shard on the same file): wait, then fail
+}
+
+SqliteDb::~SqliteDb() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+void SqliteDb::fail(const std::string& what, int rc) const {
+  std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  const int primary = rc & 0xFF;
+  if (primary == SQLITE_NOTADB) msg += " (not an SQLite database)";
+  if (primary == SQLITE_CORRUPT) msg += " (the file is damaged)";
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) msg += " (another process holds the database)";
+  throw DataError("results database " + path_ + ": " + what + ": " + msg);
+}
+
+void SqliteDb::exec(const std::string& sql) {
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    const std::string msg = err ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    std::string suffix;
+    const int primary = rc & 0xFF;
+    if (primary == SQLITE_NOTADB) suffix = " (not an SQLite database)";
+    if (primary == SQLITE_CORRUPT) suffix = " (the file is damaged)";
+    throw DataError("results database " + path_ + ": " + msg + suffix);
+  }
+}
+
+std::int64_t SqliteDb::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }
+
+std::string SqliteDb::last_error() const { return db_ ? sqlite3_errmsg(db_) : "no connection"; }
+
+SqliteStmt::SqliteStmt(SqliteDb& db, const std::string& sql) : db_(db), sql_(sql) {
+  const int rc = sqlite3_prepare_v2(db.get(), sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr);
+  if (rc != SQLITE_OK) db_.fail("cannot prepare '" + sql.substr(0, 60) + "'", rc);
+}
+
+SqliteStmt::~SqliteStmt() { sqlite3_finalize(stmt_); }
+
+SqliteStmt& SqliteStmt::bind(int index, double v) {
+  if (const int rc = sqlite3_bind_double(stmt_, index, v); rc != SQLITE_OK) db_.fail("bind", rc);
+  return *this;
+}
+SqliteStmt& SqliteStmt::bind(int index, std::int64_t v) {
+  if (const int rc = sqlite3_bind_int64(stmt_, index, v); rc != SQLITE_OK) db_.fail("bind", rc);
+  return *this;
+}
+SqliteStmt& SqliteStmt::bind(int index, const std::string& v) {
+  if (const int rc = sqlite3_bind_text(stmt_, index, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); rc != SQLITE_OK)
+    db_.fail("bind", rc);
+  return *this;
+}
+SqliteStmt& SqliteStmt::bind(int index, const std::optional<double>& v) { return v ? bind(index, *v) : bind_null(index); }
+SqliteStmt& SqliteStmt::bind_null(int index) {
+  if (const int rc = sqlite3_bind_null(stmt_, index); rc != SQLITE_OK) db_.fail("bind", rc);
+  return *this;
+}
+
+bool SqliteStmt::step() {
+  const int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  db_.fail("'" + sql_.substr(0, 60) + "' failed", rc);
+}
+
+void SqliteStmt::run() {
+  while (step()) {
+  }
+}
+
+void SqliteStmt::reset() {
+  next_param_ = 0;
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+bool SqliteStmt::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+double SqliteStmt::get_double(int col) const { return sqlite3_column_double(stmt_, col); }
+std::int64_t SqliteStmt::get_int(int col) const { return sqlite3_column_int64(stmt_, col); }
+std::string SqliteStmt::get_text(int col) const {
+  const auto* p = sqlite3_column_text(stmt_, col);
+  const int n = sqlite3_column_bytes(stmt_, col);
+  return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n)) : std::string();
+}
+std::optional<double> SqliteStmt::get_optional_double(int col) const {
+  return is_null(col) ? std::nullopt : std::optional<double>(get_double(col));
+}
+
+SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+
+SqliteTransaction::~SqliteTransaction() {
+  if (!done_) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);  // best effort; never throws
+}
+
+void SqliteTransaction::commit() {
+  db_.exec("COMMIT");
+  done_ = true;
+}
+
+}  // namespace cnnergy::tune

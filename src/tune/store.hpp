@@ -1,0 +1,107 @@
+// The results store: every sweep, trial and repetition in one SQLite file (WAL mode). Each trial is
+// written in one transaction, so Ctrl-C or a crash keeps every finished trial; a file from another
+// schema version, or one that is damaged or not a database, is refused with a DataError saying so.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tune/knobs.hpp"
+#include "tune/metrics.hpp"
+
+namespace cnnergy::tune {
+
+class SqliteDb;
+struct MergeReport;
+
+// Where a sweep ran. The GPU fields come from telemetry (the caller fills them); host_environment()
+// fills what the host knows.
+struct Environment {
+  std::vector<std::string> gpu_names;
+  std::string driver_version, cuda_version, cudnn_version, host, date, cnnergy_version;
+  std::map<std::string, std::string> extra;  // clocks, power limits, CPU, anything else worth keeping
+};
+Environment host_environment();  // host name, UTC date, cnnergy version
+std::string utc_timestamp();     // ISO 8601, "2026-11-21T22:52:03Z"
+
+struct SweepRecord {
+  std::int64_t id = 0;           // set by the store
+  std::string sweep_key;         // identity: the same key means the same sweep (resume, shards, merge)
+  std::string created;           // ISO 8601 UTC; filled by add_sweep when empty
+  std::string command_line;
+  std::string description;       // workload and knob space, for people
+  Environment environment;
+  std::string notes;             // appended by merges (e.g. environments that differ)
+};
+
+// One finished trial as the sweep hands it to the store.
+struct TrialRecord {
+  TrialSpec spec;
+  TrialStatus status = TrialStatus::kOk;
+  std::string error_message;
+  TrialMeasurement measurement;  // empty repetitions for a trial that did not run
+  std::string started, finished;  // ISO 8601 UTC
+};
+
+// A stored trial as reports read it: the analysis summary plus bookkeeping.
+struct StoredTrial {
+  std::int64_t id = 0, sweep_id = 0;
+  std::size_t trial_index = 0;
+  TrialSummary summary;
+  std::string error_message, started, finished;
+  std::size_t repetitions = 0;
+  double samples_per_iteration = 0, flops_per_iteration = 0;
+  std::optional<double> accuracy;
+};
+
+class ResultStore {
+ public:
+  enum class Mode { kReadWrite, kReadOnly };
+  // kReadWrite creates the file and schema when missing; kReadOnly needs an existing store.
+  explicit ResultStore(const std::string& path, Mode mode = Mode::kReadWrite);
+  ~ResultStore();
+  ResultStore(ResultStore&&) noexcept;
+  ResultStore& operator=(ResultStore&&) noexcept;
+
+  const std::string& path() const;
+
+  std::int64_t add_sweep(const SweepRecord& sweep);
+  std::optional<SweepRecord> find_sweep(const std::string& sweep_key) const;  // the newest with that key
+  std::vector<SweepRecord> sweeps() const;                                    // by id
+  SweepRecord sweep(std::int64_t id) const;                                   // DataError when absent
+  void append_sweep_note(std::int64_t sweep_id, const std::string& note);
+
+  // Writes the trial, its repetitions, phases and layers in one transaction; a trial with the same key
+  // in the same sweep (a failed trial retried on --resume) is replaced. Metrics are computed here from
+  // the repetitions, so stored medians always agree with the stored repetitions.
+  void write_trial(std::int64_t sweep_id, const TrialRecord& trial);
+  bool has_trial(std::int64_t sweep_id, const std::string& key) const;
+  std::optional<TrialStatus> trial_status(std::int64_t sweep_id, const std::string& key) const;
+  std::vector<StoredTrial> trials(std::int64_t sweep_id) const;  // by trial index
+  TrialRecord read_trial(std::int64_t trial_id) const;           // everything, repetitions included
+
+ private:
+  // Both run inside a transaction the caller holds.
+  std::int64_t insert_sweep(const SweepRecord& sweep);
+  void insert_trial(std::int64_t sweep_id, const TrialRecord& trial);
+  friend MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
+  std::unique_ptr<SqliteDb> db_;
+};
+
+struct MergeReport {
+  std::size_t sweeps_created = 0, sweeps_merged = 0, trials_copied = 0;
+  std::size_t duplicates_kept = 0, duplicates_replaced = 0;
+  std::vector<std::string> messages;  // one line per duplicate or environment difference
+};
+
+// Merges result stores into `out_path` (created when missing): sweeps with the same key become one
+// sweep; a trial present twice keeps the better status (ok > does_not_fit > skipped > failed), the
+// existing one on a tie, and is reported. All inputs are checked before anything is written, and the
+// merge is one transaction: it happens completely or not at all.
+MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
+
+}  // namespace cnnergy::tune

@@ -1,0 +1,147 @@
+// Every SQL statement of the results store, in one place: the schema (version 1) and the queries.
+// Metric columns (<metric>_median/_stddev/_min/_max) are generated from the metric table, so adding a
+// metric is a schema change: bump kSchemaVersion.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tune/knobs.hpp"
+#include "tune/metrics.hpp"
+
+namespace cnnergy::tune::sql {
+
+inline constexpr int kSchemaVersion = 1;
+inline constexpr const char* kApplication = "cnnergy-results";
+
+inline const char* const kPragmas =
+    "PRAGMA journal_mode=WAL;"      // readers never block the writer; a crash keeps committed trials
+    "PRAGMA synchronous=FULL;"      // a trial costs minutes: pay the fsync so power loss keeps it too
+    "PRAGMA foreign_keys=ON;";
+
+inline const char* const kHasTables = "SELECT count(*) FROM sqlite_master WHERE type='table'";
+inline const char* const kHasSchemaInfo = "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_info'";
+inline const char* const kReadSchemaInfo = "SELECT key, value FROM schema_info";
+inline const char* const kQuickCheck = "PRAGMA quick_check";
+
+inline const char* const kStatusCheck = "CHECK (status IN ('ok','failed','does_not_fit','skipped'))";
+
+inline std::string metric_columns_ddl() {
+  std::string out;
+  for (Metric m : kAllMetrics)
+    for (const char* s : {"_median", "_stddev", "_min", "_max"}) out += ",\n  " + std::string(metric_name(m)) + s + " REAL";
+  return out;
+}
+
+inline std::string knob_columns_ddl() {
+  std::string out;
+  for (Knob k : kAllKnobs) out += ",\n  " + std::string(knob_name(k)) + (knob_is_numeric(k) ? " INTEGER" : " TEXT");
+  return out;
+}
+
+inline std::vector<std::string> schema() {
+  return {
+      "CREATE TABLE schema_info (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+      "INSERT INTO schema_info (key, value) VALUES ('application', '" + std::string(kApplication) + "'), "
+      "('schema_version', '" + std::to_string(kSchemaVersion) + "')",
+      "CREATE TABLE sweeps (\n"
+      "  id INTEGER PRIMARY KEY,\n"
+      "  sweep_key TEXT NOT NULL,\n"
+      "  created TEXT NOT NULL,\n"
+      "  command_line TEXT NOT NULL,\n"
+      "  description TEXT NOT NULL,\n"
+      "  gpu_names TEXT NOT NULL,\n"         // JSON array
+      "  driver_version TEXT, cuda_version TEXT, cudnn_version TEXT, host TEXT, run_date TEXT, cnnergy_version TEXT,\n"
+      "  environment_json TEXT NOT NULL,\n"  // everything, extras included
+      "  notes TEXT NOT NULL DEFAULT '')",
+      "CREATE INDEX sweeps_by_key ON sweeps (sweep_key)",
+      "CREATE TABLE trials (\n"
+      "  id INTEGER PRIMARY KEY,\n"
+      "  sweep_id INTEGER NOT NULL REFERENCES sweeps (id) ON DELETE CASCADE,\n"
+      "  trial_index INTEGER NOT NULL,\n"
+      "  trial_key TEXT NOT NULL,\n"
+      "  knobs_json TEXT NOT NULL" + knob_columns_ddl() + ",\n"
+      "  status TEXT NOT NULL " + kStatusCheck + ",\n"
+      "  error_message TEXT NOT NULL DEFAULT '',\n"
+      "  is_reference INTEGER NOT NULL DEFAULT 0,\n"
+      "  started TEXT, finished TEXT,\n"
+      "  repetitions INTEGER NOT NULL DEFAULT 0,\n"
+      "  samples_per_iteration REAL, flops_per_iteration REAL, accuracy REAL,\n"
+      "  metrics_json TEXT NOT NULL DEFAULT '{}'" + metric_columns_ddl() + ",\n"
+      "  UNIQUE (sweep_id, trial_key))",
+      "CREATE TABLE repetitions (\n"
+      "  id INTEGER PRIMARY KEY,\n"
+      "  trial_id INTEGER NOT NULL REFERENCES trials (id) ON DELETE CASCADE,\n"
+      "  rep_index INTEGER NOT NULL,\n"
+      "  elapsed_ms REAL NOT NULL,\n"
+      "  iterations INTEGER NOT NULL,\n"
+      "  samples REAL,\n"
+      "  energy_mj_json TEXT NOT NULL,\n"  // per GPU
+      "  energy_mj_total REAL,\n"
+      "  avg_power_w REAL, peak_power_w REAL, max_temperature_c REAL,\n"
+      "  energy_source TEXT NOT NULL DEFAULT '',\n"
+      "  UNIQUE (trial_id, rep_index))",
+      "CREATE TABLE phases (\n"
+      "  trial_id INTEGER NOT NULL REFERENCES trials (id) ON DELETE CASCADE,\n"
+      "  phase_index INTEGER NOT NULL,\n"
+      "  phase TEXT NOT NULL,\n"
+      "  time_ms REAL NOT NULL, time_ms_stddev REAL, energy_mj REAL NOT NULL, energy_mj_stddev REAL,\n"
+      "  PRIMARY KEY (trial_id, phase_index))",
+      "CREATE TABLE layers (\n"
+      "  trial_id INTEGER NOT NULL REFERENCES trials (id) ON DELETE CASCADE,\n"
+      "  layer_index INTEGER NOT NULL,\n"
+      "  name TEXT NOT NULL, type TEXT NOT NULL,\n"
+      "  forward_ms REAL NOT NULL, backward_ms REAL NOT NULL, energy_mj REAL, flops REAL,\n"
+      "  PRIMARY KEY (trial_id, layer_index))",
+  };
+}
+
+inline const char* const kInsertSweep =
+    "INSERT INTO sweeps (sweep_key, created, command_line, description, gpu_names, driver_version, cuda_version, "
+    "cudnn_version, host, run_date, cnnergy_version, environment_json, notes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
+inline const char* const kSweepColumns =
+    "SELECT id, sweep_key, created, command_line, description, environment_json, notes FROM sweeps";
+inline const char* const kAppendNote = "UPDATE sweeps SET notes = notes || ? WHERE id = ?";
+
+inline std::string insert_trial() {
+  std::string cols = "sweep_id, trial_index, trial_key, knobs_json";
+  std::string qs = "?,?,?,?";
+  for (Knob k : kAllKnobs) {
+    cols += ", " + std::string(knob_name(k));
+    qs += ",?";
+  }
+  cols += ", status, error_message, is_reference, started, finished, repetitions, samples_per_iteration, "
+          "flops_per_iteration, accuracy, metrics_json";
+  qs += ",?,?,?,?,?,?,?,?,?,?";
+  for (Metric m : kAllMetrics)
+    for (const char* s : {"_median", "_stddev", "_min", "_max"}) {
+      cols += ", " + std::string(metric_name(m)) + s;
+      qs += ",?";
+    }
+  return "INSERT INTO trials (" + cols + ") VALUES (" + qs + ")";
+}
+
+inline const char* const kDeleteTrial = "DELETE FROM trials WHERE sweep_id = ? AND trial_key = ?";
+inline const char* const kTrialStatus = "SELECT status FROM trials WHERE sweep_id = ? AND trial_key = ?";
+inline const char* const kTrialColumns =
+    "SELECT id, sweep_id, trial_index, trial_key, status, error_message, is_reference, started, finished, repetitions, "
+    "samples_per_iteration, flops_per_iteration, accuracy, metrics_json FROM trials";
+inline const char* const kInsertRepetition =
+    "INSERT INTO repetitions (trial_id, rep_index, elapsed_ms, iterations, samples, energy_mj_json, energy_mj_total, "
+    "avg_power_w, peak_power_w, max_temperature_c, energy_source) VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+inline const char* const kSelectRepetitions =
+    "SELECT elapsed_ms, iterations, energy_mj_json, peak_power_w, max_temperature_c, energy_source FROM repetitions "
+    "WHERE trial_id = ? ORDER BY rep_index";
+inline const char* const kInsertPhase =
+    "INSERT INTO phases (trial_id, phase_index, phase, time_ms, time_ms_stddev, energy_mj, energy_mj_stddev) "
+    "VALUES (?,?,?,?,?,?,?)";
+inline const char* const kSelectPhases =
+    "SELECT phase, time_ms, time_ms_stddev, energy_mj, energy_mj_stddev FROM phases WHERE trial_id = ? ORDER BY phase_index";
+inline const char* const kInsertLayer =
+    "INSERT INTO layers (trial_id, layer_index, name, type, forward_ms, backward_ms, energy_mj, flops) "
+    "VALUES (?,?,?,?,?,?,?,?)";
+inline const char* const kSelectLayers =
+    "SELECT layer_index, name, type, forward_ms, backward_ms, energy_mj, flops FROM layers WHERE trial_id = ? "
+    "ORDER BY layer_index";
+
+}  // namespace cnnergy::tune::sql
