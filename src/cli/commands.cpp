@@ -1,9 +1,11 @@
 // The table of commands, in the order `cnnergy --help` lists them.
 #include "cli/commands.hpp"
 
+#include "cli/cmd_dist_train.hpp"
 #include "cli/cmd_model_info.hpp"
 #include "cli/cmd_profile.hpp"
 #include "cli/cmd_results.hpp"
+#include "cli/cmd_sweep.hpp"
 #include "cli/cmd_train.hpp"
 #include "cli/telemetry_commands.hpp"
 
@@ -13,7 +15,10 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"model-info", "per-layer operations, FLOPs, data volumes and CTC of a model (seed 000 Sec. 4)", run_model_info},
       {"train", "train a model; time, throughput, accuracy (and energy) per epoch", run_train},
+      {"dist-train", "data-parallel training over N GPUs / MPI ranks: per-GPU time, wait and energy, scaling", run_dist_train},
+      {"concurrent", "K trainings on disjoint GPU subsets at once vs one after another: time and energy", run_concurrent},
       {"profile", "per-layer and per-phase time and energy of a training iteration", run_profile},
+      {"sweep", "sweep knobs over a model or a command; store every trial; optimum per metric", run_sweep},
       {"report", "terminal tables and a self-contained HTML report of a results database", run_report},
       {"export", "export a results database as CSV and/or JSON", run_export},
       {"merge", "merge results databases (the shards of a sweep, several runs)", run_merge},

@@ -1,0 +1,557 @@
+// `cnnergy dist-train` and `cnnergy concurrent`: flags -> data-parallel configuration, the run
+// (local threads or one MPI rank per process), a per-rank / per-node / total table, scaling against
+// a one-GPU baseline, JSON output. Under MPI only rank 0 prints; every rank that fails says so with
+// its rank, and a rank failing alone leaves without MPI_Finalize so mpirun stops the others at
+// once.
+#include "cli/cmd_dist_train.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "backend/ops.hpp"
+#include "cli/args.hpp"
+#include "core/errors.hpp"
+#include "data/dataset.hpp"
+#include "net/graph.hpp"
+#include "net/zoo/zoo.hpp"
+#include "telemetry/json.hpp"
+#include "train/dist/concurrent.hpp"
+#include "train/dist/dp_trainer.hpp"
+#include "train/dist/mpi_comm.hpp"
+#include "train/dist/nccl_comm.hpp"
+#include "train/dist/scaling.hpp"
+#include "train/precision.hpp"
+
+namespace cnnergy::cli {
+
+namespace {
+
+using telemetry::Json;
+using namespace cnnergy::dist;
+
+// Flags both commands share: model, data, precision, solver, buckets, timeouts, energy.
+void declare_common(ArgParser& p) {
+  p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
+  p.option(
+      "data",
+      "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
+      "fashion-mnist");
+  p.option("device", "cpu (replicas are CPU threads/processes) or cuda (one GPU per replica)",
+           "cpu", {"cpu", "cuda"});
+  p.option("precision", "fp32 (TF32 off), tf32, fp16 (loss scaling), bf16", "fp32",
+           precision_names());
+  p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
+  p.option("conv-algo", "GPU convolution algorithm policy: find, heuristic or an algorithm name",
+           "find");
+  p.option("epochs", "epochs", "1");
+  p.option("max-iters", "steps per epoch at most (0 = whole epoch of global batches)", "0");
+  p.option("warmup", "first steps trained but neither timed nor metered", "2");
+  p.option("eval-batches", "held-out batches per evaluation over all ranks (0 = all)", "0");
+  p.flag("no-eval", "skip the held-out evaluation");
+  p.option("lr", "learning rate (fixed)", "0.01");
+  p.option("momentum", "SGD momentum", "0.9");
+  p.option("weight-decay", "L2 weight decay (weights only)", "0.0005");
+  p.option("bucket-mb", "gradient bucket size in MiB", "25");
+  p.flag("no-overlap", "launch the all-reduces after backward instead of during it");
+  p.option("wait-method", "how waiting for the slowest rank is measured (docs/multi-gpu.md)",
+           "estimate", {"estimate", "barrier"});
+  p.option("comm-timeout", "seconds a collective may wait for its peers before the run fails",
+           "300");
+  p.option("check-weights",
+           "compare weight checksums across ranks every N steps (0 = at the end only)", "0");
+  p.option("seed", "seed for weights, epoch order, dropout", "1");
+  p.flag("augment", "random crop/mirror of training samples");
+  p.option("workers", "data-loader threads per rank", "2");
+  p.option("prefetch", "batches prefetched per rank", "3");
+  p.option("dataset-size", "synthetic data set size", "0");
+  p.option("input", "model input override CxHxW");
+  p.option("classes", "model class-count override");
+  p.flag("no-energy", "do not meter energy (time only)");
+  p.option("json", "write the report as JSON to this file");
+}
+
+struct Common {
+  BackendOptions backend;
+  DataParallelConfig config;
+  CommOptions comm;
+  std::unique_ptr<Graph> graph;
+  data::DatasetSplits data;
+  bool meter_energy = true;
+  std::string precision;
+};
+
+// "synthetic" alone takes the model's input shape and class count (as `cnnergy train`).
+std::string data_spec(const std::string& data, const Graph& graph, std::int64_t dataset_size) {
+  if (data != "synthetic") return data;
+  const Shape& in = graph.input_per_sample();
+  return "synthetic:" + std::to_string(in[0]) + "x" + std::to_string(in[1]) + "x" +
+         std::to_string(in[2]) + ":classes=" + std::to_string(graph.num_classes()) +
+         (dataset_size > 0 ? ":size=" + std::to_string(dataset_size) : std::string());
+}
+
+Common parse_common(const ArgParser& p) {
+  Common c;
+  c.backend.device = parse_device(p.get("device"));
+  c.precision = p.get("precision");
+  apply_precision(parse_precision(c.precision), c.backend);
+  c.backend.layout = parse_layout(p.get("layout"));
+  c.backend.conv_algo_policy = p.get("conv-algo");
+  DataParallelConfig& d = c.config;
+  d.epochs = p.get_int("epochs", 1, 100000);
+  d.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);
+  d.warmup_iterations = p.get_int("warmup", 0, 1LL << 40);
+  d.eval_batches = p.get_int("eval-batches", 0, 1LL << 40);
+  d.evaluate = !p.get_flag("no-eval");
+  d.solver.schedule.base_lr = p.get_double("lr", 1e-12, 100.0);
+  d.solver.momentum = p.get_double("momentum", 0.0, 0.999999);
+  d.solver.weight_decay = p.get_double("weight-decay", 0.0, 1.0);
+  d.solver.loss_scale = SolverOptions::loss_scale_for(c.backend.dtype);
+  d.buckets.cap_bytes =
+      static_cast<std::size_t>(p.get_double("bucket-mb", 1.0 / 1024, 1 << 20) * (1 << 20));
+  d.buckets.overlap = !p.get_flag("no-overlap");
+  d.wait_method = parse_wait_method(p.get("wait-method"));
+  d.check_weights_every = p.get_int("check-weights", 0, 1LL << 40);
+  d.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
+  d.augment = p.get_flag("augment");
+  d.loader_workers = static_cast<int>(p.get_int("workers", 1, 64));
+  d.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
+  c.comm.timeout_s = p.get_double("comm-timeout", 0.001, 1e7);
+  c.meter_energy = !p.get_flag("no-energy");
+  std::optional<Shape> input;
+  if (auto s = p.get_optional("input")) input = parse_shape(*s);
+  std::optional<std::int64_t> classes;
+  if (p.get_optional("classes")) classes = p.get_int("classes", 1, 1 << 24);
+  c.graph = build_model(p.get("model"), input, classes);
+  const std::string spec =
+      data_spec(p.get("data"), *c.graph, p.get_int("dataset-size", 0, 1LL << 40));
+  c.data = data::open_dataset(spec);
+  d.signature = "data spec '" + spec + "'";
+  return c;
+}
+
+Json opt(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
+
+Json report_json(const DataParallelReport& r) {
+  Json j = Json::object();
+  j["model"] = r.model;
+  j["comm"] = r.comm_kind;
+  j["world_size"] = r.world_size;
+  j["per_replica_batch"] = r.per_replica_batch;
+  j["global_batch"] = r.global_batch;
+  j["iterations"] = r.iterations;
+  j["timed_iterations"] = r.timed_iterations;
+  j["timed_samples"] = r.timed_samples;
+  j["seconds"] = r.seconds;
+  j["samples_per_s"] = r.samples_per_s;
+  j["total_joules"] = opt(r.total_joules);
+  j["joules_per_sample"] = opt(r.joules_per_sample);
+  j["wait_method"] = r.wait_method;
+  j["weights_checksum"] = r.weights_checksum;
+  j["energy_note"] = r.energy_note;
+  Json ranks = Json::array();
+  for (const RankReport& k : r.ranks) {
+    Json x = Json::object();
+    x["rank"] = k.rank;
+    x["host"] = k.host;
+    x["device"] = k.device;
+    x["timed_iterations"] = k.timed_iterations;
+    x["seconds"] = k.seconds;
+    x["compute_ms"] = k.compute_ms;
+    x["allreduce_ms"] = k.allreduce_ms;
+    x["wait_ms"] = k.wait_ms;
+    x["exposed_comm_ms"] = k.exposed_comm_ms;
+    x["load_ms"] = k.load_ms;
+    x["loader_wait_ms"] = k.loader_wait_ms;
+    x["iteration_ms_median"] = k.iteration_ms.median;
+    x["joules"] = opt(k.joules);
+    x["wait_joules"] = opt(k.wait_joules);
+    x["average_watts"] = k.average_watts;
+    x["energy_source"] = k.energy_source;
+    Json phases = Json::object();  // median ms per step
+    for (std::size_t i = 0; i < k.phase_ms.size() && i < dp_phase_names().size(); ++i)
+      phases[dp_phase_names()[i]] = k.phase_ms[i].median;
+    x["phase_ms_median"] = phases;
+    ranks.push_back(x);
+  }
+  j["ranks"] = ranks;
+  Json nodes = Json::array();
+  for (const NodeEnergy& n : r.nodes) {
+    Json x = Json::object();
+    x["host"] = n.host;
+    x["ranks"] = n.ranks;
+    x["joules"] = opt(n.joules);
+    nodes.push_back(x);
+  }
+  j["nodes"] = nodes;
+  Json buckets = Json::array();
+  for (std::size_t b = 0; b < r.buckets.size(); ++b) {
+    Json x = Json::object();
+    x["bytes"] = r.buckets[b].bytes;
+    x["dtype"] = std::string(dtype_name(r.buckets[b].dtype));
+    x["parameters"] = r.buckets[b].num_parameters;
+    x["first_parameter"] = r.buckets[b].first_parameter;
+    x["transfer_ms"] = b < r.bucket_transfer_ms.size() ? r.bucket_transfer_ms[b] : 0.0;
+    buckets.push_back(x);
+  }
+  j["buckets"] = buckets;
+  Json epochs = Json::array();
+  for (const EpochSummary& e : r.epochs) {
+    Json x = Json::object();
+    x["epoch"] = e.epoch;
+    x["train_loss"] = std::isfinite(e.train_loss) ? Json(e.train_loss) : Json();
+    x["top1"] = opt(e.top1);
+    x["top5"] = opt(e.top5);
+    epochs.push_back(x);
+  }
+  j["epochs"] = epochs;
+  return j;
+}
+
+BaselineFigures baseline_from_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw DataError("cannot open the baseline file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const Json j = Json::parse(ss.str());
+  BaselineFigures b;
+  b.world_size = static_cast<int>(j.at("world_size").number("baseline world_size"));
+  b.global_batch = static_cast<std::int64_t>(j.at("global_batch").number("baseline global_batch"));
+  b.samples_per_s = j.at("samples_per_s").number("baseline samples_per_s");
+  if (const Json* e = j.find("joules_per_sample"); e && !e->is_null())
+    b.joules_per_sample = e->number();
+  if (const Json* m = j.find("model"); m && m->is_string()) b.model = m->str();
+  return b;
+}
+
+void write_json(const std::string& path, const Json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw DataError("cannot write '" + path + "'");
+}
+
+double per_it(double total_ms, std::int64_t iterations) {
+  return iterations > 0 ? total_ms / static_cast<double>(iterations) : 0.0;
+}
+
+void print_report(const DataParallelReport& r) {
+  for (const EpochSummary& e : r.epochs) {
+    std::printf("epoch %lld: loss %.4f", static_cast<long long>(e.epoch), e.train_loss);
+    if (e.top1)
+      std::printf(", top-1 %.2f%%, top-5 %.2f%% (%lld held-out samples)", *e.top1 * 100,
+                  *e.top5 * 100, static_cast<long long>(e.eval_samples));
+    std::printf("\n");
+  }
+  std::printf("\nper rank, ms per timed iteration (%lld timed of %lld steps; wait method: %s):\n",
+              static_cast<long long>(r.timed_iterations), static_cast<long long>(r.iterations),
+              r.wait_method.c_str());
+  std::printf("%4s %-14s %-28s %9s %9s %8s %8s %9s %10s %9s %8s\n", "rank", "host", "device",
+              "compute", "allreduce", "wait", "exposed", "iteration", "joules", "wait J", "watts");
+  for (const RankReport& k : r.ranks) {
+    const auto n = k.timed_iterations;
+    std::printf("%4d %-14.14s %-28.28s %9.3f %9.3f %8.3f %8.3f %9.3f", k.rank, k.host.c_str(),
+                k.device.c_str(), per_it(k.compute_ms, n), per_it(k.allreduce_ms, n),
+                per_it(k.wait_ms, n), per_it(k.exposed_comm_ms, n), k.iteration_ms.median);
+    if (k.joules) {
+      std::printf(" %10.2f %9.2f %8.1f\n", *k.joules, k.wait_joules.value_or(0), k.average_watts);
+    } else {
+      std::printf(" %10s %9s %8s\n", "-", "-", "-");
+    }
+  }
+  for (const NodeEnergy& n : r.nodes) {
+    if (n.joules) {
+      std::printf("node %s: %.2f J over %d GPU(s)\n", n.host.c_str(), *n.joules, n.ranks);
+    } else {
+      std::printf("node %s: %d rank(s), energy not metered\n", n.host.c_str(), n.ranks);
+    }
+  }
+  std::printf("total: %.3f s timed, %.1f samples/s", r.seconds, r.samples_per_s);
+  if (r.total_joules)
+    std::printf(", %.2f J (%.5f J/sample, every GPU metered)", *r.total_joules,
+                r.joules_per_sample.value_or(0));
+  std::printf("\n");
+  if (!r.energy_note.empty()) std::printf("energy: %s\n", r.energy_note.c_str());
+  std::size_t bytes = 0;
+  for (const auto& b : r.buckets) bytes += b.bytes;
+  std::printf("gradients: %zu bucket(s), %.2f MiB; weights identical on every rank (checksum %s)\n",
+              r.buckets.size(), static_cast<double>(bytes) / (1 << 20), r.weights_checksum.c_str());
+}
+
+void print_scaling(const ScalingComparison& c, bool gpu) {
+  const char* unit = gpu ? "GPU" : "CPU replica";
+  std::printf(
+      "\n%s scaling on %d %ss: %.1f vs %.1f samples/s on one %s: speed-up %.2fx, efficiency "
+      "%.1f%%\n",
+      scaling_mode_name(c.mode).c_str(), c.gpus, unit, c.samples_per_s, c.baseline_samples_per_s,
+      unit, c.speedup, c.efficiency * 100);
+  if (c.energy_ratio)
+    std::printf("energy per sample: %.5f J vs %.5f J on one %s (x%.2f)\n", *c.joules_per_sample,
+                *c.baseline_joules_per_sample, unit, *c.energy_ratio);
+}
+
+Json scaling_json(const ScalingComparison& c) {
+  Json j = Json::object();
+  j["mode"] = scaling_mode_name(c.mode);
+  j["gpus"] = c.gpus;
+  j["baseline_samples_per_s"] = c.baseline_samples_per_s;
+  j["samples_per_s"] = c.samples_per_s;
+  j["speedup"] = c.speedup;
+  j["efficiency"] = c.efficiency;
+  j["baseline_joules_per_sample"] = opt(c.baseline_joules_per_sample);
+  j["joules_per_sample"] = opt(c.joules_per_sample);
+  j["energy_ratio"] = opt(c.energy_ratio);
+  return j;
+}
+
+// Two ranks on one GPU would fail deep inside NCCL: refuse it first, naming them (collective).
+void require_distinct_gpus(Communicator& comm, const Backend& backend) {
+  // Every rank takes the same branch: a backend without bus ids has none on any rank.
+  if (backend.pci_bus_id().empty()) return;
+  const auto all = comm.all_gather(comm.host_name() + " GPU " + backend.pci_bus_id());
+  for (std::size_t a = 0; a < all.size(); ++a)
+    for (std::size_t b = a + 1; b < all.size(); ++b)
+      if (all[a] == all[b])
+        throw NotSupported("ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                           " would share " + all[a] +
+                           ": start at most one process per GPU on each node");
+}
+
+// Re-throws a rank's failure with its rank in the message, keeping the error's exit code.
+[[noreturn]] void rethrow_with_rank(int rank) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.code(), "rank " + std::to_string(rank) + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw InternalError("rank " + std::to_string(rank) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+int run_dist_train(const std::vector<std::string>& args) {
+  ArgParser p("dist-train",
+              "Data-parallel training: the global batch split over N GPUs (or CPU replicas), "
+              "gradients all-reduced "
+              "in buckets during backward (NCCL on GPUs, MPI or threads on the CPU). Reports "
+              "per-rank compute, "
+              "all-reduce and wait time and energy, per-node and total energy, and scaling against "
+              "one GPU.");
+  declare_common(p);
+  p.option("gpus",
+           "replicas in this process (one GPU each); under mpirun: the rank count to expect");
+  p.option("global-batch", "global batch, split over the replicas (strong scaling)");
+  p.option("per-gpu-batch", "batch of each replica (weak scaling)");
+  p.option(
+      "launcher",
+      "local: N replicas in this process; mpi: one rank per process (mpirun/srun); auto: mpi when "
+      "started by an MPI launcher",
+      "auto", {"auto", "local", "mpi"});
+  p.option("save", "rank 0 writes a checkpoint of the final weights here");
+  p.option("baseline",
+           "JSON report of a one-GPU run (dist-train --gpus 1 --json) to compute scaling against");
+  p.flag("compare-single",
+         "after this run, run the one-GPU baseline here (rank 0) and report scaling");
+  p.epilog(
+      "Strong scaling: --global-batch B (each of N replicas trains B/N). Weak scaling: "
+      "--per-gpu-batch b. "
+      "Exit codes: see `cnnergy --help`; a rank that dies or stalls makes the others fail within "
+      "--comm-timeout seconds.");
+  if (!p.parse(args)) return 0;
+
+  const bool strong = p.get_optional("global-batch").has_value();
+  if (strong == p.get_optional("per-gpu-batch").has_value())
+    throw InvalidArgument(
+        "give exactly one of --global-batch (strong scaling) and --per-gpu-batch (weak scaling)");
+  const std::string launcher = p.get("launcher");
+  const bool use_mpi = launcher == "mpi" || (launcher == "auto" && launched_by_mpi());
+  const std::int64_t gpus_flag =
+      p.get_optional("gpus") ? p.get_int("gpus", 1, 1 << 16) : 0;  // 0: not given
+  const ScalingMode mode = strong ? ScalingMode::kStrong : ScalingMode::kWeak;
+
+  auto per_replica = [&](std::int64_t world) {
+    if (!strong) return p.get_int("per-gpu-batch", 1, 1 << 24);
+    const std::int64_t global = p.get_int("global-batch", 1, 1 << 30);
+    if (global % world != 0)
+      throw InvalidArgument("the global batch " + std::to_string(global) +
+                            " does not split evenly over " + std::to_string(world) + " replicas");
+    return global / world;
+  };
+
+  DataParallelReport report;
+  bool print = true;
+  int baseline_device = 0;
+  std::unique_ptr<MpiSession> session;
+  Common c;
+  if (use_mpi) {
+    session = std::make_unique<MpiSession>();
+    print = session->world_rank() == 0;
+    std::unique_ptr<Backend> backend;  // declared before the communicator: destroyed after it
+    std::unique_ptr<Communicator> comm;
+    try {
+      comm = session->communicator(CommOptions{p.get_double("comm-timeout", 0.001, 1e7)});
+      const int world = session->world_size();
+      if (gpus_flag > 0 && gpus_flag != world)
+        throw InvalidArgument("--gpus " + std::to_string(gpus_flag) +
+                              " but the MPI launcher started " + std::to_string(world) + " ranks");
+      c = parse_common(p);
+      c.config.per_replica_batch = per_replica(world);
+      c.config.save_path = p.get_optional("save").value_or("");
+      if (c.backend.device.is_cuda()) {
+        // One GPU per process: the node-local rank's, or the only one a process sees when the
+        // launcher gives each its own (CUDA_VISIBLE_DEVICES per rank, e.g. srun --gpus-per-task=1).
+        const int visible = cuda_device_count(), local = session->local_rank();
+        if (local >= visible && visible != 1)
+          throw NotSupported("local rank " + std::to_string(local) + " on " + comm->host_name() +
+                             " needs its own GPU, but " + std::to_string(visible) +
+                             " are visible: start at most that many processes per node");
+        c.backend.device.index = baseline_device = local < visible ? local : 0;
+      }
+      backend = create_backend(c.backend);
+      if (c.backend.device.is_cuda()) {
+        require_distinct_gpus(*comm, *backend);
+        comm = make_nccl_communicator(*backend, std::move(comm));
+      }
+      auto probe = c.meter_energy ? open_own_gpu_probe(*backend, session->local_size()) : nullptr;
+      report = train_data_parallel(*c.graph, *backend, *comm, c.data, c.config, probe.get());
+      probe.reset();
+      comm.reset();  // frees the GPU for a --compare-single baseline
+      backend.reset();
+    } catch (...) {
+      if (comm) comm->abort("rank " + std::to_string(session->world_rank()) + " failed");
+      session->abandon();
+      rethrow_with_rank(session->world_rank());
+    }
+  } else {
+    c = parse_common(p);
+    const int n = static_cast<int>(gpus_flag > 0 ? gpus_flag : 1);
+    c.config.per_replica_batch = per_replica(n);
+    c.config.save_path = p.get_optional("save").value_or("");
+    LocalRunOptions lo;
+    lo.backend = c.backend;
+    for (int i = 0; i < n; ++i) lo.devices.push_back(c.backend.device.is_cuda() ? i : 0);
+    lo.meter_energy = c.meter_energy;
+    lo.comm = c.comm;
+    if (c.backend.device.is_cuda() && n > cuda_device_count())
+      throw NotSupported("--gpus " + std::to_string(n) + ": " + std::to_string(n) +
+                         " GPU replica(s) asked for, but " + std::to_string(cuda_device_count()) +
+                         " GPU(s) are visible");
+    if (print)
+      std::printf(
+          "data-parallel training: %s on %s (%lld samples), %d replica(s) on %s, batch %d x %lld, "
+          "%s\n",
+          c.graph->model_name().c_str(), c.data.train->name().c_str(),
+          static_cast<long long>(c.data.train->size()), n,
+          c.backend.device.is_cuda() ? "GPUs" : "the CPU", n,
+          static_cast<long long>(c.config.per_replica_batch), c.precision.c_str());
+    std::fflush(stdout);
+    report = run_local_data_parallel(*c.graph, c.data, lo, c.config);
+  }
+  if (!print) return 0;
+  if (use_mpi)
+    std::printf("data-parallel training: %s, %d MPI rank(s) (%s), batch %d x %lld, %s\n",
+                report.model.c_str(), report.world_size, report.comm_kind.c_str(),
+                report.world_size, static_cast<long long>(report.per_replica_batch),
+                c.precision.c_str());
+  print_report(report);
+  Json out = report_json(report);
+
+  std::optional<BaselineFigures> baseline;
+  if (auto path = p.get_optional("baseline")) baseline = baseline_from_json(*path);
+  if (p.get_flag("compare-single")) {
+    std::printf("\nbaseline: the same training on one %s ...\n",
+                c.backend.device.is_cuda() ? "GPU" : "CPU replica");
+    std::fflush(stdout);
+    LocalRunOptions lo;
+    lo.backend = c.backend;
+    lo.devices = {baseline_device};
+    lo.meter_energy = c.meter_energy;
+    lo.comm = c.comm;
+    DataParallelConfig bc = c.config;
+    bc.per_replica_batch = strong ? report.global_batch : report.per_replica_batch;
+    bc.save_path.clear();
+    const DataParallelReport single = run_local_data_parallel(*c.graph, c.data, lo, bc);
+    std::printf("baseline: %.1f samples/s", single.samples_per_s);
+    if (single.joules_per_sample) std::printf(", %.5f J/sample", *single.joules_per_sample);
+    std::printf("\n");
+    out["baseline"] = report_json(single);
+    baseline = baseline_of(single);
+  }
+  if (baseline) {
+    const ScalingComparison sc = compare_scaling(report, *baseline, mode);
+    print_scaling(sc, c.backend.device.is_cuda());
+    out["scaling"] = scaling_json(sc);
+  }
+  if (auto path = p.get_optional("json")) write_json(*path, out);
+  return 0;
+}
+
+int run_concurrent(const std::vector<std::string>& args) {
+  ArgParser p(
+      "concurrent",
+      "Concurrent jobs (seed 002): K independent trainings on disjoint GPU subsets at the same "
+      "time, "
+      "against the same K one after another on all GPUs; total time and energy of both schedules.");
+  declare_common(p);
+  p.option("jobs", "number of independent trainings K", "2");
+  p.option("gpus-per-job", "GPUs (or CPU replicas) of each job in the concurrent schedule", "1");
+  p.option("job-batch", "global batch of each job (the same in both schedules)", "64");
+  if (!p.parse(args)) return 0;
+
+  Common c = parse_common(p);
+  ConcurrentOptions o;
+  o.jobs = static_cast<int>(p.get_int("jobs", 1, 1024));
+  o.gpus_per_job = static_cast<int>(p.get_int("gpus-per-job", 1, 1024));
+  o.backend = c.backend;
+  o.job_batch = p.get_int("job-batch", 1, 1 << 30);
+  o.config = c.config;
+  o.meter_energy = c.meter_energy;
+  o.comm = c.comm;
+  std::printf(
+      "%d jobs of %s (batch %lld), %d %s each concurrently vs one after another on all %d\n",
+      o.jobs, c.graph->model_name().c_str(), static_cast<long long>(o.job_batch), o.gpus_per_job,
+      c.backend.device.is_cuda() ? "GPU(s)" : "CPU replica(s)", o.jobs * o.gpus_per_job);
+  std::fflush(stdout);
+  const ConcurrentReport r = run_concurrent_schedules(*c.graph, c.data, o);
+
+  std::printf("\n%-11s %9s %10s %9s %11s %11s\n", "schedule", "seconds", "joules", "samples",
+              "samples/s", "J/sample");
+  Json out = Json::object();
+  out["total_gpus"] = r.total_gpus;
+  out["energy_note"] = r.energy_note;
+  for (const ScheduleReport* s : {&r.concurrent, &r.sequential}) {
+    const double sps = s->seconds > 0 ? static_cast<double>(s->samples) / s->seconds : 0;
+    std::printf("%-11s %9.3f", s->name.c_str(), s->seconds);
+    if (s->joules) {
+      std::printf(" %10.2f", *s->joules);
+    } else {
+      std::printf(" %10s", "-");
+    }
+    std::printf(" %9lld %11.1f", static_cast<long long>(s->samples), sps);
+    if (s->joules && s->samples > 0) {
+      std::printf(" %11.5f\n", *s->joules / static_cast<double>(s->samples));
+    } else {
+      std::printf(" %11s\n", "-");
+    }
+    Json j = Json::object();
+    j["seconds"] = s->seconds;
+    j["joules"] = opt(s->joules);
+    j["samples"] = s->samples;
+    Json jobs = Json::array();
+    for (const auto& job : s->jobs) jobs.push_back(report_json(job));
+    j["jobs"] = jobs;
+    out[s->name] = j;
+  }
+  if (r.concurrent.seconds > 0)
+    std::printf("sequential / concurrent: time x%.2f", r.sequential.seconds / r.concurrent.seconds);
+  if (r.concurrent.joules && r.sequential.joules && *r.concurrent.joules > 0)
+    std::printf(", energy x%.2f", *r.sequential.joules / *r.concurrent.joules);
+  std::printf("\n");
+  if (!r.energy_note.empty()) std::printf("energy: %s\n", r.energy_note.c_str());
+  if (auto path = p.get_optional("json")) write_json(*path, out);
+  return 0;
+}
+
+}  // namespace cnnergy::cli

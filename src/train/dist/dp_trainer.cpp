@@ -1,0 +1,335 @@
+// train_data_parallel(): one rank's measured loop. Per step: load (own shard, asynchronous upload),
+// forward, backward with bucket all-reduces launched from the layer hook, the compute stream's wait
+// for the last bucket ("comm_exposed"), update; then Communicator::end_step() keeps the host at
+// most one step ahead so a dead peer is noticed within the timeout. Timed windows start after the
+// warm-up steps; energy comes from this rank's own probe. Aggregation across ranks: dp_report.cpp.
+#include "train/dist/dp_trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+
+#include "core/errors.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "measure/phase_timer.hpp"
+#include "net/checkpoint.hpp"
+#include "net/executor.hpp"
+#include "net/graph.hpp"
+#include "train/dist/dp_internal.hpp"
+#include "train/dist/sharding.hpp"
+#include "train/evaluator.hpp"
+
+namespace cnnergy::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+enum PhaseIndex : std::size_t { kLoad = 0, kForward, kBackward, kCommExposed, kUpdate, kNumPhases };
+
+void validate(const DataParallelConfig& c, const data::DatasetSplits& d, const Graph& g,
+              int world) {
+  if (c.per_replica_batch < 1)
+    throw InvalidArgument("the per-replica batch must be at least 1, got " +
+                          std::to_string(c.per_replica_batch));
+  if (c.epochs < 1)
+    throw InvalidArgument("epochs must be at least 1, got " + std::to_string(c.epochs));
+  if (c.warmup_iterations < 0 || c.max_iterations_per_epoch < 0 || c.eval_batches < 0 ||
+      c.check_weights_every < 0)
+    throw InvalidArgument("warm-up, iteration, evaluation and check counts must be >= 0");
+  if (c.expected_world_size > 0 && c.expected_world_size != world)
+    throw InvalidArgument("expected " + std::to_string(c.expected_world_size) +
+                          " ranks, but the communicator has " + std::to_string(world) +
+                          " (mpirun -np and --gpus disagree?)");
+  if (!d.train) throw InvalidArgument("no training data");
+  data::check_compatible(d.train->sample_shape(), g.input_per_sample(), d.train->num_classes(),
+                         g.num_classes());
+  const std::int64_t global = c.per_replica_batch * world;
+  if (d.train->size() < global)
+    throw InvalidArgument("the training set has " + std::to_string(d.train->size()) +
+                          " samples, fewer than one global batch of " + std::to_string(global) +
+                          " (" + std::to_string(world) + " replicas x " +
+                          std::to_string(c.per_replica_batch) + ")");
+}
+
+// Everything a rank's numbers depend on; ranks must agree on it before the first collective that
+// would otherwise hang or silently mix different models.
+std::string run_signature(const Graph& g, const Backend& b, const DataParallelConfig& c,
+                          const data::DatasetSplits& d, int world) {
+  std::string s = "model " + model_signature(g);
+  s += "; replica batch " + std::to_string(c.per_replica_batch) + " x " + std::to_string(world);
+  s += "; " + std::string(dtype_name(b.dtype())) + (b.options().allow_tf32 ? "+tf32" : "") + " " +
+       std::string(layout_name(b.layout())) + " on " + b.name();
+  s += "; data '" + d.train->name() + "' (" + std::to_string(d.train->size()) + ")";
+  s += "; epochs " + std::to_string(c.epochs) + " max-iters " +
+       std::to_string(c.max_iterations_per_epoch) + " warm-up " +
+       std::to_string(c.warmup_iterations) + " seed " + std::to_string(c.seed);
+  s += "; lr " + std::to_string(c.solver.schedule.base_lr) + " momentum " +
+       std::to_string(c.solver.momentum) + " decay " + std::to_string(c.solver.weight_decay);
+  s += "; buckets " + std::to_string(c.buckets.cap_bytes) + (c.buckets.overlap ? " overlap" : "") +
+       " wait " + wait_method_name(c.wait_method);
+  if (!c.signature.empty()) s += "; " + c.signature;
+  return s;
+}
+
+// Identical initial state on every replica, whatever each one's initialiser did: rank 0's masters
+// and buffers are broadcast, then every working copy is refreshed from its master.
+void broadcast_state(Executor& exec, Communicator& comm) {
+  comm.wait_for_compute();
+  for (Parameter* p : exec.parameters()) comm.broadcast(p->master, 0);
+  for (StateBuffer* b : exec.buffers()) comm.broadcast(b->tensor, 0);
+  comm.compute_wait_for_comm();
+  comm.synchronize();
+  for (std::size_t i = 0; i < exec.num_layers(); ++i) exec.layer(i).refresh_working_copies();
+}
+
+// Running statistics (batch norm) differ per replica; evaluation uses their mean over ranks.
+void average_buffers(Executor& exec, Communicator& comm) {
+  const auto buffers = exec.buffers();
+  if (buffers.empty() || comm.size() == 1) return;
+  comm.wait_for_compute();
+  for (StateBuffer* b : buffers) comm.all_reduce_sum(b->tensor);
+  comm.compute_wait_for_comm();
+  comm.synchronize();
+  Backend& backend = exec.backend();
+  const float inv = 1.0f / static_cast<float>(comm.size());
+  for (StateBuffer* b : buffers) {
+    Tensor host = Tensor::host(b->tensor.shape(), DType::kF32, b->tensor.layout());
+    backend.download(b->tensor, host);
+    for (float& v : host.f32()) v *= inv;
+    backend.upload(host, b->tensor);
+  }
+}
+
+void check_weights(Executor& exec, Communicator& comm, std::int64_t step, std::string* out) {
+  comm.synchronize();
+  const std::string mine = weights_checksum(exec);
+  const auto all = comm.all_gather(mine);
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw InternalError("replica weights diverged after step " + std::to_string(step) +
+                          ": rank 0 checksum " + all[0] + ", rank " + std::to_string(r) +
+                          " checksum " + all[r]);
+  if (out) *out = mine;
+}
+
+}  // namespace
+
+const std::vector<std::string>& dp_phase_names() {
+  static const std::vector<std::string> names = {"load", "forward", "backward", "comm_exposed",
+                                                 "update"};
+  return names;
+}
+
+DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Communicator& comm,
+                                       const data::DatasetSplits& data,
+                                       const DataParallelConfig& config, EnergyProbe* energy) {
+  const int world = comm.size();
+  const int rank = comm.rank();
+  validate(config, data, graph, world);
+  agree(comm, "run (model, batch, precision, data, solver)",
+        run_signature(graph, backend, config, data, world));
+
+  const std::int64_t b = config.per_replica_batch;
+  const std::int64_t global = b * world;
+  const std::int64_t full_epoch = data.train->size() / global;
+  const std::int64_t iters_per_epoch = config.max_iterations_per_epoch > 0
+                                           ? std::min(full_epoch, config.max_iterations_per_epoch)
+                                           : full_epoch;
+
+  ExecutorOptions eo;
+  eo.batch_size = b;
+  eo.dropout_seed = mix_rank_seed(config.seed, rank);
+  Executor exec(graph, backend, eo);
+  exec.initialize_parameters(config.seed);
+  broadcast_state(exec, comm);
+
+  SolverOptions so = config.solver;
+  so.iterations_per_epoch = iters_per_epoch;
+  SgdSolver solver(exec, so);
+  BucketOptions bo = config.buckets;
+  bo.wait_barrier = config.wait_method == WaitMethod::kBarrier;
+  GradientBuckets buckets(exec, comm, bo);
+  // Same buckets everywhere, or the all-reduces would pair different tensors.
+  std::string layout_text;
+  for (const BucketInfo& bi : buckets.buckets())
+    layout_text += std::to_string(bi.bytes) + std::string(dtype_name(bi.dtype)) + ",";
+  agree(comm, "gradient buckets", layout_text);
+
+  RankState st;  // what dp_report.cpp turns into the reports
+  st.phase_names = dp_phase_names();
+  PhaseTimer timer(backend, st.phase_names);
+  const Shape& per = data.train->sample_shape();
+  const Shape in_shape{b, per[0], per[1], per[2]};
+  Tensor images[2] = {backend.alloc(in_shape, DType::kF32), backend.alloc(in_shape, DType::kF32)};
+  Tensor labels[2] = {backend.alloc(Shape{b}, DType::kI32), backend.alloc(Shape{b}, DType::kI32)};
+  std::deque<std::pair<data::Batch, std::unique_ptr<DeviceEvent>>> in_flight;
+  const float backward_scale_divisor = static_cast<float>(world);
+
+  std::int64_t step = 0, slot = 0;
+  for (std::int64_t epoch = 0; epoch < config.epochs; ++epoch) {
+    data::LoaderOptions lo;
+    lo.batch_size = b;
+    lo.shuffle = false;  // the shard is already in this epoch's shuffled order
+    lo.drop_last = true;
+    lo.augment = config.augment;
+    lo.workers = config.loader_workers;
+    lo.prefetch = config.prefetch;
+    lo.epochs = 1;
+    lo.seed = config.seed + static_cast<std::uint64_t>(epoch) * 7919u;
+    data::DataLoader loader(
+        epoch_shard(data.train, config.seed, epoch, rank, world, b, iters_per_epoch), lo, backend);
+
+    EpochSummary es;
+    es.epoch = epoch + 1;
+    es.iterations = iters_per_epoch;
+    double loss_sum = 0;
+    std::int64_t loss_reads = 0;
+    bool window_open = false;
+    Clock::time_point window_t0;
+    double window_wait0 = 0;
+
+    for (std::int64_t it = 0; it < iters_per_epoch; ++it, ++step) {
+      if (step >= config.warmup_iterations && !window_open) {
+        // Start of a timed window: nothing of the warm-up may leak into it.
+        comm.synchronize();
+        backend.synchronize();
+        if (step == config.warmup_iterations) {
+          timer.flush();
+          timer.clear();
+          buckets.harvest(true);
+          buckets.clear_timings();
+        }
+        if (energy) energy->begin();
+        window_open = true;
+        window_t0 = Clock::now();
+        window_wait0 = loader.stats().consumer_wait_ms;
+      }
+      timer.begin_iteration();
+      std::optional<data::Batch> batch = loader.next();
+      if (!batch) throw InternalError("the loader ran out of batches before the epoch ended");
+      const Tensor& dev_images = images[slot % 2];
+      const Tensor& dev_labels = labels[slot % 2];
+      ++slot;
+      backend.upload(batch->images, dev_images, /*async=*/true);
+      backend.upload(batch->labels, dev_labels, /*async=*/true);
+      auto uploaded = backend.make_event();
+      uploaded->record();
+      in_flight.emplace_back(std::move(*batch), std::move(uploaded));
+      while (in_flight.size() > 2 || (!in_flight.empty() && in_flight.front().second->ready())) {
+        in_flight.front().second->synchronize();
+        in_flight.pop_front();
+      }
+      exec.set_input(dev_images, dev_labels);
+      timer.end_phase(kLoad);
+      exec.forward(Phase::kTrain);
+      timer.end_phase(kForward);
+      // A dynamic loss scale is read back from the previous update, which waited for the previous
+      // all-reduces: wait for those first, with the timeout, instead of blocking without one.
+      if (so.loss_scale.dynamic) comm.synchronize();
+      buckets.begin_step();
+      exec.backward(solver.loss_scale() / backward_scale_divisor);
+      timer.end_phase(kBackward);
+      buckets.end_backward();
+      timer.end_phase(kCommExposed);
+      solver.step();
+      timer.end_phase(kUpdate);
+      timer.end_iteration();
+      comm.end_step();
+
+      if (config.loss_every > 0 && (it % config.loss_every == 0 || it + 1 == iters_per_epoch)) {
+        comm.synchronize();
+        const float l = exec.read_loss();
+        if (std::isfinite(l)) {
+          loss_sum += l;
+          ++loss_reads;
+        }
+      }
+      if (config.check_weights_every > 0 && (step + 1) % config.check_weights_every == 0)
+        check_weights(exec, comm, step + 1, nullptr);
+      if (config.after_step) {
+        comm.synchronize();
+        backend.synchronize();
+        config.after_step(rank, step + 1, exec);
+      }
+    }
+    comm.synchronize();
+    backend.synchronize();
+    in_flight
+        .clear();  // only now: an asynchronous upload may read a batch until the device is idle
+    if (window_open) {
+      st.seconds += seconds_since(window_t0);
+      st.loader_wait_ms += loader.stats().consumer_wait_ms - window_wait0;
+      if (energy) {
+        if (auto r = energy->end()) {
+          st.joules = st.joules.value_or(0) + r->joules;
+          st.energy_source = energy->source();
+        } else {
+          st.energy_missing = true;
+        }
+      }
+    }
+    // Mean of the ranks' sampled losses: each rank's loss is over an equal slice of the batch.
+    const std::vector<std::string> losses = comm.all_gather(
+        exact_number(loss_reads ? loss_sum / static_cast<double>(loss_reads) : std::nan("")));
+    double sum = 0;
+    for (const auto& l : losses) sum += std::strtod(l.c_str(), nullptr);
+    es.train_loss = sum / static_cast<double>(world);
+
+    if (config.evaluate && data.test) {
+      average_buffers(exec, comm);
+      const auto shard = strided_shard(data.test, rank, world);
+      const std::int64_t max_batches =
+          config.eval_batches > 0 ? std::max<std::int64_t>(1, config.eval_batches / world) : 0;
+      Accuracy a;
+      if (shard) a = evaluate(exec, shard, max_batches, config.loader_workers);
+      const double hits1 = a.top1 * static_cast<double>(a.samples),
+                   hits5 = a.top5 * static_cast<double>(a.samples);
+      const double n = all_reduce_host_sum(comm, static_cast<double>(a.samples));
+      const double h1 = all_reduce_host_sum(comm, std::round(hits1));
+      const double h5 = all_reduce_host_sum(comm, std::round(hits5));
+      if (n > 0) {
+        es.top1 = h1 / n;
+        es.top5 = h5 / n;
+        es.eval_samples = static_cast<std::int64_t>(n);
+      }
+    }
+    st.epochs.push_back(es);
+  }
+
+  comm.synchronize();
+  backend.synchronize();
+  timer.flush();
+  buckets.harvest(true);
+  std::string checksum;
+  check_weights(exec, comm, step, &checksum);
+  if (!config.save_path.empty()) {
+    if (rank == 0) save_checkpoint(config.save_path, exec, solver);
+    comm.barrier();
+  }
+
+  st.rank = rank;
+  st.metered = energy != nullptr;
+  st.host = comm.host_name();
+  st.device = backend.device().str() + " (" + backend.device_name() + ")";
+  st.iterations = step;
+  st.phase_ms = timer.phase_ms();
+  st.iteration_ms = timer.iteration_ms();
+  st.bucket_timings = buckets.timings();
+  st.host_comm = comm.kind() != "nccl";
+  st.overlap = buckets.options().overlap;
+  const Workload w = graph.total_workload();
+
+  DataParallelReport report = gather_report(comm, st, buckets.buckets(), config);
+  report.weights_checksum = checksum;
+  report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
+  report.model = graph.model_name();
+  return report;
+}
+
+}  // namespace cnnergy::dist
