@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cnnergy {
 
@@ -14,6 +15,8 @@ struct ProbeReading {
   double average_watts = 0;
   double peak_watts = 0;
   bool short_window = false;      // shorter than the sensor's update period: do not trust alone
+  std::vector<double> per_device_joules;  // one entry per metered device, in the probe's order
+  std::optional<double> max_temperature_c;
 };
 
 class EnergyProbe {

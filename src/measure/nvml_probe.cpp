@@ -15,20 +15,23 @@ namespace {
 
 class NvmlEnergyProbe final : public EnergyProbe {
  public:
-  NvmlEnergyProbe(Backend& backend, std::shared_ptr<telemetry::Sampler> sampler)
-      : backend_(backend), sampler_(std::move(sampler)), meter_(sampler_) {}
+  NvmlEnergyProbe(std::function<void()> sync, std::shared_ptr<telemetry::Sampler> sampler)
+      : sync_(std::move(sync)), sampler_(std::move(sampler)), meter_(sampler_) {}
 
-  void begin() override { id_ = meter_.begin("window", [this] { backend_.synchronize(); }); }
+  void begin() override { id_ = meter_.begin("window", sync_); }
 
   std::optional<ProbeReading> end() override {
-    const auto m = meter_.end(id_, [this] { backend_.synchronize(); });
+    const auto m = meter_.end(id_, sync_);
     const auto e = m.gpu_energy_mj();
     if (!e) return std::nullopt;
     ProbeReading r;
     r.joules = *e / 1e3;
     r.uncertainty_joules = m.gpu_uncertainty_mj().value_or(0) / 1e3;
     r.average_watts = m.elapsed_ms > 0 ? r.joules / (m.elapsed_ms / 1e3) : 0;
-    for (const auto& g : m.gpus) r.peak_watts += g.peak_power_mw.value_or(0) / 1e3;
+    for (const auto& g : m.gpus) {
+      r.peak_watts += g.peak_power_mw.value_or(0) / 1e3;
+      r.per_device_joules.push_back(g.energy_mj.value_or(0) / 1e3);
+    }
     r.short_window = m.short_window;
     if (!m.gpus.empty()) source_ = std::string("nvml ") + telemetry::to_string(m.gpus.front().source);
     return r;
@@ -38,7 +41,7 @@ class NvmlEnergyProbe final : public EnergyProbe {
   double sensor_period_ms() const override { return sampler_->sensor_period_ms(); }
 
  private:
-  Backend& backend_;
+  std::function<void()> sync_;
   std::shared_ptr<telemetry::Sampler> sampler_;
   telemetry::EnergyMeter meter_;
   telemetry::EnergyMeter::WindowId id_ = 0;
@@ -71,7 +74,13 @@ std::unique_ptr<EnergyProbe> open_energy_probe(Backend& backend) {
   if (so.gpus.empty() && (!visible || !*visible) && cuda_index < opened.nvml->device_count()) so.gpus = {cuda_index};
   auto sampler = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
   if (sampler->gpu_count() == 0) return nullptr;
-  return std::make_unique<NvmlEnergyProbe>(backend, std::move(sampler));
+  Backend* b = &backend;
+  return std::make_unique<NvmlEnergyProbe>([b] { b->synchronize(); }, std::move(sampler));
+}
+
+std::unique_ptr<EnergyProbe> make_energy_probe(std::shared_ptr<telemetry::Sampler> sampler, std::function<void()> sync) {
+  if (!sampler || sampler->gpu_count() == 0) return nullptr;
+  return std::make_unique<NvmlEnergyProbe>(std::move(sync), std::move(sampler));
 }
 
 }  // namespace cnnergy

@@ -3,6 +3,7 @@
 // driver, so every command still measures time.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -10,11 +11,19 @@
 #include "measure/energy_probe.hpp"
 
 namespace cnnergy {
+namespace telemetry {
+class Sampler;
+}
 
 // Meters the GPU(s) the backend runs on: the NVML device with the backend's PCI bus id when known,
 // otherwise NVML index = CUDA index when CUDA_VISIBLE_DEVICES is unset, otherwise every GPU.
 // CPU backends are metered through RAPL where readable (no GPU energy). Returns null when nothing
 // can be metered.
 std::unique_ptr<EnergyProbe> open_energy_probe(Backend& backend);
+
+// A probe over an existing sampler (a sweep keeps one sampler for all its trials); `sync` makes the
+// device finish its queued work (empty for work that is not on a device, e.g. an external command).
+std::unique_ptr<EnergyProbe> make_energy_probe(std::shared_ptr<telemetry::Sampler> sampler,
+                                               std::function<void()> sync);
 
 }  // namespace cnnergy

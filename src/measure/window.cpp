@@ -47,14 +47,17 @@ WindowResult measure_windows(Backend& backend, EnergyProbe* probe, const std::fu
     backend.synchronize();
     const double window_ms = ms_since(t0);
     ms.push_back(window_ms / static_cast<double>(r.iterations_per_window));
+    WindowSample sample{window_ms, r.iterations_per_window, std::nullopt};
     if (probe) {
       if (auto reading = probe->end()) {
+        sample.energy = reading;
         joules.push_back(reading->joules / static_cast<double>(r.iterations_per_window));
         watts.push_back(reading->average_watts);
         uncertainty.push_back(reading->uncertainty_joules / static_cast<double>(r.iterations_per_window));
         r.any_short_window = r.any_short_window || reading->short_window;
       }
     }
+    r.windows.push_back(std::move(sample));
   }
   r.ms_per_iteration = summarize(ms);
   if (joules.size() == ms.size() && !joules.empty()) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/ops.hpp"
 #include "measure/energy_probe.hpp"
@@ -22,7 +23,15 @@ struct WindowSpec {
   int warmup_iterations = 2;        // run before the first window
 };
 
+// One window as measured (the raw data behind the summaries; the results store keeps these).
+struct WindowSample {
+  double elapsed_ms = 0;
+  std::int64_t iterations = 0;
+  std::optional<ProbeReading> energy;
+};
+
 struct WindowResult {
+  std::vector<WindowSample> windows;
   std::int64_t iterations_per_window = 0;
   Summary ms_per_iteration;                 // over the repetitions
   std::optional<Summary> joules_per_iteration;

@@ -78,6 +78,19 @@ class CudaTest : public SeededTest {
     b.upload(host, dev);
     return dev;
   }
+  // As upload, into a view that starts `offset_elements` elements into its buffer: offset 1 makes
+  // the data miss the 16-byte alignment that the vectorised kernels need (their scalar path runs).
+  static Tensor upload_view(Backend& b, const Tensor& f32_nchw, DType dtype, Layout layout,
+                            std::size_t offset_elements) {
+    const std::size_t elem = dtype_size_bytes(dtype);
+    auto buffer =
+        b.alloc_buffer((static_cast<std::size_t>(f32_nchw.numel()) + offset_elements) * elem);
+    const Shape& shape = f32_nchw.shape();
+    const Tensor dev(shape, dtype, shape.rank() == 4 ? layout : Layout::kNCHW, buffer,
+                     offset_elements * elem);
+    b.upload(from_f32_nchw(f32_nchw, dtype, layout), dev);
+    return dev;
+  }
   // Downloads any device tensor and returns it as host fp32 NCHW.
   static Tensor download(Backend& b, const Tensor& dev) {
     const Tensor host = Tensor::host(dev.shape(), dev.dtype(), dev.layout());

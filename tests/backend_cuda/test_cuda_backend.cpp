@@ -1,6 +1,7 @@
 // The CUDA Backend object: creation errors (no GPU, bad index, bad dtype, bad algorithm policy),
 // memory (zero-filled buffers, in-use/peak accounting, reuse, out-of-memory message, pinned host
-// memory), transfers, converting copies, fill, accumulate and events.
+// memory), transfers, converting copies, fill, accumulate (packed, tail and misaligned paths) and
+// events.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -191,9 +192,13 @@ TEST_F(CudaBackend, FillAndAccumulateConvert) {
   for (const DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     Tensor x = b->alloc(shape, t, Layout::kNHWC);
     b->fill(x, -1.25f);
-    for (const float v : download(*b, x).f32()) ASSERT_EQ(v, -1.25f) << dtype_name(t);
+    // Keep each downloaded tensor in a variable: a range-for over download(...).f32() iterates a
+    // span into a temporary that C++20 destroys before the loop body runs.
+    const Tensor filled = download(*b, x);
+    for (const float v : filled.f32()) ASSERT_EQ(v, -1.25f) << dtype_name(t);
     b->fill(x, 0.0f);
-    for (const float v : download(*b, x).f32()) ASSERT_EQ(v, 0.0f) << dtype_name(t);
+    const Tensor zeroed = download(*b, x);
+    for (const float v : zeroed.f32()) ASSERT_EQ(v, 0.0f) << dtype_name(t);
   }
   Tensor flag = b->alloc({1}, DType::kI32);
   b->fill(flag, 7.0f);
@@ -208,6 +213,56 @@ TEST_F(CudaBackend, FillAndAccumulateConvert) {
   Tensor expected = clone(a);
   for (std::int64_t i = 0; i < expected.numel(); ++i) expected.f32()[i] += c.f32()[i];
   EXPECT_TRUE(all_close(download(*b, dst), expected, 1e-6, 1e-6));
+}
+
+// The element-wise kernels move 16-byte packs where the pointers allow and single elements
+// elsewhere: counts that leave a tail, and views one element into a buffer (not 16-byte aligned),
+// must give the same exact results.
+TEST_F(CudaBackend, FillAndConvertCoverPacksTailsAndMisalignedViews) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  for (const std::int64_t count : {1, 7, 8, 9, 4099}) {
+    for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32}) {
+      const std::size_t elem = dtype_size_bytes(t);
+      auto buffer = b->alloc_buffer(static_cast<std::size_t>(count + 1) * elem);
+      const Tensor whole({count + 1}, t, Layout::kNCHW, buffer);
+      const Tensor view({count}, t, Layout::kNCHW, buffer, elem);  // starts at element 1
+      b->fill(whole, 3.0f);
+      b->fill(view, -1.25f);
+      const Tensor host = Tensor::host({count + 1}, t);
+      b->download(whole, host);
+      const Tensor got = to_f32_nchw(host);
+      const float expected = t == DType::kI32 ? -1.0f : -1.25f;  // int32 truncates, as a cast
+      ASSERT_EQ(got.f32()[0], 3.0f) << dtype_name(t) << " count " << count;
+      for (std::int64_t i = 1; i <= count; ++i)
+        ASSERT_EQ(got.f32()[static_cast<std::size_t>(i)], expected)
+            << dtype_name(t) << " count " << count << " element " << i;
+    }
+  }
+  // Copies and accumulations between every pair of float dtypes (exact: k/64 values and their
+  // sums fit every dtype), aligned and one element off.
+  const std::int64_t count = 4099;
+  const Tensor a = exact_in_every_dtype({count}), c = exact_in_every_dtype({count});
+  Tensor sum = clone(a);
+  for (std::int64_t i = 0; i < count; ++i)
+    sum.f32()[static_cast<std::size_t>(i)] += c.f32()[static_cast<std::size_t>(i)];
+  for (const std::size_t offset : {std::size_t{0}, std::size_t{1}})
+    for (const DType from : {DType::kF32, DType::kF16, DType::kBF16})
+      for (const DType to : {DType::kF32, DType::kF16, DType::kBF16}) {
+        auto at = [&](DType t) {
+          auto buffer = b->alloc_buffer(static_cast<std::size_t>(count + 1) * dtype_size_bytes(t));
+          return Tensor({count}, t, Layout::kNCHW, buffer, offset * dtype_size_bytes(t));
+        };
+        const Tensor src = at(from), dst = at(to);
+        b->upload(from_f32_nchw(c, from, Layout::kNCHW), src);
+        b->copy(src, dst);
+        const std::string what = std::string(dtype_name(from)) + " -> " +
+                                 std::string(dtype_name(to)) + " offset " + std::to_string(offset);
+        EXPECT_TRUE(all_close(download(*b, dst), c, 0.0, 0.0)) << "copy " << what;
+        b->upload(from_f32_nchw(a, to, Layout::kNCHW), dst);
+        b->accumulate(src, dst);
+        EXPECT_TRUE(all_close(download(*b, dst), sum, 0.0, 0.0)) << "accumulate " << what;
+      }
 }
 
 TEST_F(CudaBackend, EventsTimeTheStream) {
@@ -273,7 +328,8 @@ TEST_F(CudaBackend, GraphCaptureReplaysTheWork) {
   b->upload(from_f32_nchw(x1, DType::kF32, Layout::kNHWC), x);
   graph.replay();
   EXPECT_TRUE(all_close(download(*b, out), expected1, 0.0, 0.0)) << "replay with input 1";
-  for (const float v : download(*b, after).f32())
+  const Tensor after_host = download(*b, after);
+  for (const float v : after_host.f32())
     ASSERT_EQ(v, 42.0f) << "the graph wrote into a later tensor";
 
   // A host wait inside the captured work fails the capture cleanly; the backend keeps working.

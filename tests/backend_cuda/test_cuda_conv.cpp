@@ -43,6 +43,9 @@ std::vector<ConvCase> conv_cases() {
       {"depthwise_stride2", make_desc(2, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 6, true)},
       {"dilation2_nonsquare", make_desc(2, 5, 10, 7, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 1, true)},
       {"1x1_stride2_no_bias", make_desc(4, 16, 6, 6, 8, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, false)},
+      // 16 outputs on an 8x8 plane: the channel-packed bias add and gradient in NHWC, the
+      // plane-packed bias add in NCHW.
+      {"3x3_16_outputs_bias", make_desc(2, 8, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true)},
   };
 }
 

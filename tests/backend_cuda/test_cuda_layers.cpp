@@ -1,13 +1,15 @@
 // Fully connected, pooling, LRN, batch norm and softmax cross-entropy on the GPU against the CPU
 // reference, forward and backward, every precision and layout. Shapes are chosen so that both the
 // cuDNN paths and the backend's own kernels run (ceil-mode pooling, NHWC/bf16 LRN, bf16 batch
-// norm).
+// norm), and, with channel counts that fill 16-byte packs, the vectorised channel-last kernels
+// (batch norm over many row slices, max/average/global pooling, bias add and gradient).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend_cuda/cuda_fixture.hpp"
@@ -37,49 +39,53 @@ class CudaLayers : public CudaTest {
 
 // ---- fully connected ---------------------------------------------------------------------------
 TEST_F(CudaLayers, LinearMatchesCpu) {
-  for (const bool bias : {true, false})
-    for (const Precision& p : kAllPrecisions) {
-      auto g = gpu(p, Layout::kNCHW);
-      if (!g) continue;
-      LinearDesc d;
-      d.n = 5, d.in_features = 37, d.out_features = 11, d.bias = bias;
-      const Tensor x = random({d.n, d.in_features}, p.dtype),
-                   w = random({d.out_features, d.in_features}, p.dtype);
-      const Tensor b = random({d.out_features}, p.dtype),
-                   dy = random({d.n, d.out_features}, p.dtype);
-      const Tensor dx0 = random({d.n, d.in_features}, p.dtype);
-      auto ref = cpu_->make_linear(d);
-      Tensor y_r = Tensor::host({d.n, d.out_features}), dx_r = Tensor::host({d.n, d.in_features});
-      Tensor dxa_r = clone(dx0), dw_r = Tensor::host({d.out_features, d.in_features}),
-             db_r = Tensor::host({d.out_features});
-      ref->forward(x, w, bias ? b : Tensor{}, y_r);
-      ref->backward_data(dy, w, dx_r, false);
-      ref->backward_data(dy, w, dxa_r, true);
-      ref->backward_filter(x, dy, dw_r, bias ? db_r : Tensor{});
+  // 11 outputs: element-wise bias kernels; 24: channel-packed bias add and gradient (3 packs of 8,
+  // or 6 of 4, so some threads of a block have no channels).
+  for (const auto& [n, in, out] : {std::tuple{5, 37, 11}, std::tuple{300, 8, 24}})
+    for (const bool bias : {true, false})
+      for (const Precision& p : kAllPrecisions) {
+        auto g = gpu(p, Layout::kNCHW);
+        if (!g) continue;
+        LinearDesc d;
+        d.n = n, d.in_features = in, d.out_features = out, d.bias = bias;
+        const Tensor x = random({d.n, d.in_features}, p.dtype),
+                     w = random({d.out_features, d.in_features}, p.dtype);
+        const Tensor b = random({d.out_features}, p.dtype),
+                     dy = random({d.n, d.out_features}, p.dtype);
+        const Tensor dx0 = random({d.n, d.in_features}, p.dtype);
+        auto ref = cpu_->make_linear(d);
+        Tensor y_r = Tensor::host({d.n, d.out_features}), dx_r = Tensor::host({d.n, d.in_features});
+        Tensor dxa_r = clone(dx0), dw_r = Tensor::host({d.out_features, d.in_features}),
+               db_r = Tensor::host({d.out_features});
+        ref->forward(x, w, bias ? b : Tensor{}, y_r);
+        ref->backward_data(dy, w, dx_r, false);
+        ref->backward_data(dy, w, dxa_r, true);
+        ref->backward_filter(x, dy, dw_r, bias ? db_r : Tensor{});
 
-      auto k = g->make_linear(d);
-      const Tensor xd = upload(*g, x, p.dtype, Layout::kNCHW),
-                   wd = upload(*g, w, p.dtype, Layout::kNCHW);
-      const Tensor bd = upload(*g, b, p.dtype, Layout::kNCHW),
-                   dyd = upload(*g, dy, p.dtype, Layout::kNCHW);
-      Tensor y = g->alloc({d.n, d.out_features}, p.dtype),
-             dx = g->alloc({d.n, d.in_features}, p.dtype);
-      Tensor dxa = upload(*g, dx0, p.dtype, Layout::kNCHW);
-      Tensor dw = g->alloc({d.out_features, d.in_features}, p.dtype),
-             db = g->alloc({d.out_features}, p.dtype);
-      k->forward(xd, wd, bias ? bd : Tensor{}, y);
-      k->backward_data(dyd, wd, dx, false);
-      k->backward_data(dyd, wd, dxa, true);
-      k->backward_filter(xd, dyd, dw, bias ? db : Tensor{});
-      const std::string what = std::string("linear ") + p.name + (bias ? " bias" : " no bias");
-      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " forward"));
-      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " backward_data"));
-      EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " backward_data accumulate"));
-      EXPECT_TRUE(close(download(*g, dw), dw_r, p.tol, what + " dw"));
-      if (bias) {
-        EXPECT_TRUE(close(download(*g, db), db_r, p.tol, what + " db"));
+        auto k = g->make_linear(d);
+        const Tensor xd = upload(*g, x, p.dtype, Layout::kNCHW),
+                     wd = upload(*g, w, p.dtype, Layout::kNCHW);
+        const Tensor bd = upload(*g, b, p.dtype, Layout::kNCHW),
+                     dyd = upload(*g, dy, p.dtype, Layout::kNCHW);
+        Tensor y = g->alloc({d.n, d.out_features}, p.dtype),
+               dx = g->alloc({d.n, d.in_features}, p.dtype);
+        Tensor dxa = upload(*g, dx0, p.dtype, Layout::kNCHW);
+        Tensor dw = g->alloc({d.out_features, d.in_features}, p.dtype),
+               db = g->alloc({d.out_features}, p.dtype);
+        k->forward(xd, wd, bias ? bd : Tensor{}, y);
+        k->backward_data(dyd, wd, dx, false);
+        k->backward_data(dyd, wd, dxa, true);
+        k->backward_filter(xd, dyd, dw, bias ? db : Tensor{});
+        const std::string what = std::string("linear ") + p.name + (bias ? " bias" : " no bias") +
+                                 " " + std::to_string(out) + " outputs";
+        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " forward"));
+        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " backward_data"));
+        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " backward_data accumulate"));
+        EXPECT_TRUE(close(download(*g, dw), dw_r, p.tol, what + " dw"));
+        if (bias) {
+          EXPECT_TRUE(close(download(*g, db), db_r, p.tol, what + " db"));
+        }
       }
-    }
 }
 
 // ---- pooling -----------------------------------------------------------------------------------
@@ -89,16 +95,19 @@ struct PoolCase {
 };
 
 Pool2dDesc pool_desc(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw,
-                     std::int64_t ph, std::int64_t pw, bool ceil_mode, PoolMode mode) {
+                     std::int64_t ph, std::int64_t pw, bool ceil_mode, PoolMode mode,
+                     std::int64_t channels = 5) {
   Pool2dDesc d;
-  d.n = 2, d.c = 5, d.h = 11, d.w = 8;
+  d.n = 2, d.c = channels, d.h = 11, d.w = 8;
   d.kernel_h = kh, d.kernel_w = kw, d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw;
   d.ceil_mode = ceil_mode;
   d.mode = mode;
   return d;
 }
 
-std::vector<PoolCase> pool_cases() {
+// 5 channels: cuDNN (fp32/fp16 floor sizes) or the own kernels element by element. 16 channels in
+// NHWC: the own kernels in 16-byte packs for every dtype.
+std::vector<PoolCase> pool_cases(std::int64_t channels) {
   std::vector<PoolCase> cases;
   const std::pair<PoolMode, const char*> modes[] = {{PoolMode::kMax, "max"},
                                                     {PoolMode::kAvgIncludePad, "avg_include_pad"},
@@ -106,22 +115,35 @@ std::vector<PoolCase> pool_cases() {
   for (const auto& [mode, name] : modes) {
     // floor sizes: cuDNN (fp32/fp16); AlexNet-style 3x3/2 ceil with a partial last window: own
     // kernels
-    cases.push_back({name, pool_desc(2, 2, 2, 2, 0, 0, false, mode)});
-    cases.push_back({name, pool_desc(3, 3, 2, 2, 1, 1, false, mode)});
-    cases.push_back({name, pool_desc(3, 3, 2, 2, 0, 0, true, mode)});
-    cases.push_back({name, pool_desc(3, 2, 2, 3, 1, 1, true, mode)});
+    cases.push_back({name, pool_desc(2, 2, 2, 2, 0, 0, false, mode, channels)});
+    cases.push_back({name, pool_desc(3, 3, 2, 2, 1, 1, false, mode, channels)});
+    cases.push_back({name, pool_desc(3, 3, 2, 2, 0, 0, true, mode, channels)});
+    cases.push_back({name, pool_desc(3, 2, 2, 3, 1, 1, true, mode, channels)});
   }
+  // Global average pooling (the whole plane is the window), as global_avg_pool builds it.
+  cases.push_back(
+      {"global_avg", pool_desc(11, 8, 11, 8, 0, 0, false, PoolMode::kAvgExcludePad, channels)});
   return cases;
 }
 
 TEST_F(CudaLayers, PoolingMatchesCpu) {
-  for (const PoolCase& c : pool_cases()) {
+  std::vector<PoolCase> cases = pool_cases(5);
+  for (PoolCase& c : pool_cases(16)) cases.push_back(c);
+  // A 16x16 max window (256 elements, more than the one-byte argmax holds): the backward
+  // recomputes each window's argmax, in packs and element by element.
+  for (const std::int64_t channels : {8, 3}) {
+    Pool2dDesc big = pool_desc(16, 16, 2, 2, 1, 1, false, PoolMode::kMax, channels);
+    big.h = big.w = 16;
+    cases.push_back({"max_window_256", big});
+  }
+  for (const PoolCase& c : cases) {
     const Pool2dDesc& d = c.desc;
     const Shape xs{d.n, d.c, d.h, d.w};
-    const std::string shape = std::string(c.name) + " k" + std::to_string(d.kernel_h) + "x" +
-                              std::to_string(d.kernel_w) + " s" + std::to_string(d.stride_h) + "x" +
-                              std::to_string(d.stride_w) + " p" + std::to_string(d.pad_h) +
-                              (d.ceil_mode ? " ceil" : " floor") + " out " + d.output_shape().str();
+    const std::string shape = std::string(c.name) + " c" + std::to_string(d.c) + " k" +
+                              std::to_string(d.kernel_h) + "x" + std::to_string(d.kernel_w) + " s" +
+                              std::to_string(d.stride_h) + "x" + std::to_string(d.stride_w) + " p" +
+                              std::to_string(d.pad_h) + (d.ceil_mode ? " ceil" : " floor") +
+                              " out " + d.output_shape().str();
     const Tensor x = tie_free(xs);
     auto ref = cpu_->make_pool(d);
     Tensor y_r = Tensor::host(d.output_shape());
@@ -238,6 +260,74 @@ TEST_F(CudaLayers, BatchNormMatchesCpu) {
         k->backward(xd, dyd, gd, sm, si, dxa, dg, db, true);
         EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
       }
+    }
+  }
+}
+
+// Channel-last batch norm whose channels fill 16-byte packs: the tiled kernels, with enough rows
+// for many row slices (partials finished in fp64), channel counts that leave threads of a block
+// idle (24 bf16 channels = 3 packs), a 2-D case, and data whose mean is far from zero relative to
+// its spread (the shifted sums must not cancel). Layouts other than NHWC keep the other paths.
+TEST_F(CudaLayers, BatchNormVectorisedChannelLastMatchesCpu) {
+  struct BnCase {
+    Shape shape;
+    float lo, hi;
+  };
+  const BnCase cases[] = {{Shape{8, 16, 32, 32}, -1.0f, 3.0f},
+                          {Shape{4, 24, 9, 7}, -1.0f, 3.0f},
+                          {Shape{6, 32, 16, 16}, 60.0f, 68.0f},
+                          {Shape{300, 64}, -2.0f, 1.0f}};
+  for (const BnCase& bc : cases) {
+    const Shape& s = bc.shape;
+    const bool flat = s.rank() == 2;
+    BatchNormDesc d;
+    d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5,
+    d.momentum = 0.1;
+    for (const Precision& p : {kFp32, kFp16, kBf16}) {
+      const Tensor x = random(s, p.dtype, bc.lo, bc.hi), dy = random(s, p.dtype),
+                   dx0 = random(s, p.dtype);
+      const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
+                   beta = random({d.c}, DType::kF32);
+      const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
+      auto ref = cpu_->make_batch_norm(d);
+      Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
+             sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
+      ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
+      ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
+      Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
+             db_r = Tensor::host({d.c});
+      ref->backward(x, dy, gamma, sm_r, si_r, dx_r, dg_r, db_r, false);
+      ref->backward(x, dy, gamma, sm_r, si_r, dxa_r, dg_r, db_r, true);
+
+      auto g = gpu(p, Layout::kNHWC);
+      if (!g) continue;
+      auto k = g->make_batch_norm(d);
+      auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+      const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC),
+                   dyd = upload(*g, dy, p.dtype, Layout::kNHWC);
+      const Tensor gd = up32(gamma), bd = up32(beta);
+      Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
+             si = g->alloc({d.c}, DType::kF32);
+      Tensor y = g->alloc(s, p.dtype, Layout::kNHWC), yi = g->alloc(s, p.dtype, Layout::kNHWC);
+      Tensor dx = g->alloc(s, p.dtype, Layout::kNHWC),
+             dxa = upload(*g, dx0, p.dtype, Layout::kNHWC);
+      Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
+      k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
+      k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
+      k->backward(xd, dyd, gd, sm, si, dx, dg, db, false);
+      k->backward(xd, dyd, gd, sm, si, dxa, dg, db, true);
+      const std::string what = "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
+                               std::to_string(bc.hi) + "] " + p.name;
+      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
+      EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
+      EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-4, what + " running variance (unbiased)"));
+      EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
+      EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
+      EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
+      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
+      EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
+      EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
+      EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
     }
   }
 }

@@ -162,7 +162,7 @@ class CudnnConv final : public ConvKernel {
     run(Dir::kBackwardFilter, xin, dy.raw(), dw.raw(), 0.0f);
     if (d_.bias) {
       const kernels::ChannelView view = kernels::channel_view(dims_of(dy));
-      auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view));
+      auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view, dtype_));
       kernels::bias_grad(dy.raw(), dtype_, view, db.raw(), dtype_, scratch->data(), ctx_->stream());
     }
   }

@@ -1,8 +1,13 @@
 // The CUDA backend's own element-wise kernels: conversions and copies, fill, add, ReLU, dropout,
-// padding, bias, the SGD step, finiteness checks, top-k counting and softmax cross-entropy.
-// One kernel per operation serves every dtype (runtime-dispatched loads/stores keep compile time
-// low).
+// padding, bias, the SGD step and finiteness checks.
+// The hot ones (all that a training step runs per activation or parameter) are templated on the
+// storage type and move 16-byte packs (8 fp16/bf16 or 4 fp32 per access, a scalar tail for the
+// rest), two packs in flight per thread, so they run at memory bandwidth. Rare paths
+// (layout-changing or int32 conversions, padding) keep one runtime-dispatched kernel for every
+// dtype, which keeps compile time down.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -12,8 +17,149 @@ namespace cnnergy::cuda::kernels {
 
 namespace {
 
-__global__ void convert_kernel(const void* src, DType sdt, bool src_nhwc, void* dst, DType ddt,
-                               Dims d, bool accumulate, std::int64_t count) {
+constexpr int kUnroll = 2;  // packs in flight per thread and loop trip (memory-level parallelism)
+
+// ---- the n-ary map: out[i] = f(i, in_0[i], ..., in_{n-1}[i]) ------------------------------------
+// An input may alias the output (in-place ReLU, accumulation into dx): each element is read and
+// written by one thread, and a trip's reads come before its writes.
+template <typename T, int kIn>
+struct MapArgs {
+  const T* in[kIn > 0 ? kIn : 1];
+  T* out;
+};
+
+template <typename T, int kIn, int K, class F>
+__device__ __forceinline__ void map_apply(const MapArgs<T, kIn>& a, const F& f, std::int64_t i,
+                                          const Pack<T, K> (&v)[kIn > 0 ? kIn : 1]) {
+  Pack<T, K> r;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float x[kIn > 0 ? kIn : 1];
+#pragma unroll
+    for (int j = 0; j < kIn; ++j) x[j] = to_float(v[j].v[k]);
+    r.v[k] = from_float<T>(f(x));
+  }
+  store_pack<T, K>(a.out + i, r);
+}
+
+template <typename T, int kIn, class F>
+__global__ void __launch_bounds__(kBlock)
+    map_kernel(MapArgs<T, kIn> a, F f, std::int64_t count, std::int64_t packs) {
+  constexpr int K = kVec<T>;
+  constexpr int kSlots = kIn > 0 ? kIn : 1;
+  const std::int64_t p0 = pack_base(kUnroll);
+  Pack<T, K> v[kUnroll][kSlots];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const std::int64_t p = p0 + u * kBlock;
+    if (p < packs) {
+#pragma unroll
+      for (int j = 0; j < kIn; ++j) v[u][j] = load_pack<T, K>(a.in[j] + p * K);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const std::int64_t p = p0 + u * kBlock;
+    if (p < packs) map_apply<T, kIn, K>(a, f, p * K, v[u]);
+  }
+  for (std::int64_t i = packs * K + global_thread(); i < count; i += grid_threads()) {
+    Pack<T, 1> w[kSlots];
+#pragma unroll
+    for (int j = 0; j < kIn; ++j) w[j] = load_pack<T, 1>(a.in[j] + i);
+    map_apply<T, kIn, 1>(a, f, i, w);
+  }
+}
+
+// Vectorised when every pointer is 16-byte aligned (tensors from the allocator are; views at odd
+// offsets take the scalar path).
+template <typename T, int kIn, class F>
+void launch_map(const MapArgs<T, kIn>& a, const F& f, std::int64_t count, cudaStream_t stream,
+                const char* name) {
+  if (count == 0) return;
+  bool vectorized = aligned_for(16, a.out);
+  for (int j = 0; j < kIn; ++j) vectorized = vectorized && aligned_for(16, a.in[j]);
+  const std::int64_t packs = vectorized ? count / kVec<T> : 0;
+  map_kernel<T, kIn, F>
+      <<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(a, f, count, packs);
+  check_status(cudaGetLastError(), name, __FILE__, __LINE__);
+}
+
+struct AddOp {
+  __device__ float operator()(const float* x) const { return x[0] + x[1]; }
+};
+struct ReluOp {  // NaN -> 0, as the CPU reference (v > 0 ? v : 0)
+  __device__ float operator()(const float* x) const { return x[0] > 0.0f ? x[0] : 0.0f; }
+};
+template <bool kAccumulate>
+struct ReluBackwardOp {  // x = {y, dy[, dx]}
+  __device__ float operator()(const float* x) const {
+    const float g = x[0] > 0.0f ? x[1] : 0.0f;
+    if constexpr (kAccumulate) return g + x[2];
+    return g;
+  }
+};
+template <bool kAccumulate>
+struct MulOp {  // x = {a, b[, y]}
+  __device__ float operator()(const float* x) const {
+    const float g = x[0] * x[1];
+    if constexpr (kAccumulate) return g + x[2];
+    return g;
+  }
+};
+
+// ---- fill: the value's bit pattern, stored in words of the element size -------------------------
+template <typename W>
+__global__ void __launch_bounds__(kBlock)
+    fill_kernel(W* dst, std::int64_t count, W value, std::int64_t packs) {
+  constexpr int K = static_cast<int>(16 / sizeof(W));
+  Pack<W, K> v;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v.v[k] = value;
+  const std::int64_t p0 = pack_base(kUnroll);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (p0 + u * kBlock < packs) store_pack<W, K>(dst + (p0 + u * kBlock) * K, v);
+  for (std::int64_t i = packs * K + global_thread(); i < count; i += grid_threads()) dst[i] = value;
+}
+
+// ---- same-layout conversion / accumulation between floating-point dtypes ------------------------
+template <typename S, typename D>
+__global__ void __launch_bounds__(kBlock)
+    convert_same_layout_kernel(const S* src, D* dst, std::int64_t count, bool accumulate,
+                               std::int64_t packs) {
+  constexpr int K = static_cast<int>(16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D)));
+  const std::int64_t p0 = pack_base(kUnroll);
+  Pack<S, K> s[kUnroll];
+  Pack<D, K> d[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const std::int64_t p = p0 + u * kBlock;
+    if (p < packs) {
+      s[u] = load_pack<S, K>(src + p * K);
+      if (accumulate) d[u] = load_pack<D, K>(dst + p * K);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const std::int64_t p = p0 + u * kBlock;
+    if (p >= packs) continue;
+    Pack<D, K> r;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float v = to_float(s[u].v[k]);
+      r.v[k] = from_float<D>(accumulate ? v + to_float(d[u].v[k]) : v);
+    }
+    store_pack<D, K>(dst + p * K, r);
+  }
+  for (std::int64_t i = packs * K + global_thread(); i < count; i += grid_threads()) {
+    const float v = to_float(src[i]);
+    dst[i] = from_float<D>(accumulate ? v + to_float(dst[i]) : v);
+  }
+}
+
+// Generic conversion (layout changes, int32): one kernel for every dtype pair.
+__global__ void convert_generic_kernel(const void* src, DType sdt, bool src_nhwc, void* dst,
+                                       DType ddt, Dims d, bool accumulate, std::int64_t count) {
   Dims sd = d;
   sd.nhwc = src_nhwc;
   CNNERGY_GRID_STRIDE(j, count) {
@@ -34,64 +180,159 @@ __global__ void convert_kernel(const void* src, DType sdt, bool src_nhwc, void* 
   }
 }
 
-__global__ void fill_kernel(void* dst, DType dt, std::int64_t count, float value) {
-  CNNERGY_GRID_STRIDE(i, count) store(dst, dt, i, value);
-}
-
-__global__ void add_kernel(const void* a, const void* b, void* y, DType dt, std::int64_t count) {
-  CNNERGY_GRID_STRIDE(i, count) store(y, dt, i, load(a, dt, i) + load(b, dt, i));
-}
-
-__global__ void relu_forward_kernel(const void* x, void* y, DType dt, std::int64_t count) {
-  CNNERGY_GRID_STRIDE(i, count) {
-    const float v = load(x, dt, i);
-    store(y, dt, i, v > 0.0f ? v : 0.0f);
-  }
-}
-
-__global__ void relu_backward_kernel(const void* y, const void* dy, void* dx, DType dt,
-                                     std::int64_t count, bool accumulate) {
-  CNNERGY_GRID_STRIDE(i, count) {
-    float g = load(y, dt, i) > 0.0f ? load(dy, dt, i) : 0.0f;
-    if (accumulate) g += load(dx, dt, i);
-    store(dx, dt, i, g);
-  }
-}
-
-__global__ void dropout_forward_kernel(const void* x, void* mask, void* y, DType dt, Dims d,
-                                       float p, float scale, std::uint64_t seed,
-                                       std::int64_t count) {
-  CNNERGY_GRID_STRIDE(j, count) {
-    std::int64_t logical = j;
-    if (d.nhwc) {
-      const Coord k = coord_of(d, j);
-      logical = ((k.n * d.c + k.c) * d.h + k.h) * d.w + k.w;
+// ---- dropout: element j's mask is drawn for its logical NCHW index
+// -------------------------------
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    dropout_forward_kernel(const T* x, T* mask, T* y, Dims d, float p, float scale,
+                           std::uint64_t seed, std::int64_t count, std::int64_t packs) {
+  constexpr int K = kVec<T>;
+  auto logical = [&](std::int64_t j) {
+    if (!d.nhwc) return j;
+    const Coord k = coord_of(d, j);
+    return ((k.n * d.c + k.c) * d.h + k.h) * d.w + k.w;
+  };
+  // In NHWC a pack holds consecutive channels of one pixel (the caller checks C % K == 0):
+  // their logical indices are H*W apart.
+  const std::int64_t lane_step = d.nhwc ? d.h * d.w : 1;
+  for (std::int64_t q = global_thread(); q < packs; q += grid_threads()) {
+    const Pack<T, K> xv = load_pack<T, K>(x + q * K);
+    const std::int64_t base = logical(q * K);
+    Pack<T, K> m, out;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float keep =
+          uniform01(seed, static_cast<std::uint64_t>(base + k * lane_step)) >= p ? scale : 0.0f;
+      m.v[k] = from_float<T>(keep);
+      out.v[k] = from_float<T>(to_float(xv.v[k]) * keep);
     }
-    const float m = uniform01(seed, static_cast<std::uint64_t>(logical)) >= p ? scale : 0.0f;
-    store(mask, dt, j, m);
-    store(y, dt, j, load(x, dt, j) * m);
+    store_pack<T, K>(mask + q * K, m);
+    store_pack<T, K>(y + q * K, out);
+  }
+  for (std::int64_t j = packs * K + global_thread(); j < count; j += grid_threads()) {
+    const float keep = uniform01(seed, static_cast<std::uint64_t>(logical(j))) >= p ? scale : 0.0f;
+    mask[j] = from_float<T>(keep);
+    y[j] = from_float<T>(to_float(x[j]) * keep);
   }
 }
 
-__global__ void mul_kernel(const void* a, const void* b, void* y, DType dt, std::int64_t count,
-                           bool accumulate) {
-  CNNERGY_GRID_STRIDE(i, count) {
-    float v = load(a, dt, i) * load(b, dt, i);
-    if (accumulate) v += load(y, dt, i);
-    store(y, dt, i, v);
+// ---- rows x cols block copy between row-major matrices (concat along channels) ------------------
+template <typename T, int K>
+__global__ void __launch_bounds__(kBlock)
+    copy_2d_kernel(const T* src, std::int64_t src_ld, T* dst, std::int64_t dst_ld,
+                   std::int64_t cols, bool accumulate, std::int64_t packs) {
+  const std::int64_t per_row = cols / K;
+  CNNERGY_GRID_STRIDE(q, packs) {
+    const std::int64_t r = q / per_row, c = (q - r * per_row) * K;
+    const Pack<T, K> s = load_pack<T, K>(src + r * src_ld + c);
+    if (!accumulate) {
+      store_pack<T, K>(dst + r * dst_ld + c, s);
+      continue;
+    }
+    const Pack<T, K> d = load_pack<T, K>(dst + r * dst_ld + c);
+    Pack<T, K> out;
+#pragma unroll
+    for (int k = 0; k < K; ++k) out.v[k] = from_float<T>(to_float(s.v[k]) + to_float(d.v[k]));
+    store_pack<T, K>(dst + r * dst_ld + c, out);
   }
 }
 
-__global__ void copy_2d_kernel(const void* src, std::int64_t src_ld, void* dst, std::int64_t dst_ld,
-                               std::int64_t cols, DType dt, bool accumulate, std::int64_t count) {
-  CNNERGY_GRID_STRIDE(i, count) {
-    const std::int64_t r = i / cols, c = i % cols;
-    float v = load(src, dt, r * src_ld + c);
-    if (accumulate) v += load(dst, dt, r * dst_ld + c);
-    store(dst, dt, r * dst_ld + c, v);
+// ---- bias add -----------------------------------------------------------------------------------
+// Channel-last (NHWC, 2-D), C % K == 0: thread x owns a fixed pack of channels (its bias stays in
+// registers) and walks rows, so there is no index division per element.
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    bias_add_rows_kernel(T* y, const T* b, std::int64_t rows, std::int64_t channels) {
+  constexpr int K = kVec<T>;
+  const std::int64_t cp = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (cp * K >= channels) return;
+  const Pack<T, K> bias = load_pack<T, K>(b + cp * K);
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
+       r += static_cast<std::int64_t>(gridDim.y) * blockDim.y) {
+    T* at = y + r * channels + cp * K;
+    const Pack<T, K> v = load_pack<T, K>(at);
+    Pack<T, K> out;
+#pragma unroll
+    for (int k = 0; k < K; ++k) out.v[k] = from_float<T>(to_float(v.v[k]) + to_float(bias.v[k]));
+    store_pack<T, K>(at, out);
   }
 }
 
+// Any view; K > 1 only when a pack never straddles two channels (inner % K == 0).
+template <typename T, int K>
+__global__ void __launch_bounds__(kBlock)
+    bias_add_kernel(T* y, const T* b, ChannelView v, std::int64_t packs) {
+  CNNERGY_GRID_STRIDE(q, packs) {
+    const std::int64_t j = q * K;
+    const float bias = to_float(b[channel_of(v, j)]);
+    const Pack<T, K> x = load_pack<T, K>(y + j);
+    Pack<T, K> out;
+#pragma unroll
+    for (int k = 0; k < K; ++k) out.v[k] = from_float<T>(to_float(x.v[k]) + bias);
+    store_pack<T, K>(y + j, out);
+  }
+}
+
+// ---- SGD ----------------------------------------------------------------------------------------
+// PyTorch's momentum SGD (the CPU reference's formula): g = grad * inv_scale + wd * w;
+// v = momentum * v + g; w -= lr * v. Packs of 4 (16 bytes of fp32 master and momentum).
+template <typename G, typename W, int K>
+__device__ __forceinline__ void sgd_pack(float* master, const G* grad, float* momentum, W* working,
+                                         std::int64_t i, const SgdParams& p) {
+  const Pack<float, K> w = load_pack<float, K>(master + i);
+  const Pack<G, K> g = load_pack<G, K>(grad + i);
+  Pack<float, K> v{};
+  if (momentum != nullptr) v = load_pack<float, K>(momentum + i);
+  Pack<float, K> updated;
+  Pack<W, K> work;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float gk = to_float(g.v[k]) * p.inv_grad_scale + p.weight_decay * w.v[k];
+    const float vk = momentum != nullptr ? p.momentum * v.v[k] + gk : gk;
+    v.v[k] = vk;
+    updated.v[k] = w.v[k] - p.learning_rate * vk;
+    work.v[k] = from_float<W>(updated.v[k]);
+  }
+  store_pack<float, K>(master + i, updated);
+  if (momentum != nullptr) store_pack<float, K>(momentum + i, v);
+  if (working != nullptr) store_pack<W, K>(working + i, work);
+}
+
+template <typename G, typename W>
+__global__ void __launch_bounds__(kBlock)
+    sgd_kernel(float* master, const G* grad, float* momentum, W* working, std::int64_t count,
+               SgdParams p, const std::int32_t* skip, std::int64_t packs) {
+  if (skip != nullptr && *skip != 0) return;
+  constexpr int K = 4;
+  const std::int64_t p0 = pack_base(kUnroll);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (p0 + u * kBlock < packs)
+      sgd_pack<G, W, K>(master, grad, momentum, working, (p0 + u * kBlock) * K, p);
+  for (std::int64_t i = packs * K + global_thread(); i < count; i += grid_threads())
+    sgd_pack<G, W, 1>(master, grad, momentum, working, i, p);
+}
+
+// ---- finiteness ---------------------------------------------------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    check_finite_kernel(const T* t, std::int64_t count, std::int32_t* flag, std::int64_t packs) {
+  constexpr int K = kVec<T>;
+  const std::int64_t p0 = pack_base(kUnroll);
+  bool bad = false;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (p0 + u * kBlock >= packs) continue;
+    const Pack<T, K> v = load_pack<T, K>(t + (p0 + u * kBlock) * K);
+#pragma unroll
+    for (int k = 0; k < K; ++k) bad = bad || !isfinite(to_float(v.v[k]));
+  }
+  for (std::int64_t i = packs * K + global_thread(); i < count; i += grid_threads())
+    bad = bad || !isfinite(to_float(t[i]));
+  if (bad) *flag = 1;  // every writer writes 1: the race is benign
+}
+
+// ---- generic kernels of the rare paths ----------------------------------------------------------
 __global__ void pad_2d_kernel(const void* x, Dims xd, void* xp, Dims pd, std::int64_t pad_top,
                               std::int64_t pad_left, DType dt, std::int64_t count) {
   CNNERGY_GRID_STRIDE(j, count) {
@@ -113,129 +354,90 @@ __global__ void crop_2d_kernel(const void* xp, Dims pd, void* x, Dims xd, std::i
   }
 }
 
-__global__ void bias_add_kernel(void* y, const void* b, DType dt, ChannelView v,
-                                std::int64_t count) {
-  CNNERGY_GRID_STRIDE(j, count) store(y, dt, j, load(y, dt, j) + load(b, dt, channel_of(v, j)));
-}
-
-// PyTorch's momentum SGD (the CPU reference's formula): g = grad * inv_scale + wd * w;
-// v = momentum * v + g; w -= lr * v.
-__global__ void sgd_kernel(float* master, const void* grad, DType gdt, float* momentum,
-                           void* working, DType wdt, std::int64_t count, SgdParams p,
-                           const std::int32_t* skip) {
-  if (skip != nullptr && *skip != 0) return;
-  CNNERGY_GRID_STRIDE(i, count) {
-    const float w = master[i];
-    const float g = load(grad, gdt, i) * p.inv_grad_scale + p.weight_decay * w;
-    float v = g;
-    if (momentum != nullptr) {
-      v = p.momentum * momentum[i] + g;
-      momentum[i] = v;
-    }
-    const float updated = w - p.learning_rate * v;
-    master[i] = updated;
-    if (working != nullptr) store(working, wdt, i, updated);
-  }
-}
-
-__global__ void check_finite_kernel(const void* t, DType dt, std::int64_t count,
-                                    std::int32_t* flag) {
-  CNNERGY_GRID_STRIDE(i, count) {
-    if (!isfinite(load(t, dt, i))) *flag = 1;  // every writer writes 1: the race is benign
-  }
-}
-
-__global__ void count_topk_kernel(const void* logits, DType dt, const std::int32_t* labels,
-                                  std::int64_t rows, std::int64_t classes, int k,
-                                  std::int32_t* correct) {
-  CNNERGY_GRID_STRIDE(r, rows) {
-    const std::int32_t label = labels[r];
-    if (label < 0 || label >= classes) continue;
-    const float target = load(logits, dt, r * classes + label);
-    if (isnan(target)) continue;
-    std::int64_t above = 0;
-    for (std::int64_t j = 0; j < classes && above < k; ++j)
-      if (load(logits, dt, r * classes + j) > target) ++above;
-    if (above < k) atomicAdd(correct, 1);
-  }
-}
-
-// One block per row: stable softmax (max subtracted) and loss = logsumexp - z_label.
-__global__ void softmax_xent_rows_kernel(const void* logits, DType dt, const std::int32_t* labels,
-                                         float* probs, float* row_loss, std::int64_t classes) {
-  const std::int64_t row = blockIdx.x;
-  const std::int64_t base = row * classes;
-  float zmax = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    zmax = fmaxf(zmax, load(logits, dt, base + j));
-  zmax = block_max(zmax);
-  float sum = 0.0f;
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    sum += expf(load(logits, dt, base + j) - zmax);
-  sum = block_sum(sum);
-  const float log_sum = logf(sum);
-  for (std::int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    probs[base + j] = expf(load(logits, dt, base + j) - zmax - log_sum);
-  if (threadIdx.x == 0) {
-    const std::int32_t label = labels[row];
-    row_loss[row] =
-        (label >= 0 && label < classes) ? zmax + log_sum - load(logits, dt, base + label) : NAN;
-  }
-}
-
-// One block: loss = mean of row losses, summed in a fixed order (deterministic).
-__global__ void mean_kernel(const float* values, std::int64_t count, float* out) {
-  double sum = 0.0;
-  for (std::int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += values[i];
-  sum = block_sum(sum);
-  if (threadIdx.x == 0) *out = static_cast<float>(sum / static_cast<double>(count));
-}
-
-__global__ void softmax_xent_backward_kernel(const float* probs, const std::int32_t* labels,
-                                             float scale, void* dlogits, DType dt,
-                                             std::int64_t classes, std::int64_t count) {
-  CNNERGY_GRID_STRIDE(i, count) {
-    const std::int64_t r = i / classes, j = i % classes;
-    const float onehot = labels[r] == j ? 1.0f : 0.0f;
-    store(dlogits, dt, i, scale * (probs[i] - onehot));
-  }
-}
-
 }  // namespace
 
 void convert(const void* src, DType src_dtype, bool src_nhwc, void* dst, DType dst_dtype,
              const Dims& dst_dims, bool accumulate, cudaStream_t stream) {
   const std::int64_t count = dst_dims.numel();
   if (count == 0) return;
-  convert_kernel<<<grid_for(count), kBlock, 0, stream>>>(src, src_dtype, src_nhwc, dst, dst_dtype,
-                                                         dst_dims, accumulate, count);
-  CNNERGY_CUDA_LAUNCH_CHECK("convert");
+  const bool floating = src_dtype != DType::kI32 && dst_dtype != DType::kI32;
+  if (floating && src_nhwc == dst_dims.nhwc) {
+    dispatch_float(src_dtype, "convert", [&](auto s_tag) {
+      using S = typename decltype(s_tag)::type;
+      dispatch_float(dst_dtype, "convert", [&](auto d_tag) {
+        using D = typename decltype(d_tag)::type;
+        constexpr int K = static_cast<int>(16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D)));
+        const bool vectorized = aligned_for(sizeof(S) * K, src) && aligned_for(sizeof(D) * K, dst);
+        const std::int64_t packs = vectorized ? count / K : 0;
+        convert_same_layout_kernel<S, D><<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(
+            static_cast<const S*>(src), static_cast<D*>(dst), count, accumulate, packs);
+      });
+    });
+    CNNERGY_CUDA_LAUNCH_CHECK("convert");
+    return;
+  }
+  convert_generic_kernel<<<grid_for(count), kBlock, 0, stream>>>(
+      src, src_dtype, src_nhwc, dst, dst_dtype, dst_dims, accumulate, count);
+  CNNERGY_CUDA_LAUNCH_CHECK("convert_generic");
 }
 
 void fill(void* dst, DType dtype, std::int64_t count, float value, cudaStream_t stream) {
   if (count == 0) return;
-  fill_kernel<<<grid_for(count), kBlock, 0, stream>>>(dst, dtype, count, value);
+  // The value in the dtype's bits, converted on the host as core/dtype.cpp does (and as the
+  // device's round-to-nearest-even conversions do).
+  if (dtype == DType::kF16 || dtype == DType::kBF16) {
+    const std::uint16_t bits =
+        dtype == DType::kF16 ? float_to_half_bits(value) : float_to_bf16_bits(value);
+    const std::int64_t packs = aligned_for(16, dst) ? count / 8 : 0;
+    fill_kernel<std::uint16_t><<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(
+        static_cast<std::uint16_t*>(dst), count, bits, packs);
+  } else {
+    std::uint32_t bits = 0;
+    if (dtype == DType::kI32) {
+      const auto i = static_cast<std::int32_t>(value);
+      std::memcpy(&bits, &i, sizeof bits);
+    } else {
+      std::memcpy(&bits, &value, sizeof bits);
+    }
+    const std::int64_t packs = aligned_for(16, dst) ? count / 4 : 0;
+    fill_kernel<std::uint32_t><<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(
+        static_cast<std::uint32_t*>(dst), count, bits, packs);
+  }
   CNNERGY_CUDA_LAUNCH_CHECK("fill");
 }
 
 void add(const void* a, const void* b, void* y, DType dtype, std::int64_t count,
          cudaStream_t stream) {
-  if (count == 0) return;
-  add_kernel<<<grid_for(count), kBlock, 0, stream>>>(a, b, y, dtype, count);
-  CNNERGY_CUDA_LAUNCH_CHECK("add");
+  dispatch_float(dtype, "add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapArgs<T, 2> args{{static_cast<const T*>(a), static_cast<const T*>(b)},
+                             static_cast<T*>(y)};
+    launch_map(args, AddOp{}, count, stream, "launch of kernel add");
+  });
 }
 
 void relu_forward(const void* x, void* y, DType dtype, std::int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  relu_forward_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, count);
-  CNNERGY_CUDA_LAUNCH_CHECK("relu_forward");
+  dispatch_float(dtype, "relu_forward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const MapArgs<T, 1> args{{static_cast<const T*>(x)}, static_cast<T*>(y)};
+    launch_map(args, ReluOp{}, count, stream, "launch of kernel relu_forward");
+  });
 }
 
 void relu_backward(const void* y, const void* dy, void* dx, DType dtype, std::int64_t count,
                    bool accumulate, cudaStream_t stream) {
-  if (count == 0) return;
-  relu_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(y, dy, dx, dtype, count, accumulate);
-  CNNERGY_CUDA_LAUNCH_CHECK("relu_backward");
+  dispatch_float(dtype, "relu_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* yt = static_cast<const T*>(y);
+    const T* dyt = static_cast<const T*>(dy);
+    T* dxt = static_cast<T*>(dx);
+    if (accumulate)
+      launch_map(MapArgs<T, 3>{{yt, dyt, dxt}, dxt}, ReluBackwardOp<true>{}, count, stream,
+                 "launch of kernel relu_backward");
+    else
+      launch_map(MapArgs<T, 2>{{yt, dyt}, dxt}, ReluBackwardOp<false>{}, count, stream,
+                 "launch of kernel relu_backward");
+  });
 }
 
 void dropout_forward(const void* x, void* mask, void* y, DType dtype, const Dims& dims, float p,
@@ -243,16 +445,31 @@ void dropout_forward(const void* x, void* mask, void* y, DType dtype, const Dims
   const std::int64_t count = dims.numel();
   if (count == 0) return;
   const float scale = 1.0f / (1.0f - p);
-  dropout_forward_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, mask, y, dtype, dims, p, scale,
-                                                                 seed, count);
+  dispatch_float(dtype, "dropout_forward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const bool vectorized = aligned_for(16, x, mask, y) && (!dims.nhwc || dims.c % kVec<T> == 0);
+    const std::int64_t packs = vectorized ? count / kVec<T> : 0;
+    dropout_forward_kernel<T><<<pack_grid(packs, count, 1), kBlock, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(mask), static_cast<T*>(y), dims, p, scale, seed,
+        count, packs);
+  });
   CNNERGY_CUDA_LAUNCH_CHECK("dropout_forward");
 }
 
 void dropout_backward(const void* dy, const void* mask, void* dx, DType dtype, std::int64_t count,
                       bool accumulate, cudaStream_t stream) {
-  if (count == 0) return;
-  mul_kernel<<<grid_for(count), kBlock, 0, stream>>>(dy, mask, dx, dtype, count, accumulate);
-  CNNERGY_CUDA_LAUNCH_CHECK("dropout_backward");
+  dispatch_float(dtype, "dropout_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* dyt = static_cast<const T*>(dy);
+    const T* mt = static_cast<const T*>(mask);
+    T* dxt = static_cast<T*>(dx);
+    if (accumulate)
+      launch_map(MapArgs<T, 3>{{dyt, mt, dxt}, dxt}, MulOp<true>{}, count, stream,
+                 "launch of kernel dropout_backward");
+    else
+      launch_map(MapArgs<T, 2>{{dyt, mt}, dxt}, MulOp<false>{}, count, stream,
+                 "launch of kernel dropout_backward");
+  });
 }
 
 void copy_2d(const void* src, std::int64_t src_ld, void* dst, std::int64_t dst_ld,
@@ -260,8 +477,18 @@ void copy_2d(const void* src, std::int64_t src_ld, void* dst, std::int64_t dst_l
              cudaStream_t stream) {
   const std::int64_t count = rows * cols;
   if (count == 0) return;
-  copy_2d_kernel<<<grid_for(count), kBlock, 0, stream>>>(src, src_ld, dst, dst_ld, cols, dtype,
-                                                         accumulate, count);
+  dispatch_float(dtype, "copy_2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int K = kVec<T>;
+    const auto* s = static_cast<const T*>(src);
+    auto* d = static_cast<T*>(dst);
+    if (cols % K == 0 && src_ld % K == 0 && dst_ld % K == 0 && aligned_for(16, src, dst))
+      copy_2d_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(s, src_ld, d, dst_ld, cols,
+                                                                         accumulate, count / K);
+    else
+      copy_2d_kernel<T, 1>
+          <<<exact_grid(count), kBlock, 0, stream>>>(s, src_ld, d, dst_ld, cols, accumulate, count);
+  });
   CNNERGY_CUDA_LAUNCH_CHECK("copy_2d");
 }
 
@@ -286,7 +513,29 @@ void crop_2d(const void* xp, const Dims& xp_dims, void* x, const Dims& x_dims, s
 void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cudaStream_t stream) {
   const std::int64_t count = view.outer * view.channels * view.inner;
   if (count == 0) return;
-  bias_add_kernel<<<grid_for(count), kBlock, 0, stream>>>(y, b, dtype, view, count);
+  dispatch_float(dtype, "bias_add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int K = kVec<T>;
+    auto* yt = static_cast<T*>(y);
+    const auto* bt = static_cast<const T*>(b);
+    const bool aligned = aligned_for(16, y, b);
+    if (view.inner == 1 && view.channels % K == 0 && aligned) {
+      // Blocks of (32 channel packs or fewer) x (rows): 256 threads.
+      const std::int64_t packs = view.channels / K;
+      const unsigned bx = pow2_floor(std::min<std::int64_t>(packs, 32));
+      const dim3 block(bx, kBlock / bx);
+      const auto gx = static_cast<unsigned>((packs + bx - 1) / bx);
+      const std::int64_t want_y = (view.outer + block.y - 1) / block.y;
+      const std::int64_t cap_y = std::max<std::int64_t>(1, sm_count() * 8 / gx);
+      const dim3 grid(gx, static_cast<unsigned>(std::clamp<std::int64_t>(
+                              want_y, 1, std::min<std::int64_t>(cap_y, 65535))));
+      bias_add_rows_kernel<T><<<grid, block, 0, stream>>>(yt, bt, view.outer, view.channels);
+    } else if (view.inner % K == 0 && aligned) {
+      bias_add_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(yt, bt, view, count / K);
+    } else {
+      bias_add_kernel<T, 1><<<exact_grid(count), kBlock, 0, stream>>>(yt, bt, view, count);
+    }
+  });
   CNNERGY_CUDA_LAUNCH_CHECK("bias_add");
 }
 
@@ -294,47 +543,32 @@ void sgd_update(float* master, const void* grad, DType grad_dtype, float* moment
                 DType working_dtype, std::int64_t count, const SgdParams& params,
                 const std::int32_t* skip, cudaStream_t stream) {
   if (count == 0) return;
-  sgd_kernel<<<grid_for(count), kBlock, 0, stream>>>(master, grad, grad_dtype, momentum, working,
-                                                     working_dtype, count, params, skip);
+  const bool vectorized = aligned_for(16, master, momentum) &&
+                          aligned_for(4 * dtype_size_bytes(grad_dtype), grad) &&
+                          aligned_for(4 * dtype_size_bytes(working_dtype), working);
+  dispatch_float(grad_dtype, "sgd_update", [&](auto g_tag) {
+    using G = typename decltype(g_tag)::type;
+    dispatch_float(working_dtype, "sgd_update", [&](auto w_tag) {
+      using W = typename decltype(w_tag)::type;
+      const std::int64_t packs = vectorized ? count / 4 : 0;
+      sgd_kernel<G, W><<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(
+          master, static_cast<const G*>(grad), momentum, static_cast<W*>(working), count, params,
+          skip, packs);
+    });
+  });
   CNNERGY_CUDA_LAUNCH_CHECK("sgd_update");
 }
 
 void check_finite(const void* t, DType dtype, std::int64_t count, std::int32_t* flag,
                   cudaStream_t stream) {
   if (count == 0 || dtype == DType::kI32) return;  // integers are always finite
-  check_finite_kernel<<<grid_for(count), kBlock, 0, stream>>>(t, dtype, count, flag);
+  dispatch_float(dtype, "check_finite", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const std::int64_t packs = aligned_for(16, t) ? count / kVec<T> : 0;
+    check_finite_kernel<T><<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(
+        static_cast<const T*>(t), count, flag, packs);
+  });
   CNNERGY_CUDA_LAUNCH_CHECK("check_finite");
-}
-
-void count_topk(const void* logits, DType dtype, const std::int32_t* labels, std::int64_t rows,
-                std::int64_t classes, int k, std::int32_t* correct, cudaStream_t stream) {
-  if (rows == 0) return;
-  count_topk_kernel<<<grid_for(rows), kBlock, 0, stream>>>(logits, dtype, labels, rows, classes, k,
-                                                           correct);
-  CNNERGY_CUDA_LAUNCH_CHECK("count_topk");
-}
-
-void softmax_xent_forward(const void* logits, DType dtype, const std::int32_t* labels, float* probs,
-                          float* row_loss, float* loss, std::int64_t rows, std::int64_t classes,
-                          cudaStream_t stream) {
-  if (rows == 0) return;
-  // Rows are one block each; grids take up to 2^31-1 blocks in x.
-  const int threads = classes >= 256 ? 256 : (classes >= 64 ? 64 : 32);
-  softmax_xent_rows_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-      logits, dtype, labels, probs, row_loss, classes);
-  CNNERGY_CUDA_LAUNCH_CHECK("softmax_xent_rows");
-  mean_kernel<<<1, 256, 0, stream>>>(row_loss, rows, loss);
-  CNNERGY_CUDA_LAUNCH_CHECK("softmax_xent_mean");
-}
-
-void softmax_xent_backward(const float* probs, const std::int32_t* labels, float scale,
-                           void* dlogits, DType dtype, std::int64_t rows, std::int64_t classes,
-                           cudaStream_t stream) {
-  const std::int64_t count = rows * classes;
-  if (count == 0) return;
-  softmax_xent_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(
-      probs, labels, scale, dlogits, dtype, classes, count);
-  CNNERGY_CUDA_LAUNCH_CHECK("softmax_xent_backward");
 }
 
 }  // namespace cnnergy::cuda::kernels

@@ -1,8 +1,8 @@
 // Host-callable launchers for the backend's own CUDA kernels (implemented in the .cu files, called
 // from the .cpp files that g++ compiles). Pointers are device pointers; element types are passed as
-// DType values so that one kernel serves fp32, fp16 and bf16 (the loads and stores convert, and all
-// arithmetic is fp32 or wider). Every launcher enqueues on `stream`, checks the launch, never
-// waits.
+// DType values and resolved once per launch (the hot kernels are templated on the storage type and
+// move 16-byte packs where the pointers are 16-byte aligned; all arithmetic is fp32 or wider).
+// Every launcher enqueues on `stream`, checks the launch, never waits.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,6 +31,15 @@ struct ChannelView {
 inline ChannelView channel_view(const Dims& d) {
   if (d.nhwc || (d.h == 1 && d.w == 1)) return {d.n * d.h * d.w, d.c, 1};
   return {d.n, d.c, d.h * d.w};
+}
+
+// True when `channels` elements of `dtype` fill whole 16-byte packs (8 fp16/bf16 or 4 fp32): the
+// condition for the vectorised channel-last batch-norm and pooling kernels (with 16-byte aligned
+// pointers, which the allocator's buffers are).
+inline bool fills_packs(std::int64_t channels, DType dtype) {
+  if (dtype == DType::kI32) return false;
+  const auto per_pack = static_cast<std::int64_t>(16 / dtype_size_bytes(dtype));
+  return channels > 0 && channels % per_pack == 0;
 }
 
 // ---- element-wise (elementwise.cu) -------------------------------------------------------------
@@ -75,6 +84,7 @@ void sgd_update(float* master, const void* grad, DType grad_dtype, float* moment
 // *flag = 1 when any element is Inf or NaN (flag is left alone otherwise).
 void check_finite(const void* t, DType dtype, std::int64_t count, std::int32_t* flag,
                   cudaStream_t stream);
+// ---- loss head (loss.cu) ------------------------------------------------------------------------
 // *correct += rows whose label's logit has fewer than k logits strictly above it.
 void count_topk(const void* logits, DType dtype, const std::int32_t* labels, std::int64_t rows,
                 std::int64_t classes, int k, std::int32_t* correct, cudaStream_t stream);
@@ -87,9 +97,10 @@ void softmax_xent_backward(const float* probs, const std::int32_t* labels, float
                            void* dlogits, DType dtype, std::int64_t rows, std::int64_t classes,
                            cudaStream_t stream);
 
-// ---- per-channel reductions, batch norm, pooling, LRN (norm_pool.cu) ---------------------------
-// Bytes of scratch the per-channel reductions below need for `view`.
-std::size_t channel_reduce_scratch_bytes(const ChannelView& view);
+// ---- per-channel reductions and batch norm (batch_norm.cu) --------------------------------------
+// Bytes of scratch the per-channel reductions below need for `view` of `dtype` elements (on the
+// current device: the plan depends on its multiprocessor count).
+std::size_t channel_reduce_scratch_bytes(const ChannelView& view, DType dtype);
 // db[c] = sum of dy over everything but the channel (db in db_dtype).
 void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, DType db_dtype,
                void* scratch, cudaStream_t stream);
@@ -97,8 +108,10 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
 struct BatchNormParams {
   double eps, momentum;
 };
-// The batch norm of the contract (fp32 parameters and statistics; x/y in dtype), with fp64
-// accumulation. Used where cuDNN's legacy batch norm does not take the dtype (bf16).
+// The batch norm of the contract (fp32 parameters and statistics; x/y in dtype). Channel-last
+// views (NHWC, 2-D) with C a multiple of 16 bytes' worth of elements run tiled, vectorised kernels
+// with fp32 sums about a per-channel shift, finished in fp64; other views run generic kernels with
+// fp64 sums.
 void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
@@ -112,14 +125,18 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
                          void* scratch, cudaStream_t stream);
 
+// ---- pooling and LRN (pool_lrn.cu) --------------------------------------------------------------
 struct PoolParams {
   std::int64_t out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   int mode;  // 0 max, 1 average including padding (window clipped to [-pad, in + pad)), 2 excluding
 };
 void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const PoolParams& p,
                   cudaStream_t stream);
+// Scratch the backward needs (max pooling: one byte per output for the window argmax; 0 for
+// average pooling and for max windows of more than 255 elements, whose argmax is recomputed).
+std::size_t pool_backward_scratch_bytes(const Dims& x_dims, const PoolParams& p);
 void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, DType dtype,
-                   const PoolParams& p, bool accumulate, cudaStream_t stream);
+                   const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream);
 
 struct LrnParams {
   std::int64_t size;

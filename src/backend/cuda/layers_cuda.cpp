@@ -1,9 +1,11 @@
-// Pooling, LRN, batch norm and softmax cross-entropy on the GPU. cuDNN runs them where its
-// semantics and type support match the contract exactly (pooling whose ceil-mode output equals
-// cuDNN's floor formula, NCHW fp32/fp16 LRN, fp32/fp16 batch norm); the backend's own kernels
-// (norm_pool.cu) run the rest: Caffe ceil-mode windows, NHWC or bf16 LRN, bf16 batch norm (as
-// PyTorch, which also keeps bf16 off cuDNN's legacy batch norm). Softmax cross-entropy is always an
-// own kernel.
+// Pooling, LRN, batch norm and softmax cross-entropy on the GPU. Channel-last pooling and batch
+// norm whose channels fill 16-byte packs (every NHWC layer of the zoo's ResNets, VGGs, ...) run the
+// backend's own vectorised kernels (batch_norm.cu, pool_lrn.cu), which stream at memory bandwidth
+// in every dtype. Elsewhere cuDNN runs where its semantics and type support match the contract
+// exactly (pooling whose ceil-mode output equals cuDNN's floor formula, NCHW fp32/fp16 LRN,
+// fp32/fp16 batch norm) and the own generic kernels run the rest: Caffe ceil-mode windows, NHWC or
+// bf16 LRN, bf16 batch norm (as PyTorch, which also keeps bf16 off cuDNN's legacy batch norm).
+// Softmax cross-entropy is always an own kernel.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -57,7 +59,8 @@ class CudaPool final : public PoolKernel {
     // every window also lies inside [-pad, in + pad), so include-pad divisors agree too).
     const std::int64_t floor_h = (d.h + 2 * d.pad_h - d.kernel_h) / d.stride_h + 1;
     const std::int64_t floor_w = (d.w + 2 * d.pad_w - d.kernel_w) / d.stride_w + 1;
-    use_cudnn_ = cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
+    const bool own_packs = layout_ == Layout::kNHWC && kernels::fills_packs(d.c, dtype_);
+    use_cudnn_ = !own_packs && cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
     if (!use_cudnn_) return;
     const cudnnPoolingMode_t mode = d.mode == PoolMode::kMax ? CUDNN_POOLING_MAX
                                     : d.mode == PoolMode::kAvgIncludePad
@@ -107,8 +110,10 @@ class CudaPool final : public PoolKernel {
         return;
       use_cudnn_ = false;
     }
-    kernels::pool_backward(x.raw(), dy.raw(), dx.raw(), dims_of(x), dtype_, params_, accumulate,
-                           ctx_->stream());
+    const kernels::Dims x_dims = dims_of(x);
+    auto scratch = ctx_->scratch(kernels::pool_backward_scratch_bytes(x_dims, params_));
+    kernels::pool_backward(x.raw(), dy.raw(), dx.raw(), x_dims, dtype_, params_, accumulate,
+                           scratch->data(), ctx_->stream());
   }
 
  private:
@@ -200,7 +205,8 @@ class CudaBatchNorm final : public BatchNormKernel {
     flat_ = d.h == 1 && d.w == 1;
     const Layout tensor_layout = flat_ ? Layout::kNCHW : layout_;  // N,C,1,1 reads the same in both
     view_ = kernels::channel_view({d.n, d.c, d.h, d.w, tensor_layout == Layout::kNHWC});
-    use_cudnn_ = cudnn_takes(dtype_) && d.eps >= CUDNN_BN_MIN_EPSILON;
+    const bool own_packs = view_.inner == 1 && kernels::fills_packs(d.c, dtype_);
+    use_cudnn_ = !own_packs && cudnn_takes(dtype_) && d.eps >= CUDNN_BN_MIN_EPSILON;
     if (use_cudnn_) {
       // cuDNN's exponentialAverageFactor is the contract's momentum, and it keeps the unbiased
       // variance in the running estimate and 1/sqrt(var + eps) as the saved inverse deviation.
@@ -235,7 +241,7 @@ class CudaBatchNorm final : public BatchNormKernel {
         return;
       use_cudnn_ = false;
     }
-    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_));
+    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_forward_training(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
                                          f32(running_mean), f32(running_var), f32(saved_mean),
                                          f32(saved_inv_std), {d_.eps, d_.momentum}, scratch->data(),
@@ -262,7 +268,7 @@ class CudaBatchNorm final : public BatchNormKernel {
         return;
       use_cudnn_ = false;
     }
-    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_));
+    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_forward_inference(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
                                           f32(running_mean), f32(running_var),
                                           {d_.eps, d_.momentum}, scratch->data(), ctx_->stream());
@@ -289,7 +295,7 @@ class CudaBatchNorm final : public BatchNormKernel {
         return;
       use_cudnn_ = false;
     }
-    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_));
+    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_backward(x.raw(), dy.raw(), dx.raw(), dtype_, view_, f32(gamma),
                                  f32(saved_mean), f32(saved_inv_std), f32(dgamma), f32(dbeta),
                                  accumulate, scratch->data(), ctx_->stream());

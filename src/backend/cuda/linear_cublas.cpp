@@ -85,7 +85,7 @@ class CublasLinear final : public LinearKernel {
     if (d_.bias) {
       check(db, "backward_filter", "db", {d_.out_features});
       const kernels::ChannelView view{d_.n, d_.out_features, 1};
-      auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view));
+      auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view, dtype_));
       kernels::bias_grad(dy.raw(), dtype_, view, db.raw(), dtype_, scratch->data(), ctx_->stream());
     }
   }

@@ -1,0 +1,589 @@
+// The CUDA backend's per-channel reductions (bias gradient, batch-norm statistics) and batch norm.
+// Channel-last tensors (NHWC, 2-D) whose channel count fills 16-byte packs take the fast path: a
+// block owns up to 32 channel packs x a slice of rows, reads coalesced packs, accumulates in fp32
+// registers and writes one partial per (slice, channel); a small kernel adds the partials in fp64
+// in a fixed order (deterministic). Statistics are sums about a per-channel shift (the channel's
+// first value), which keeps E[x^2] - E[x]^2 free of cancellation when |mean| >> std. The
+// normalisation and dx passes are tiled the same way, so each thread keeps its channels'
+// coefficients in registers. Everything else (NCHW, odd channel counts) takes the generic path:
+// runtime-dispatched loads and fp64 sums.
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/device_utils.cuh"
+
+namespace cnnergy::cuda::kernels {
+
+namespace {
+
+// ---- plans --------------------------------------------------------------------------------------
+enum class Reduce : int { kSum, kSumSquares, kBatchNormBackward };
+
+constexpr int kTile = 32;     // channels per block in the generic channel-last kernel
+constexpr int kTileRows = 8;  // rows per pass in the generic channel-last kernel
+constexpr std::int64_t kMaxSplits = 256;
+constexpr int kRowUnroll = 4;  // rows in flight per thread in the fast kernels
+constexpr int kReduceBlocksPerSm = 4;
+
+struct ReducePlan {  // generic path
+  bool channel_last;
+  std::int64_t splits;
+};
+
+ReducePlan plan_for(const ChannelView& v) {
+  if (v.inner == 1) {
+    const std::int64_t splits = std::clamp<std::int64_t>((v.outer + 255) / 256, 1, kMaxSplits);
+    return {true, splits};
+  }
+  const std::int64_t splits =
+      std::clamp<std::int64_t>((v.per_channel() + 4095) / 4096, 1, kMaxSplits);
+  return {false, splits};
+}
+
+// Fast path: blocks of bx channel packs x by rows (bx * by = kBlock), `groups` blocks across the
+// channels and `splits` across the rows.
+struct TilePlan {
+  bool usable = false;
+  unsigned bx = 1, by = kBlock, groups = 1, splits = 1;
+};
+
+TilePlan tile_plan(const ChannelView& v, DType dtype) {
+  TilePlan p;
+  if (dtype == DType::kI32) return p;
+  const auto k = static_cast<std::int64_t>(16 / dtype_size_bytes(dtype));
+  if (v.inner != 1 || v.channels % k != 0 || v.outer < 1) return p;
+  const std::int64_t packs = v.channels / k;
+  p.bx = pow2_floor(std::min<std::int64_t>(packs, 32));
+  p.by = kBlock / p.bx;
+  const std::int64_t groups = (packs + p.bx - 1) / p.bx;
+  if (groups > 0x7fffffff) return p;
+  p.groups = static_cast<unsigned>(groups);
+  // Enough row slices to put kReduceBlocksPerSm blocks on every SM, each thread summing at least
+  // kRowUnroll rows.
+  const std::int64_t want =
+      (static_cast<std::int64_t>(sm_count()) * kReduceBlocksPerSm + groups - 1) / groups;
+  const std::int64_t most = std::max<std::int64_t>(1, v.outer / (p.by * kRowUnroll));
+  p.splits =
+      static_cast<unsigned>(std::clamp<std::int64_t>(want, 1, std::min<std::int64_t>(most, 65535)));
+  p.usable = true;
+  return p;
+}
+
+// Scratch, generic: [splits * C * 2 doubles of partials][4 * C floats of coefficients].
+// Scratch, fast: [splits * 2 * C floats of partials][C floats of shifts][4 * C floats of
+// coefficients].
+std::size_t generic_partial_bytes(const ChannelView& v, const ReducePlan& p) {
+  return static_cast<std::size_t>(p.splits * v.channels * 2) * sizeof(double);
+}
+std::size_t fast_partial_bytes(const ChannelView& v, const TilePlan& p) {
+  return static_cast<std::size_t>(p.splits) * static_cast<std::size_t>(2 * v.channels) *
+         sizeof(float);
+}
+
+// The per-split partial sums, as either path wrote them. shift (fast path, statistics only) is
+// what the sums are centred on; null means 0.
+struct Partials {
+  const double* generic = nullptr;  // [(split * C + c) * 2 + j]
+  const float* fast = nullptr;      // [(split * 2 + j) * C + c]
+  const float* shift = nullptr;
+  std::int64_t splits = 1, channels = 1;
+};
+
+__device__ __forceinline__ void channel_totals(const Partials& p, std::int64_t c, double& s1,
+                                               double& s2) {
+  s1 = 0.0;
+  s2 = 0.0;
+  for (std::int64_t s = 0; s < p.splits; ++s) {
+    if (p.fast != nullptr) {
+      s1 += p.fast[(s * 2) * p.channels + c];
+      s2 += p.fast[(s * 2 + 1) * p.channels + c];
+    } else {
+      s1 += p.generic[(s * p.channels + c) * 2];
+      s2 += p.generic[(s * p.channels + c) * 2 + 1];
+    }
+  }
+}
+
+// ---- generic reductions -------------------------------------------------------------------------
+__device__ __forceinline__ void accumulate_term(Reduce mode, const void* a, const void* b, DType dt,
+                                                std::int64_t idx, float mean, double& s1,
+                                                double& s2) {
+  const double va = load(a, dt, idx);
+  s1 += va;
+  if (mode == Reduce::kSumSquares) s2 += va * va;
+  if (mode == Reduce::kBatchNormBackward) s2 += va * (static_cast<double>(load(b, dt, idx)) - mean);
+}
+
+// NCHW: block (channel, split) walks t over the channel's outer*inner elements, inner fastest.
+__global__ void reduce_channel_inner_kernel(const void* a, const void* b, DType dt, ChannelView v,
+                                            Reduce mode, const float* mean, double* partial) {
+  const std::int64_t c = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+  const std::int64_t m = v.outer * v.inner;
+  const std::int64_t chunk = (m + splits - 1) / splits;
+  const std::int64_t t0 = split * chunk, t1 = min(m, t0 + chunk);
+  const float mu = mean != nullptr ? mean[c] : 0.0f;
+  double s1 = 0.0, s2 = 0.0;
+  for (std::int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
+    const std::int64_t o = t / v.inner, i = t % v.inner;
+    accumulate_term(mode, a, b, dt, (o * v.channels + c) * v.inner + i, mu, s1, s2);
+  }
+  s1 = block_sum(s1);
+  s2 = block_sum(s2);
+  if (threadIdx.x == 0) {
+    partial[(split * v.channels + c) * 2] = s1;
+    partial[(split * v.channels + c) * 2 + 1] = s2;
+  }
+}
+
+// Channel-last, any channel count: block (32 channels, split of rows).
+__global__ void reduce_channel_last_kernel(const void* a, const void* b, DType dt, ChannelView v,
+                                           Reduce mode, const float* mean, double* partial) {
+  __shared__ double sum1[kTileRows][kTile + 1];
+  __shared__ double sum2[kTileRows][kTile + 1];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  const std::int64_t split = blockIdx.y, splits = gridDim.y;
+  const std::int64_t chunk = (v.outer + splits - 1) / splits;
+  const std::int64_t r0 = split * chunk, r1 = min(v.outer, r0 + chunk);
+  double s1 = 0.0, s2 = 0.0;
+  if (c < v.channels) {
+    const float mu = mean != nullptr ? mean[c] : 0.0f;
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows)
+      accumulate_term(mode, a, b, dt, r * v.channels + c, mu, s1, s2);
+  }
+  sum1[threadIdx.y][threadIdx.x] = s1;
+  sum2[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < v.channels) {
+    for (int y = 1; y < kTileRows; ++y) {
+      s1 += sum1[y][threadIdx.x];
+      s2 += sum2[y][threadIdx.x];
+    }
+    partial[(split * v.channels + c) * 2] = s1;
+    partial[(split * v.channels + c) * 2 + 1] = s2;
+  }
+}
+
+Partials launch_generic_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
+                               Reduce mode, const float* mean, void* scratch, cudaStream_t stream) {
+  const ReducePlan p = plan_for(v);
+  auto* partial = static_cast<double*>(scratch);
+  if (p.channel_last) {
+    const dim3 grid(static_cast<unsigned>((v.channels + kTile - 1) / kTile),
+                    static_cast<unsigned>(p.splits));
+    reduce_channel_last_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(a, b, dt, v, mode, mean,
+                                                                            partial);
+    CNNERGY_CUDA_LAUNCH_CHECK("reduce_channel_last");
+  } else {
+    const dim3 grid(static_cast<unsigned>(v.channels), static_cast<unsigned>(p.splits));
+    reduce_channel_inner_kernel<<<grid, kBlock, 0, stream>>>(a, b, dt, v, mode, mean, partial);
+    CNNERGY_CUDA_LAUNCH_CHECK("reduce_channel_inner");
+  }
+  Partials out;
+  out.generic = partial;
+  out.splits = p.splits;
+  out.channels = v.channels;
+  return out;
+}
+
+// ---- fast channel-last reductions ---------------------------------------------------------------
+// kMode 0: sum of a. 1: sums of (a - shift) and (a - shift)^2, shift = a's first row (written to
+// shift_out by the first slice). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)).
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kBlock)
+    tile_reduce_kernel(const T* a, const T* b, std::int64_t rows, std::int64_t channels,
+                       const float* mean, float* partial, float* shift_out) {
+  constexpr int K = kVec<T>;
+  __shared__ float red[2][kBlock * K];
+  const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * bx + tx) * K;
+  const bool active = c0 < channels;
+  const std::int64_t chunk = (rows + gridDim.y - 1) / gridDim.y;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * chunk;
+  const std::int64_t r1 = min(rows, r0 + chunk);
+  float center[K], s1[K], s2[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) center[k] = s1[k] = s2[k] = 0.0f;
+  if (active) {
+    if constexpr (kMode == 1) {
+      const Pack<T, K> first = load_pack<T, K>(a + c0);
+#pragma unroll
+      for (int k = 0; k < K; ++k) center[k] = to_float(first.v[k]);
+      if (blockIdx.y == 0 && ty == 0)
+#pragma unroll
+        for (int k = 0; k < K; ++k) shift_out[c0 + k] = center[k];
+    }
+    if constexpr (kMode == 2) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) center[k] = mean[c0 + k];
+    }
+    for (std::int64_t r = r0 + ty; r < r1; r += kRowUnroll * by) {
+      Pack<T, K> va[kRowUnroll], vb[kRowUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const std::int64_t row = r + u * by;
+        if (row < r1) {
+          va[u] = load_pack<T, K>(a + row * channels + c0);
+          if constexpr (kMode == 2) vb[u] = load_pack<T, K>(b + row * channels + c0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        if (r + u * by >= r1) continue;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const float v = to_float(va[u].v[k]);
+          if constexpr (kMode == 0) s1[k] += v;
+          if constexpr (kMode == 1) {
+            const float d = v - center[k];
+            s1[k] += d;
+            s2[k] = fmaf(d, d, s2[k]);
+          }
+          if constexpr (kMode == 2) {
+            s1[k] += v;
+            s2[k] = fmaf(v, to_float(vb[u].v[k]) - center[k], s2[k]);
+          }
+        }
+      }
+    }
+  }
+  // Tree over the block's rows (by is a power of two): a fixed order, so results are
+  // deterministic.
+  const unsigned width = bx * K;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    red[0][ty * width + tx * K + k] = s1[k];
+    red[1][ty * width + tx * K + k] = s2[k];
+  }
+  __syncthreads();
+  for (unsigned step = by / 2; step > 0; step /= 2) {
+    if (ty < step)
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        red[0][ty * width + tx * K + k] += red[0][(ty + step) * width + tx * K + k];
+        red[1][ty * width + tx * K + k] += red[1][(ty + step) * width + tx * K + k];
+      }
+    __syncthreads();
+  }
+  if (ty == 0 && active) {
+    float* out = partial + static_cast<std::int64_t>(blockIdx.y) * 2 * channels;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      out[c0 + k] = red[0][tx * K + k];
+      out[channels + c0 + k] = red[1][tx * K + k];
+    }
+  }
+}
+
+template <int kMode>
+Partials launch_tile_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
+                            const TilePlan& p, const float* mean, void* scratch,
+                            cudaStream_t stream) {
+  auto* partial = static_cast<float*>(scratch);
+  float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
+  dispatch_float(dt, "channel reduction", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    tile_reduce_kernel<T, kMode><<<dim3(p.groups, p.splits), dim3(p.bx, p.by), 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, partial,
+        shift);
+  });
+  CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
+  Partials out;
+  out.fast = partial;
+  out.shift = kMode == 1 ? shift : nullptr;
+  out.splits = p.splits;
+  out.channels = v.channels;
+  return out;
+}
+
+// ---- finishing kernels (one thread per channel) -------------------------------------------------
+__global__ void bias_grad_finish_kernel(Partials p, void* db, DType db_dtype) {
+  CNNERGY_GRID_STRIDE(c, p.channels) {
+    double s1, s2;
+    channel_totals(p, c, s1, s2);
+    store(db, db_dtype, c, static_cast<float>(s1));
+  }
+}
+
+// Batch statistics -> saved mean / inverse std, running estimates (unbiased variance), and the
+// per-channel scale/shift that the apply kernels use (coef[c], coef[C + c]).
+__global__ void bn_stats_finish_kernel(Partials p, std::int64_t m, const float* gamma,
+                                       const float* beta, float* running_mean, float* running_var,
+                                       float* saved_mean, float* saved_inv_std, BatchNormParams bp,
+                                       float* coef) {
+  const std::int64_t channels = p.channels;
+  CNNERGY_GRID_STRIDE(c, channels) {
+    double s1, s2;
+    channel_totals(p, c, s1, s2);
+    const double count = static_cast<double>(m);
+    const double centred_mean = s1 / count;  // mean - shift
+    const double mean = (p.shift != nullptr ? p.shift[c] : 0.0) + centred_mean;
+    const double var = fmax(s2 / count - centred_mean * centred_mean, 0.0);
+    const double inv_std = 1.0 / sqrt(var + bp.eps);
+    saved_mean[c] = static_cast<float>(mean);
+    saved_inv_std[c] = static_cast<float>(inv_std);
+    const double unbiased = m > 1 ? var * count / (count - 1.0) : var;
+    running_mean[c] =
+        static_cast<float>((1.0 - bp.momentum) * running_mean[c] + bp.momentum * mean);
+    running_var[c] =
+        static_cast<float>((1.0 - bp.momentum) * running_var[c] + bp.momentum * unbiased);
+    const double scale = gamma[c] * inv_std;
+    coef[c] = static_cast<float>(scale);
+    coef[channels + c] = static_cast<float>(beta[c] - mean * scale);
+  }
+}
+
+__global__ void bn_inference_coef_kernel(std::int64_t channels, const float* gamma,
+                                         const float* beta, const float* running_mean,
+                                         const float* running_var, double eps, float* coef) {
+  CNNERGY_GRID_STRIDE(c, channels) {
+    const double scale = gamma[c] / sqrt(static_cast<double>(running_var[c]) + eps);
+    coef[c] = static_cast<float>(scale);
+    coef[channels + c] = static_cast<float>(beta[c] - running_mean[c] * scale);
+  }
+}
+
+// With S1 = sum dy, S2 = sum dy (x - mean): dbeta = S1, dgamma = S2 * inv_std and
+// dx = gamma inv_std / M (M dy - dbeta - xhat dgamma) = a dy - b - (x - mean) e.
+__global__ void bn_backward_finish_kernel(Partials p, std::int64_t m, const float* gamma,
+                                          const float* saved_inv_std, float* dgamma, float* dbeta,
+                                          float* coef) {
+  const std::int64_t channels = p.channels;
+  CNNERGY_GRID_STRIDE(c, channels) {
+    double s1, s2;
+    channel_totals(p, c, s1, s2);
+    const double inv_std = saved_inv_std[c];
+    const double dg = s2 * inv_std;
+    dbeta[c] = static_cast<float>(s1);
+    dgamma[c] = static_cast<float>(dg);
+    const double k = gamma[c] * inv_std / static_cast<double>(m);
+    coef[c] = static_cast<float>(gamma[c] * inv_std);
+    coef[channels + c] = static_cast<float>(k * s1);
+    coef[2 * channels + c] = static_cast<float>(k * inv_std * dg);
+  }
+}
+
+// ---- normalisation and dx -----------------------------------------------------------------------
+// Generic: any view, runtime-dispatched element access.
+__global__ void bn_apply_kernel(const void* x, void* y, DType dt, ChannelView v, const float* coef,
+                                std::int64_t count) {
+  CNNERGY_GRID_STRIDE(j, count) {
+    const std::int64_t c = channel_of(v, j);
+    store(y, dt, j, load(x, dt, j) * coef[c] + coef[v.channels + c]);
+  }
+}
+
+__global__ void bn_backward_apply_kernel(const void* x, const void* dy, void* dx, DType dt,
+                                         ChannelView v, const float* coef, const float* mean,
+                                         bool accumulate, std::int64_t count) {
+  CNNERGY_GRID_STRIDE(j, count) {
+    const std::int64_t c = channel_of(v, j);
+    float g = coef[c] * load(dy, dt, j) - coef[v.channels + c] -
+              (load(x, dt, j) - mean[c]) * coef[2 * v.channels + c];
+    if (accumulate) g += load(dx, dt, j);
+    store(dx, dt, j, g);
+  }
+}
+
+// Fast: thread (channel pack, row slice); its coefficients stay in registers. Row blocks of
+// kRowUnroll * by rows, grid-strided over gridDim.y (at most 65535).
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    tile_apply_kernel(const T* x, T* y, std::int64_t rows, std::int64_t channels,
+                      const float* coef) {
+  constexpr int K = kVec<T>;
+  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
+  if (c0 >= channels) return;
+  float scale[K], shift[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    scale[k] = coef[c0 + k];
+    shift[k] = coef[channels + c0 + k];
+  }
+  const std::int64_t by = blockDim.y;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kRowUnroll * by + threadIdx.y;
+       r < rows; r += static_cast<std::int64_t>(gridDim.y) * kRowUnroll * by) {
+    Pack<T, K> v[kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      if (r + u * by < rows) v[u] = load_pack<T, K>(x + (r + u * by) * channels + c0);
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      if (r + u * by >= rows) continue;
+      Pack<T, K> out;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        out.v[k] = from_float<T>(fmaf(to_float(v[u].v[k]), scale[k], shift[k]));
+      store_pack<T, K>(y + (r + u * by) * channels + c0, out);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    tile_backward_apply_kernel(const T* x, const T* dy, T* dx, std::int64_t rows,
+                               std::int64_t channels, const float* coef, const float* mean,
+                               bool accumulate) {
+  constexpr int K = kVec<T>;
+  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
+  if (c0 >= channels) return;
+  float a[K], b[K], e[K], mu[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    a[k] = coef[c0 + k];
+    b[k] = coef[channels + c0 + k];
+    e[k] = coef[2 * channels + c0 + k];
+    mu[k] = mean[c0 + k];
+  }
+  const std::int64_t by = blockDim.y;
+  constexpr int kU = kRowUnroll / 2;  // three streams per row: fewer rows in flight
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kU * by + threadIdx.y; r < rows;
+       r += static_cast<std::int64_t>(gridDim.y) * kU * by) {
+    Pack<T, K> vx[kU], vdy[kU], vdx[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t row = r + u * by;
+      if (row >= rows) continue;
+      vx[u] = load_pack<T, K>(x + row * channels + c0);
+      vdy[u] = load_pack<T, K>(dy + row * channels + c0);
+      if (accumulate) vdx[u] = load_pack<T, K>(dx + row * channels + c0);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t row = r + u * by;
+      if (row >= rows) continue;
+      Pack<T, K> out;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        float g = a[k] * to_float(vdy[u].v[k]) - b[k] - (to_float(vx[u].v[k]) - mu[k]) * e[k];
+        if (accumulate) g += to_float(vdx[u].v[k]);
+        out.v[k] = from_float<T>(g);
+      }
+      store_pack<T, K>(dx + row * channels + c0, out);
+    }
+  }
+}
+
+dim3 apply_grid(const TilePlan& p, std::int64_t rows, std::int64_t rows_per_block) {
+  const std::int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  return dim3(p.groups, static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, 65535)));
+}
+
+unsigned grid_for_channels(std::int64_t channels) { return grid_for(channels); }
+
+float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
+  const TilePlan t = tile_plan(v, dtype);
+  const std::size_t generic = generic_partial_bytes(v, plan_for(v));
+  const std::size_t fast =
+      t.usable ? fast_partial_bytes(v, t) + static_cast<std::size_t>(v.channels) * sizeof(float)
+               : 0;
+  return reinterpret_cast<float*>(static_cast<char*>(scratch) + std::max(generic, fast));
+}
+
+}  // namespace
+
+std::size_t channel_reduce_scratch_bytes(const ChannelView& view, DType dtype) {
+  const TilePlan t = tile_plan(view, dtype);
+  const std::size_t generic = generic_partial_bytes(view, plan_for(view));
+  const std::size_t fast = t.usable ? fast_partial_bytes(view, t) +
+                                          static_cast<std::size_t>(view.channels) * sizeof(float)
+                                    : 0;
+  return std::max(generic, fast) + static_cast<std::size_t>(4 * view.channels) * sizeof(float);
+}
+
+void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, DType db_dtype,
+               void* scratch, cudaStream_t stream) {
+  if (view.channels == 0) return;
+  const TilePlan t = tile_plan(view, dtype);
+  const Partials p =
+      t.usable && aligned_for(16, dy)
+          ? launch_tile_reduce<0>(dy, nullptr, dtype, view, t, nullptr, scratch, stream)
+          : launch_generic_reduce(dy, nullptr, dtype, view, Reduce::kSum, nullptr, scratch, stream);
+  bias_grad_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(p, db, db_dtype);
+  CNNERGY_CUDA_LAUNCH_CHECK("bias_grad_finish");
+}
+
+void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
+                                 const float* gamma, const float* beta, float* running_mean,
+                                 float* running_var, float* saved_mean, float* saved_inv_std,
+                                 const BatchNormParams& params, void* scratch,
+                                 cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  const bool fast = t.usable && aligned_for(16, x, y);
+  float* coef = coefficients(scratch, view, dtype);
+  const Partials p =
+      fast ? launch_tile_reduce<1>(x, nullptr, dtype, view, t, nullptr, scratch, stream)
+           : launch_generic_reduce(x, nullptr, dtype, view, Reduce::kSumSquares, nullptr, scratch,
+                                   stream);
+  bn_stats_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
+      p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
+      params, coef);
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_stats_finish");
+  const std::int64_t count = view.outer * view.channels * view.inner;
+  if (fast) {
+    dispatch_float(dtype, "batch_norm_forward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      tile_apply_kernel<T>
+          <<<apply_grid(t, view.outer, kRowUnroll * t.by), dim3(t.bx, t.by), 0, stream>>>(
+              static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
+    });
+  } else {
+    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, view, coef, count);
+  }
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
+}
+
+void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
+                                  const float* gamma, const float* beta, const float* running_mean,
+                                  const float* running_var, const BatchNormParams& params,
+                                  void* scratch, cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  float* coef = coefficients(scratch, view, dtype);
+  bn_inference_coef_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
+      view.channels, gamma, beta, running_mean, running_var, params.eps, coef);
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_inference_coef");
+  const std::int64_t count = view.outer * view.channels * view.inner;
+  if (t.usable && aligned_for(16, x, y)) {
+    dispatch_float(dtype, "batch_norm_inference", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      tile_apply_kernel<T>
+          <<<apply_grid(t, view.outer, kRowUnroll * t.by), dim3(t.bx, t.by), 0, stream>>>(
+              static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
+    });
+  } else {
+    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, view, coef, count);
+  }
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
+}
+
+void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
+                         const ChannelView& view, const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
+                         void* scratch, cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  const bool fast = t.usable && aligned_for(16, x, dy, dx);
+  float* coef = coefficients(scratch, view, dtype);
+  const Partials p = fast
+                         ? launch_tile_reduce<2>(dy, x, dtype, view, t, saved_mean, scratch, stream)
+                         : launch_generic_reduce(dy, x, dtype, view, Reduce::kBatchNormBackward,
+                                                 saved_mean, scratch, stream);
+  bn_backward_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
+      p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef);
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_finish");
+  const std::int64_t count = view.outer * view.channels * view.inner;
+  if (fast) {
+    dispatch_float(dtype, "batch_norm_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      tile_backward_apply_kernel<T>
+          <<<apply_grid(t, view.outer, kRowUnroll / 2 * t.by), dim3(t.bx, t.by), 0, stream>>>(
+              static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), view.outer,
+              view.channels, coef, saved_mean, accumulate);
+    });
+  } else {
+    bn_backward_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, dy, dx, dtype, view, coef,
+                                                                     saved_mean, accumulate, count);
+  }
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_apply");
+}
+
+}  // namespace cnnergy::cuda::kernels

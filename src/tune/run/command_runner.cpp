@@ -1,0 +1,55 @@
+// The trial runner for external commands: the command is rerun per iteration with CNNERGY_* knob
+// variables in its environment; each window covers whole runs, metered over the sampled GPUs.
+#include <chrono>
+
+#include "core/errors.hpp"
+#include "core/subprocess.hpp"
+#include "measure/nvml_probe.hpp"
+#include "measure/window.hpp"
+#include "telemetry/sampler.hpp"
+#include "tune/run/runners.hpp"
+
+namespace cnnergy::tune {
+
+std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
+
+TrialMeasurement run_command_trial(const std::vector<std::string>& command, const MeasureSettings& settings,
+                                   const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler) {
+  const auto env = trial_environment(trial);
+  auto run_once = [&] {
+    const ChildStatus st = run_command(command, env);
+    if (!st.ok())
+      throw Error(ExitCode::kChildFailed, "'" + command.front() + "' exited with status " + std::to_string(st.exit_code) +
+                                              " in trial " + trial.key);
+  };
+  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
+  auto probe = make_energy_probe(sampler, {});
+  TrialMeasurement m;
+  for (int rep = 0; rep < settings.repetitions; ++rep) {
+    WindowSample w;
+    if (probe) probe->begin();
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+      run_once();
+      ++w.iterations;
+    } while (w.iterations < settings.min_iterations ||
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < settings.window_seconds);
+    w.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (probe) w.energy = probe->end();
+    WindowResult one;
+    one.windows.push_back(w);
+    for (auto& r : to_repetitions(one, probe ? probe->source() : std::string())) m.repetitions.push_back(std::move(r));
+  }
+  return m;
+}
+
+TrialRunner make_command_runner(std::vector<std::string> command, const MeasureSettings& settings, HardwareKnobs* knobs,
+                                std::shared_ptr<telemetry::Sampler> sampler) {
+  if (command.empty()) throw InvalidArgument("sweep: no command after '--'");
+  return [command, settings, knobs, sampler](const TrialSpec& trial) {
+    if (knobs) knobs->apply(trial);
+    return run_command_trial(command, settings, trial, sampler);
+  };
+}
+
+}  // namespace cnnergy::tune
