@@ -23,7 +23,7 @@ for b in "$out"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/=> \//{print $3}' |
 done
 [ -f "$build/lib/libnvidia-ml-fake.so" ] && cp "$build/lib/libnvidia-ml-fake.so" "$out/lib/" || true
 cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/" 2>/dev/null || true
-cp "$repo"/bench/*.py "$out/"; cp "$repo"/scripts/device_*.sh "$out/" 2>/dev/null || true
+cp "$repo"/bench/*.py "$repo"/bench/*.sh "$out/"; cp "$repo"/scripts/device_*.sh "$out/" 2>/dev/null || true
 # OpenBLAS alone is 36 MB: the libraries travel xz-compressed (the tree that travels is capped at 64 MiB).
 tar -cJf "$out/lib.tar.xz" -C "$out/lib" . && rm -rf "$out/lib"
 du -sh "$out"; du -sh "$out"/*

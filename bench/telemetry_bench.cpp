@@ -1,0 +1,177 @@
+// Telemetry benchmark (issue: telemetry), read-only on the GPU:
+// 1. monitor overhead: training throughput of a model with no sampler, then with the sampler at the
+//    sensor's period and at a fast interval (target: < 0.5 % slowdown);
+// 2. energy counter vs integrated instant power over long windows (target: within 2 %).
+// Prints a table and writes JSON (--out).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "backend/ops.hpp"
+#include "cli/args.hpp"
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "measure/statistics.hpp"
+#include "net/executor.hpp"
+#include "net/graph.hpp"
+#include "net/solver.hpp"
+#include "net/zoo/zoo.hpp"
+#include "telemetry/energy_meter.hpp"
+#include "telemetry/json.hpp"
+#include "telemetry/nvml.hpp"
+#include "telemetry/sampler.hpp"
+#include "train/precision.hpp"
+
+using namespace cnnergy;
+using telemetry::Json;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+struct GpuWorkload {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Graph> graph;
+  std::unique_ptr<Executor> ex;
+  std::unique_ptr<SgdSolver> solver;
+  void step() {
+    ex->forward(Phase::kTrain);
+    ex->backward(solver->loss_scale());
+    solver->step();
+  }
+};
+
+GpuWorkload make_workload(const std::string& model, std::int64_t batch, const std::string& precision) {
+  GpuWorkload w;
+  BackendOptions bo;
+  bo.device = parse_device("cuda");
+  apply_precision(parse_precision(precision), bo);
+  bo.layout = precision == "bf16" ? Layout::kNHWC : Layout::kNCHW;
+  w.backend = create_backend(bo);
+  w.graph = build_model(model);
+  ExecutorOptions eo;
+  eo.batch_size = batch;
+  w.ex = std::make_unique<Executor>(*w.graph, *w.backend, eo);
+  w.ex->initialize_parameters(1);
+  SolverOptions so;
+  so.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
+  w.solver = std::make_unique<SgdSolver>(*w.ex, so);
+  const Shape& per = w.graph->input_per_sample();
+  Tensor img = w.backend->alloc(Shape{batch, per[0], per[1], per[2]}, DType::kF32);
+  Tensor lab = w.backend->alloc(Shape{batch}, DType::kI32);
+  w.backend->fill(img, 0.1f);
+  w.backend->fill(lab, 1.0f);
+  w.ex->set_input(img, lab);
+  return w;
+}
+
+// Iterations per second over `seconds`.
+double throughput(GpuWorkload& w, double seconds) {
+  w.backend->synchronize();
+  const auto t0 = Clock::now();
+  std::int64_t n = 0;
+  while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds) {
+    for (int i = 0; i < 5; ++i) w.step();
+    n += 5;
+    w.backend->synchronize();
+  }
+  return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cli::ArgParser p("bench-telemetry", "Monitor overhead and energy-counter accuracy on a busy GPU (read-only).");
+    p.option("model", "workload model", "resnet50");
+    p.option("batch", "batch size", "128");
+    p.option("precision", "precision", "bf16");
+    p.option("seconds", "length of each overhead run", "8");
+    p.option("rounds", "alternating rounds of (no sampler, sampler)", "3");
+    p.option("windows", "long windows for counter vs integrated power", "3");
+    p.option("window-s", "length of each accuracy window", "10");
+    p.option("out", "JSON output", "telemetry_bench.json");
+    if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
+    auto opened = telemetry::Nvml::open();
+    if (!opened.nvml) throw NotSupported("no NVML: " + opened.unavailable_reason);
+    GpuWorkload w = make_workload(p.get("model"), p.get_int("batch", 1, 4096), p.get("precision"));
+    const double secs = p.get_double("seconds", 0.5, 600);
+    const int rounds = static_cast<int>(p.get_int("rounds", 1, 100));
+    for (int i = 0; i < 10; ++i) w.step();
+    throughput(w, 2.0);  // warm up clocks and algorithms
+
+    std::vector<double> base, with_default, with_fast;
+    double sensor_ms = 0;
+    for (int r = 0; r < rounds; ++r) {
+      base.push_back(throughput(w, secs));
+      {
+        telemetry::SamplerOptions so;
+        so.gpus = {0};
+        auto s = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
+        sensor_ms = s->sensor_period_ms();
+        with_default.push_back(throughput(w, secs));
+      }
+      {
+        telemetry::SamplerOptions so;
+        so.gpus = {0};
+        so.interval_ms = 10;
+        auto s = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
+        with_fast.push_back(throughput(w, secs));
+      }
+    }
+    const double b = summarize(base).median;
+    const double slow_default = 1.0 - summarize(with_default).median / b;
+    const double slow_fast = 1.0 - summarize(with_fast).median / b;
+
+    // Counter vs integrated instant power over long windows, sampler at 10 ms.
+    telemetry::SamplerOptions so;
+    so.gpus = {0};
+    so.interval_ms = 10;
+    auto sampler = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
+    Json windows = Json::array();
+    std::vector<double> rel;
+    const int nwin = static_cast<int>(p.get_int("windows", 1, 100));
+    const double wsec = p.get_double("window-s", 1, 3600);
+    for (int i = 0; i < nwin; ++i) {
+      w.backend->synchronize();
+      const std::int64_t t0 = telemetry::steady_now_ns();
+      throughput(w, wsec);
+      const std::int64_t t1 = telemetry::steady_now_ns();
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(3 * sensor_ms + 100)));
+      const auto c0 = sampler->counter_energy_at(0, t0), c1 = sampler->counter_energy_at(0, t1);
+      const auto i0 = sampler->integrated_energy_at(0, t0), i1 = sampler->integrated_energy_at(0, t1);
+      if (!c0 || !c1 || !i0 || !i1) continue;
+      const double counter_j = (c1->energy_mj - c0->energy_mj) / 1e3, integ_j = (i1->energy_mj - i0->energy_mj) / 1e3;
+      rel.push_back(integ_j / counter_j - 1.0);
+      Json j = Json::object();
+      j["seconds"] = static_cast<double>(t1 - t0) / 1e9;
+      j["counter_j"] = counter_j;
+      j["integrated_instant_power_j"] = integ_j;
+      j["relative_difference"] = rel.back();
+      windows.push_back(j);
+    }
+    const auto st = sampler->stats();
+    Json out = Json::object();
+    out["gpu"] = opened.nvml->device(0).name();
+    out["workload"] = p.get("model") + " batch " + p.get("batch") + " " + p.get("precision");
+    out["sensor_period_ms"] = sensor_ms;
+    out["iterations_per_s_no_sampler"] = b;
+    out["slowdown_sampler_at_sensor_period"] = slow_default;
+    out["slowdown_sampler_at_10ms"] = slow_fast;
+    out["counter_read_mean_ms"] = st.counter_read_mean_ms;
+    out["power_read_mean_us"] = st.power_read_mean_us;
+    out["accuracy_windows"] = windows;
+    std::ofstream(p.get("out")) << out.dump(1) << "\n";
+    std::printf("telemetry on %s, workload %s\n", opened.nvml->device(0).name().c_str(), out["workload"].str().c_str());
+    std::printf("  sensor period %.1f ms; counter read %.2f ms, power read %.1f us\n", sensor_ms, st.counter_read_mean_ms,
+                st.power_read_mean_us);
+    std::printf("  throughput without sampler %.3f it/s; slowdown with sampler at sensor period %+.3f %%, at 10 ms %+.3f %%\n",
+                b, slow_default * 100, slow_fast * 100);
+    for (double r : rel) std::printf("  window: integrated instant power vs energy counter %+.3f %%\n", r * 100);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench-telemetry: error: %s\n", e.what());
+    return e.exit_code();
+  }
+}
