@@ -137,8 +137,21 @@ int main(int argc, char** argv) {
         }
     std::printf("%-10s %5s %-5s %-4s %9s %8s %8s %8s %9s\n", "model", "batch", "prec", "lay", "img/s", "fwd ms",
                 "bwd ms", "upd ms", "peak MiB");
-    std::ofstream out(p.get("out"));
-    out << "{\"framework\": \"cnnergy\", \"results\": [\n";
+    // The whole file is rewritten after every cell, so a run cut off by a time limit keeps valid JSON.
+    auto write_json = [&](std::size_t done) {
+      std::ofstream out(p.get("out"));
+      out << "{\"framework\": \"cnnergy\", \"results\": [\n";
+      for (std::size_t i = 0; i < done; ++i) {
+        const Cell& c = cells[i];
+        out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
+            << "\", \"layout\": \"" << c.layout << "\", \"status\": \"" << c.status << "\", \"error\": \""
+            << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
+            << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms
+            << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib << "}"
+            << (i + 1 < done ? ",\n" : "\n");
+      }
+      out << "]}\n";
+    };
     for (std::size_t i = 0; i < cells.size(); ++i) {
       Cell& c = cells[i];
       try {
@@ -158,15 +171,8 @@ int main(int argc, char** argv) {
         std::printf("%-10s %5lld %-5s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
                     c.precision.c_str(), c.layout.c_str(), c.status.c_str(), c.error.c_str());
       std::fflush(stdout);
-      out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
-          << "\", \"layout\": \"" << c.layout << "\", \"status\": \"" << c.status << "\", \"error\": \""
-          << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
-          << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms
-          << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib << "}"
-          << (i + 1 < cells.size() ? ",\n" : "\n");
-      out.flush();
+      write_json(i + 1);
     }
-    out << "]}\n";
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "bench-train-throughput: error: %s\n", e.what());

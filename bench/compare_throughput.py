@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Joins cnnergy's and PyTorch's training-throughput JSON files (same GPU, same call) into one
+markdown table: images/s, ratio, per-phase times and peak memory. Usage:
+compare_throughput.py --ours a.json [b.json ...] --peer p.json [q.json ...] > table.md"""
+import argparse
+import json
+
+
+def load(paths):
+    cells = {}
+    for p in paths:
+        for r in json.load(open(p))["results"]:
+            key = (r["model"], r["batch"], r["precision"], bool(r.get("compiled", False)))
+            cells[key] = r
+    return cells
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", nargs="+", required=True)
+    ap.add_argument("--peer", nargs="+", required=True)
+    a = ap.parse_args()
+    ours, peer = load(a.ours), load(a.peer)
+    print("| model | batch | precision | cnnergy img/s | PyTorch img/s | ratio | cnnergy fwd/bwd/upd ms | PyTorch fwd/bwd/upd ms | cnnergy peak MiB | PyTorch peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(ours, key=lambda k: (k[0], k[2], k[1])):
+        o = ours[key]
+        p = peer.get(key)
+        if o.get("status") != "ok":
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {o.get('status')} | | | | | | |")
+            continue
+        if not p or p.get("status") != "ok":
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {o['images_per_s']:.0f} | not measured | | "
+                  f"{o['forward_ms']:.2f}/{o['backward_ms']:.2f}/{o['update_ms']:.2f} | | {o['peak_mem_mib']:.0f} | |")
+            continue
+        ratio = o["images_per_s"] / p["images_per_s"]
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {o['images_per_s']:.0f} | {p['images_per_s']:.0f} | {ratio:.2f} | "
+              f"{o['forward_ms']:.2f}/{o['backward_ms']:.2f}/{o['update_ms']:.2f} | "
+              f"{p['forward_ms']:.2f}/{p['backward_ms']:.2f}/{p['update_ms']:.2f} | {o['peak_mem_mib']:.0f} | {p['peak_mem_mib']:.0f} |")
+    for key, p in sorted(peer.items()):
+        if key[3] and p.get("status") == "ok":
+            o = ours.get((key[0], key[1], key[2], False))
+            if o and o.get("status") == "ok":
+                print(f"\ntorch.compile {key[0]} batch {key[1]} {key[2]}: {p['images_per_s']:.0f} img/s; cnnergy "
+                      f"{o['images_per_s']:.0f} img/s (ratio {o['images_per_s'] / p['images_per_s']:.2f})")
+
+
+if __name__ == "__main__":
+    main()
