@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
@@ -13,6 +14,7 @@
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
 #include "train/precision.hpp"
+#include "telemetry/json.hpp"
 #include "train/trainer.hpp"
 
 namespace cnnergy::cli {
@@ -33,6 +35,55 @@ std::string data_spec(const std::string& data, const Graph& graph, std::int64_t 
   return "synthetic:" + std::to_string(in[0]) + "x" + std::to_string(in[1]) + "x" + std::to_string(in[2]) +
          ":classes=" + std::to_string(graph.num_classes()) +
          (dataset_size > 0 ? ":size=" + std::to_string(dataset_size) : std::string());
+}
+
+using telemetry::Json;
+
+Json optional_json(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
+
+void write_report_json(const std::string& path, const Graph& graph, const Backend& backend, const std::string& precision,
+                       const TrainConfig& tc, const TrainReport& report) {
+  Json j = Json::object();
+  j["model"] = graph.model_name();
+  j["device"] = backend.device_name();
+  j["precision"] = precision;
+  j["batch"] = tc.batch_size;
+  j["energy_source"] = report.energy_source;
+  Json epochs = Json::array();
+  for (const auto& e : report.epochs) {
+    Json x = Json::object();
+    x["epoch"] = e.epoch;
+    x["iterations"] = e.iterations;
+    x["train_loss"] = e.train_loss;
+    x["top1"] = optional_json(e.top1);
+    x["top5"] = optional_json(e.top5);
+    x["seconds"] = e.seconds;
+    x["samples_per_s"] = e.samples_per_s;
+    x["joules"] = optional_json(e.joules);
+    x["average_watts"] = e.average_watts;
+    epochs.push_back(x);
+  }
+  j["epochs"] = epochs;
+  Json phases = Json::object();
+  for (std::size_t i = 0; i < report.phase_names.size(); ++i) {
+    Json x = Json::object();
+    x["median_ms"] = report.phase_ms[i].median;
+    x["min_ms"] = report.phase_ms[i].min;
+    x["max_ms"] = report.phase_ms[i].max;
+    phases[report.phase_names[i]] = x;
+  }
+  j["phases"] = phases;
+  j["iteration_median_ms"] = report.iteration_ms.median;
+  j["loader_wait_ms"] = report.loader_wait_ms;
+  j["total_seconds"] = report.total_seconds;
+  j["total_joules"] = optional_json(report.total_joules);
+  j["seconds_to_target"] = optional_json(report.seconds_to_target);
+  j["joules_to_target"] = optional_json(report.joules_to_target);
+  j["flops_per_sample"] = report.flops_per_sample;
+  j["peak_memory_bytes"] = report.peak_memory_bytes;
+  std::ofstream f(path);
+  if (!f) throw InvalidArgument("cannot write --out file '" + path + "'");
+  f << j.dump(1) << "\n";
 }
 
 }  // namespace
@@ -67,6 +118,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("prefetch", "batches prefetched", "3");
   p.option("seed", "seed for weights, shuffling, dropout", "1");
   p.flag("no-energy", "do not meter energy (time only)");
+  p.option("out", "also write the report as JSON to this file");
   p.option("extrapolate-epochs", "estimate a whole training of this many epochs from the measured ones", "0");
   p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
@@ -102,6 +154,10 @@ int run_train(const std::vector<std::string>& args) {
   if (auto s = p.get_optional("input")) input = parse_shape(*s);
   std::optional<std::int64_t> classes;
   if (p.get_optional("classes")) classes = p.get_int("classes", 1, 1 << 24);
+  if (auto path = p.get_optional("out")) {  // fail before training, not after it
+    std::ofstream probe_out(*path, std::ios::app);
+    if (!probe_out) throw InvalidArgument("cannot write --out file '" + *path + "'");
+  }
   auto graph = build_model(p.get("model"), input, classes);
   const auto splits = data::open_dataset(data_spec(p.get("data"), *graph, p.get_int("dataset-size", 0, 1LL << 40)));
   auto backend = create_backend(bo);
@@ -120,6 +176,11 @@ int run_train(const std::vector<std::string>& args) {
     std::printf("\n");
     std::fflush(stdout);
   });
+  if (report.epochs.empty()) {
+    std::printf("nothing to train: the checkpoint already covers %lld epochs\n", static_cast<long long>(tc.epochs));
+    if (auto path = p.get_optional("out")) write_report_json(*path, *graph, *backend, p.get("precision"), tc, report);
+    return 0;
+  }
   std::printf("\nper iteration (median over %zu iterations, device time):\n", report.iteration_ms.n);
   for (std::size_t i = 0; i < report.phase_names.size(); ++i)
     std::printf("  %-9s %9.3f ms  (spread %.3f..%.3f)\n", report.phase_names[i].c_str(), report.phase_ms[i].median,
@@ -158,6 +219,7 @@ int run_train(const std::vector<std::string>& args) {
     std::printf("\n");
   }
   if (report.joules_to_target) std::printf("energy to target: %.1f J\n", *report.joules_to_target);
+  if (auto path = p.get_optional("out")) write_report_json(*path, *graph, *backend, p.get("precision"), tc, report);
   if (report.seconds_to_target)
     std::printf("reached top-1 >= %.2f%% after %.2f s of training\n", *tc.target_accuracy * 100, *report.seconds_to_target);
   else if (tc.target_accuracy)

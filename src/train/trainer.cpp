@@ -78,7 +78,10 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   report.energy_source = energy ? energy->source() : "none";
   const Workload w = graph.total_workload();
   report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
-  if (lo.epochs == 0) return report;
+  if (lo.epochs == 0) {  // a checkpoint that already covers the requested epochs: nothing to run
+    report.phase_ms.assign(report.phase_names.size(), Summary{});
+    return report;
+  }
 
   data::DataLoader loader(data.train, lo, backend);
   const Shape& per = data.train->sample_shape();
