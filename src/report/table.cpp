@@ -143,7 +143,8 @@ void print_optimum_table(std::ostream& out, const SweepData& d) {
   for (const Optimum& o : d.analysis.optima) {
     const std::string unit = o.objective.kind == Objective::Kind::kEds ? "" : std::string(metric_unit(o.objective.metric));
     t.add_row({(o.objective.maximise() ? "max " : "min ") + o.objective.label(), format_quantity(o.value, unit), d.label(o.trial),
-               format_quantity(o.avg_power_w, "W"), format_quantity(o.energy, "J"), format_percent(o.energy_change_pct),
+               format_optional(d.median(o.trial, Metric::kAvgPower), "W"),
+               format_optional(d.median(o.trial, d.analysis.energy_metric()), "J"), format_percent(o.energy_change_pct),
                format_quantity(o.time, "ms"), format_percent(o.time_change_pct)});
   }
   out << t.render();

@@ -19,9 +19,10 @@ inline std::string cnnergy_binary() {
   return std::string(dir ? dir : ".") + "/cnnergy";
 }
 
-inline CliResult run_cli(const std::string& args) {
+// `env` is a prefix of NAME=value assignments for the shell ("" for none).
+inline CliResult run_cli_with_env(const std::string& env, const std::string& args) {
   CliResult r;
-  const std::string cmd = cnnergy_binary() + " " + args + " 2>&1";
+  const std::string cmd = env + cnnergy_binary() + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buf{};
@@ -31,5 +32,7 @@ inline CliResult run_cli(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+inline CliResult run_cli(const std::string& args) { return run_cli_with_env("", args); }
 
 }  // namespace cnnergy::testing
