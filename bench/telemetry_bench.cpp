@@ -23,6 +23,7 @@
 #include "telemetry/json.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/sampler.hpp"
+#include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 
 using namespace cnnergy;
@@ -34,13 +35,8 @@ using Clock = std::chrono::steady_clock;
 struct GpuWorkload {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Graph> graph;
-  std::unique_ptr<Executor> ex;
-  std::unique_ptr<SgdSolver> solver;
-  void step() {
-    ex->forward(Phase::kTrain);
-    ex->backward(solver->loss_scale());
-    solver->step();
-  }
+  std::unique_ptr<FixedBatchWorkload> work;
+  void step() { work->step(); }
 };
 
 GpuWorkload make_workload(const std::string& model, std::int64_t batch, const std::string& precision) {
@@ -51,19 +47,7 @@ GpuWorkload make_workload(const std::string& model, std::int64_t batch, const st
   bo.layout = precision == "bf16" ? Layout::kNHWC : Layout::kNCHW;
   w.backend = create_backend(bo);
   w.graph = build_model(model);
-  ExecutorOptions eo;
-  eo.batch_size = batch;
-  w.ex = std::make_unique<Executor>(*w.graph, *w.backend, eo);
-  w.ex->initialize_parameters(1);
-  SolverOptions so;
-  so.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
-  w.solver = std::make_unique<SgdSolver>(*w.ex, so);
-  const Shape& per = w.graph->input_per_sample();
-  Tensor img = w.backend->alloc(Shape{batch, per[0], per[1], per[2]}, DType::kF32);
-  Tensor lab = w.backend->alloc(Shape{batch}, DType::kI32);
-  w.backend->fill(img, 0.1f);
-  w.backend->fill(lab, 1.0f);
-  w.ex->set_input(img, lab);
+  w.work = std::make_unique<FixedBatchWorkload>(*w.graph, *w.backend, batch);
   return w;
 }
 

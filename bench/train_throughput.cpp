@@ -12,13 +12,13 @@
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "core/errors.hpp"
-#include "core/rng.hpp"
 #include "measure/phase_timer.hpp"
 #include "measure/statistics.hpp"
 #include "net/executor.hpp"
 #include "net/graph.hpp"
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
+#include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 
 using namespace cnnergy;
@@ -45,28 +45,9 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
   auto graph = build_model(cell.model, input, std::nullopt);
-  ExecutorOptions eo;
-  eo.batch_size = cell.batch;
-  Executor exec(*graph, *backend, eo);
-  exec.initialize_parameters(1234);
-  SolverOptions so;
-  so.loss_scale = SolverOptions::loss_scale_for(opt.dtype);
-  SgdSolver solver(exec, so);
-
-  const Shape in_shape = Shape{cell.batch, graph->input_per_sample()[0], graph->input_per_sample()[1],
-                               graph->input_per_sample()[2]};
-  Rng rng(42);
-  Tensor host_images = Tensor::host(in_shape);
-  rng.fill_normal(host_images.f32(), 0.f, 1.f);
-  Tensor host_labels = Tensor::host(Shape{cell.batch}, DType::kI32);
-  for (std::int64_t i = 0; i < cell.batch; ++i)
-    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph->num_classes());
-  Tensor images = backend->alloc(in_shape, opt.dtype, opt.layout);
-  Tensor staged = from_f32_nchw(host_images, opt.dtype, opt.layout);
-  backend->upload(staged, images);
-  Tensor labels = backend->alloc(Shape{cell.batch}, DType::kI32);
-  backend->upload(host_labels, labels);
-  exec.set_input(images, labels);
+  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234);
+  Executor& exec = work.executor();
+  SgdSolver& solver = work.solver();
 
   PhaseTimer timer(*backend, {"forward", "backward", "update"});
   auto step = [&]() {

@@ -10,7 +10,6 @@
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "core/errors.hpp"
-#include "core/rng.hpp"
 #include "measure/layer_profile.hpp"
 #include "measure/nvml_probe.hpp"
 #include "measure/phase_energy.hpp"
@@ -19,6 +18,7 @@
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
 #include "telemetry/json.hpp"
+#include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 
 namespace cnnergy::cli {
@@ -93,27 +93,11 @@ int run_profile(const std::vector<std::string>& args) {
 
   auto graph = build_model(p.get("MODEL"), input, classes);
   auto backend = create_backend(bo);
-  ExecutorOptions eo;
-  eo.batch_size = batch;
-  Executor ex(*graph, *backend, eo);
-  ex.initialize_parameters(1);
-  SolverOptions so;
-  so.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
-  SgdSolver solver(ex, so);
-
-  const Shape& per = graph->input_per_sample();
-  const Shape in_shape{batch, per[0], per[1], per[2]};
-  Rng rng(7);
-  Tensor host_images = Tensor::host(in_shape);
-  rng.fill_normal(host_images.f32(), 0, 1);
-  Tensor host_labels = Tensor::host(Shape{batch}, DType::kI32);
-  for (std::int64_t i = 0; i < batch; ++i)
-    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph->num_classes());
-  Tensor images = backend->alloc(in_shape, DType::kF32);
-  Tensor labels = backend->alloc(Shape{batch}, DType::kI32);
-  backend->upload(host_images, images);
-  backend->upload(host_labels, labels);
-  ex.set_input(images, labels);
+  FixedBatchWorkload work(*graph, *backend, batch);
+  Executor& ex = work.executor();
+  SgdSolver& solver = work.solver();
+  const Tensor& host_images = work.host_images();
+  const Tensor& images = work.device_images();
 
   auto probe = open_energy_probe(*backend);
   if (!probe) lo.energy_top = 0;

@@ -6,7 +6,6 @@
 
 #include "core/errors.hpp"
 #include "core/log.hpp"
-#include "core/rng.hpp"
 #include "data/dataset.hpp"
 #include "measure/nvml_probe.hpp"
 #include "measure/window.hpp"
@@ -15,6 +14,7 @@
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
 #include "telemetry/sampler.hpp"
+#include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 #include "train/trainer.hpp"
 #include "tune/run/runners.hpp"
@@ -83,34 +83,11 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
 
     TrialMeasurement m;
     {
-      ExecutorOptions eo;
-      eo.batch_size = batch;
-      Executor ex(*graph, *backend, eo);  // OutOfMemory here is a batch that does not fit
-      ex.initialize_parameters(1);
-      SolverOptions so;
-      so.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
-      SgdSolver solver(ex, so);
-      const Shape& per = graph->input_per_sample();
-      const Shape in_shape{batch, per[0], per[1], per[2]};
-      Rng rng(11);
-      Tensor host_images = Tensor::host(in_shape);
-      rng.fill_normal(host_images.f32(), 0, 1);
-      Tensor host_labels = Tensor::host(Shape{batch}, DType::kI32);
-      for (std::int64_t i = 0; i < batch; ++i)
-        host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph->num_classes());
-      Tensor images = backend->alloc(in_shape, DType::kF32);
-      Tensor labels = backend->alloc(Shape{batch}, DType::kI32);
-      backend->upload(host_images, images);
-      backend->upload(host_labels, labels);
-      ex.set_input(images, labels);
+      FixedBatchWorkload work(*graph, *backend, batch);  // OutOfMemory here: the batch does not fit
       Backend* be = backend.get();
       auto probe = make_energy_probe(sampler, [be] { be->synchronize(); });
       WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations};
-      const WindowResult r = measure_windows(*backend, probe.get(), [&] {
-        ex.forward(Phase::kTrain);
-        ex.backward(solver.loss_scale());
-        solver.step();
-      }, ws);
+      const WindowResult r = measure_windows(*backend, probe.get(), [&] { work.step(); }, ws);
       m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
       const Workload w = graph->total_workload();
       m.samples_per_iteration = static_cast<double>(batch);

@@ -1,0 +1,38 @@
+// FixedBatchWorkload implementation.
+#include "train/fixed_batch.hpp"
+
+#include "core/rng.hpp"
+#include "net/graph.hpp"
+
+namespace cnnergy {
+
+FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed) {
+  ExecutorOptions eo;
+  eo.batch_size = batch;
+  executor_ = std::make_unique<Executor>(graph, backend, eo);
+  executor_->initialize_parameters(seed);
+  SolverOptions so;
+  so.loss_scale = SolverOptions::loss_scale_for(backend.dtype());
+  solver_ = std::make_unique<SgdSolver>(*executor_, so);
+  const Shape& per = graph.input_per_sample();
+  const Shape in_shape{batch, per[0], per[1], per[2]};
+  Rng rng(seed + 1);
+  host_images_ = Tensor::host(in_shape);
+  rng.fill_normal(host_images_.f32(), 0, 1);
+  Tensor host_labels = Tensor::host(Shape{batch}, DType::kI32);
+  for (std::int64_t i = 0; i < batch; ++i)
+    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph.num_classes());
+  images_ = backend.alloc(in_shape, DType::kF32);
+  labels_ = backend.alloc(Shape{batch}, DType::kI32);
+  backend.upload(host_images_, images_);
+  backend.upload(host_labels, labels_);
+  executor_->set_input(images_, labels_);
+}
+
+void FixedBatchWorkload::step() {
+  executor_->forward(Phase::kTrain);
+  executor_->backward(solver_->loss_scale());
+  solver_->step();
+}
+
+}  // namespace cnnergy

@@ -1,0 +1,36 @@
+// A model bound to a backend with one random batch already on the device: the workload that
+// benchmarks, profiles and sweep trials measure (compute without the data loader in the way).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/ops.hpp"
+#include "net/executor.hpp"
+#include "net/solver.hpp"
+
+namespace cnnergy {
+
+class Graph;
+
+class FixedBatchWorkload {
+ public:
+  // Allocates the executor (OutOfMemory here is a batch that does not fit), initialises weights
+  // from `seed`, uploads normal(0, 1) images and uniform labels, and sets them as the input.
+  // Loss scaling follows the backend dtype (dynamic for fp16).
+  FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1);
+
+  Executor& executor() { return *executor_; }
+  SgdSolver& solver() { return *solver_; }
+  const Tensor& host_images() const { return host_images_; }  // fp32 NCHW, for upload timing
+  const Tensor& device_images() const { return images_; }
+
+  void step();  // forward, backward and update, enqueued only
+
+ private:
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<SgdSolver> solver_;
+  Tensor host_images_, images_, labels_;
+};
+
+}  // namespace cnnergy
