@@ -16,7 +16,7 @@ struct CliResult {
 
 inline std::string cnnergy_binary() {
   const char* dir = std::getenv("CNNERGY_BIN");
-  return std::string(dir ? dir : ".") + "/cnnergy";
+  return std::string(dir && *dir ? dir : CNNERGY_TEST_BIN_DIR) + "/cnnergy";
 }
 
 // `env` is a prefix of NAME=value assignments for the shell ("" for none).
