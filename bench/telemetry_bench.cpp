@@ -104,9 +104,17 @@ int main(int argc, char** argv) {
         with_fast.push_back(throughput(w, secs));
       }
     }
+    // Paired per round (base and sampled runs back to back), so slow drifts of the GPU clock under its
+    // power cap cancel; the median over rounds is the estimate, the spread says how far to trust it.
+    std::vector<double> paired_default, paired_fast;
+    for (std::size_t r = 0; r < base.size(); ++r) {
+      paired_default.push_back(1.0 - with_default[r] / base[r]);
+      paired_fast.push_back(1.0 - with_fast[r] / base[r]);
+    }
     const double b = summarize(base).median;
-    const double slow_default = 1.0 - summarize(with_default).median / b;
-    const double slow_fast = 1.0 - summarize(with_fast).median / b;
+    const Summary sd = summarize(paired_default), sf = summarize(paired_fast);
+    const double slow_default = sd.median;
+    const double slow_fast = sf.median;
 
     // Counter vs integrated instant power over long windows, sampler at 10 ms.
     telemetry::SamplerOptions so;
@@ -143,6 +151,11 @@ int main(int argc, char** argv) {
     out["iterations_per_s_no_sampler"] = b;
     out["slowdown_sampler_at_sensor_period"] = slow_default;
     out["slowdown_sampler_at_10ms"] = slow_fast;
+    out["slowdown_sampler_at_sensor_period_min_max"] = Json::array();
+    out["slowdown_sampler_at_sensor_period_min_max"].push_back(sd.min);
+    out["slowdown_sampler_at_sensor_period_min_max"].push_back(sd.max);
+    out["rounds"] = static_cast<double>(base.size());
+    out["no_sampler_throughput_cv"] = summarize(base).cv();
     out["counter_read_mean_ms"] = st.counter_read_mean_ms;
     out["power_read_mean_us"] = st.power_read_mean_us;
     out["accuracy_windows"] = windows;
@@ -150,8 +163,10 @@ int main(int argc, char** argv) {
     std::printf("telemetry on %s, workload %s\n", opened.nvml->device(0).name().c_str(), out["workload"].str().c_str());
     std::printf("  sensor period %.1f ms; counter read %.2f ms, power read %.1f us\n", sensor_ms, st.counter_read_mean_ms,
                 st.power_read_mean_us);
-    std::printf("  throughput without sampler %.3f it/s; slowdown with sampler at sensor period %+.3f %%, at 10 ms %+.3f %%\n",
-                b, slow_default * 100, slow_fast * 100);
+    std::printf("  throughput without sampler %.3f it/s (CV %.2f %% over %zu rounds)\n", b, summarize(base).cv() * 100,
+                base.size());
+    std::printf("  slowdown with the sampler at the sensor period: median %+.3f %% (paired rounds, range %+.3f..%+.3f %%);"
+                " at 10 ms: %+.3f %%\n", slow_default * 100, sd.min * 100, sd.max * 100, slow_fast * 100);
     for (double r : rel) std::printf("  window: integrated instant power vs energy counter %+.3f %%\n", r * 100);
     return 0;
   } catch (const Error& e) {

@@ -234,6 +234,22 @@ class Backend {
   virtual void accumulate(const Tensor& src, const Tensor& dst) = 0;  // dst += src
   virtual void synchronize() = 0;
   virtual std::unique_ptr<DeviceEvent> make_event() = 0;
+
+  // Double-buffered input: an upload on a separate copy stream, so it overlaps the compute already
+  // queued. The copy first waits for `after` (an event recorded on the compute stream after the last
+  // reader of `dst`; may be null) and returns an event that completes with the copy; the caller keeps
+  // `host` alive until then and makes the compute stream wait with wait_event() before reading `dst`.
+  // Backends without a copy stream upload synchronously (the default below).
+  virtual std::unique_ptr<DeviceEvent> upload_on_copy_stream(const Tensor& host, const Tensor& dst,
+                                                             const DeviceEvent* after) {
+    (void)after;
+    upload(host, dst, /*async=*/false);
+    auto done = make_event();
+    done->record();
+    return done;
+  }
+  // The compute stream waits (on the device, not the host) until `event` completes.
+  virtual void wait_event(const DeviceEvent& event) { (void)event; }
   // The backend's native stream (cudaStream_t on CUDA; null on the CPU), for libraries that enqueue
   // on it (NCCL collectives). PCI bus id of the device ("" on the CPU), to match NVML devices.
   virtual void* native_stream() const { return nullptr; }

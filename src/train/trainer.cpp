@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <filesystem>
 
 #include "core/errors.hpp"
@@ -86,12 +85,28 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   data::DataLoader loader(data.train, lo, backend);
   const Shape& per = data.train->sample_shape();
   const Shape in_shape{config.batch_size, per[0], per[1], per[2]};
-  // Two device input slots: an upload into one overlaps the step that reads the other.
-  Tensor images[2] = {backend.alloc(in_shape, DType::kF32), backend.alloc(in_shape, DType::kF32)};
-  Tensor labels[2] = {backend.alloc(Shape{config.batch_size}, DType::kI32),
-                      backend.alloc(Shape{config.batch_size}, DType::kI32)};
-  // Host batches stay referenced until their asynchronous upload is known to be done.
-  std::deque<std::pair<data::Batch, std::unique_ptr<DeviceEvent>>> in_flight;
+  // Double-buffered input: while the step of iteration i reads slot i % 2, the next batch is copied
+  // into the other slot on the backend's copy stream (after the step that last read it), so loading
+  // overlaps compute. The host batch of a slot stays referenced until its copy has completed.
+  struct InputSlot {
+    Tensor images, labels;
+    std::optional<data::Batch> host;
+    std::unique_ptr<DeviceEvent> copied;     // the copy into this slot (copy stream)
+    std::unique_ptr<DeviceEvent> last_read;  // the end of the last step that read it (compute stream)
+  };
+  InputSlot slots[2];
+  for (auto& sl : slots) {
+    sl.images = backend.alloc(in_shape, DType::kF32);
+    sl.labels = backend.alloc(Shape{config.batch_size}, DType::kI32);
+  }
+  auto prefetch_into = [&](InputSlot& sl) {
+    std::optional<data::Batch> batch = loader.next();
+    if (!batch) throw InternalError("the loader ran out of batches before the epoch ended");
+    if (sl.copied) sl.copied->synchronize();  // the old host batch's copy is done: release it
+    sl.host = std::move(batch);
+    backend.upload_on_copy_stream(sl.host->labels, sl.labels, sl.last_read.get());
+    sl.copied = backend.upload_on_copy_stream(sl.host->images, sl.images, sl.last_read.get());
+  };
 
   PhaseTimer timer(backend, report.phase_names);
   std::vector<double> all_phase[4];
@@ -111,30 +126,24 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
     if (energy) energy->begin();
     const auto t0 = Clock::now();
     const auto wait0 = loader.stats().consumer_wait_ms;
+    prefetch_into(slots[slot % 2]);  // the epoch's first batch
     for (std::int64_t it = 0; it < iters_per_epoch; ++it) {
-      timer.begin_iteration();
-      std::optional<data::Batch> batch = loader.next();
-      if (!batch) throw InternalError("the loader ran out of batches before the epoch ended");
-      const Tensor& dev_images = images[slot % 2];
-      const Tensor& dev_labels = labels[slot % 2];
+      InputSlot& cur = slots[slot % 2];
+      InputSlot& next = slots[(slot + 1) % 2];
       ++slot;
-      backend.upload(batch->images, dev_images, /*async=*/true);
-      backend.upload(batch->labels, dev_labels, /*async=*/true);
-      auto uploaded = backend.make_event();
-      uploaded->record();
-      in_flight.emplace_back(std::move(*batch), std::move(uploaded));
-      while (in_flight.size() > 2 || (!in_flight.empty() && in_flight.front().second->ready())) {
-        in_flight.front().second->synchronize();
-        in_flight.pop_front();
-      }
-      exec.set_input(dev_images, dev_labels);
+      timer.begin_iteration();
+      backend.wait_event(*cur.copied);  // the "load" phase is what compute waits for its batch
+      exec.set_input(cur.images, cur.labels);
       timer.end_phase(0);
+      if (it + 1 < iters_per_epoch) prefetch_into(next);  // overlaps this step
       exec.forward(Phase::kTrain);
       timer.end_phase(1);
       exec.backward(solver.loss_scale());
       timer.end_phase(2);
       solver.step();
       timer.end_phase(3);
+      if (!cur.last_read) cur.last_read = backend.make_event();
+      cur.last_read->record();
       timer.end_iteration();
       if (config.loss_every > 0 && (it % config.loss_every == 0 || it + 1 == iters_per_epoch)) {
         const float l = exec.read_loss();
@@ -150,7 +159,10 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
       if (!b || b->last_in_epoch) break;
     }
     backend.synchronize();
-    in_flight.clear();
+    for (auto& sl : slots) {
+      if (sl.copied) sl.copied->synchronize();
+      sl.host.reset();
+    }
     er.seconds = seconds_since(t0);
     if (energy) {
       if (auto r = energy->end()) {

@@ -265,6 +265,30 @@ TEST_F(CudaBackend, FillAndConvertCoverPacksTailsAndMisalignedViews) {
       }
 }
 
+// The trainer's double-buffered input: a copy on the copy stream that waits for the compute stream's
+// last reader, and the compute stream waiting for the copy before it reads.
+TEST_F(CudaBackend, CopyStreamUploadIsOrderedBothWays) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  const Shape shape{64, 3, 32, 32};
+  Tensor first = Tensor::host(shape), second = Tensor::host(shape);
+  fill_uniform(first, rng_);
+  fill_uniform(second, rng_);
+  Tensor dev = b->alloc(shape, DType::kF32), copy_of_first = b->alloc(shape, DType::kF32);
+  auto done = b->upload_on_copy_stream(first, dev, nullptr);
+  b->wait_event(*done);
+  b->copy(dev, copy_of_first);  // compute reads `dev` after the first copy
+  auto read = b->make_event();
+  read->record();
+  // The second copy must not overwrite `dev` before the compute stream's read above is done.
+  auto done2 = b->upload_on_copy_stream(second, dev, read.get());
+  b->wait_event(*done2);
+  b->synchronize();
+  const Tensor got_first = download(*b, copy_of_first), got_second = download(*b, dev);
+  EXPECT_TRUE(all_close(got_first, first, 0.0, 0.0));
+  EXPECT_TRUE(all_close(got_second, second, 0.0, 0.0));
+}
+
 TEST_F(CudaBackend, EventsTimeTheStream) {
   auto b = gpu(kFp32, Layout::kNCHW);
   ASSERT_TRUE(b);

@@ -24,11 +24,14 @@ class CudaDeviceEvent final : public DeviceEvent {
  public:
   explicit CudaDeviceEvent(std::shared_ptr<CudaContext> ctx) : ctx_(std::move(ctx)) {}
 
-  void record() override {
+  void record() override { record_on(ctx_->stream()); }
+  void record_on(cudaStream_t stream) {
     ctx_->activate();
-    CNNERGY_CUDA_CALL(cudaEventRecord(event_, ctx_->stream()));
+    CNNERGY_CUDA_CALL(cudaEventRecord(event_, stream));
     recorded_ = true;
   }
+  cudaEvent_t raw() const { return event_; }
+  bool recorded() const { return recorded_; }
   void synchronize() override {
     require_recorded("synchronize");
     CNNERGY_CUDA_CALL(cudaEventSynchronize(event_));
@@ -72,6 +75,9 @@ class CudaBackend final : public Backend {
   std::string device_name() const override { return ctx_->properties().name; }
   const BackendOptions& options() const override { return ctx_->options(); }
   const std::shared_ptr<CudaContext>& context() const { return ctx_; }
+  ~CudaBackend() override {
+    if (copy_stream_) (void)cudaStreamSynchronize(copy_stream_->get());
+  }
   void* native_stream() const override { return static_cast<void*>(ctx_->stream()); }
   std::string pci_bus_id() const override {
     char id[32] = {};
@@ -102,6 +108,30 @@ class CudaBackend final : public Backend {
                                       cudaMemcpyHostToDevice, ctx_->stream()));
     if (!async) synchronize();
   }
+  std::unique_ptr<DeviceEvent> upload_on_copy_stream(const Tensor& host, const Tensor& dst,
+                                                     const DeviceEvent* after) override {
+    ctx_->activate();
+    check_transfer(host, dst, "upload");
+    if (!copy_stream_) copy_stream_ = std::make_unique<Stream>();
+    if (after != nullptr) {
+      const auto* e = dynamic_cast<const CudaDeviceEvent*>(after);
+      if (e == nullptr) throw InvalidArgument("upload_on_copy_stream: 'after' is not a CUDA event");
+      if (e->recorded()) CNNERGY_CUDA_CALL(cudaStreamWaitEvent(copy_stream_->get(), e->raw(), 0));
+    }
+    CNNERGY_CUDA_CALL(cudaMemcpyAsync(dst.raw(), host.raw(), dst.size_bytes(), cudaMemcpyHostToDevice,
+                                      copy_stream_->get()));
+    auto done = std::make_unique<CudaDeviceEvent>(ctx_);
+    done->record_on(copy_stream_->get());
+    return done;
+  }
+  void wait_event(const DeviceEvent& event) override {
+    const auto* e = dynamic_cast<const CudaDeviceEvent*>(&event);
+    if (e == nullptr) throw InvalidArgument("wait_event: not a CUDA event");
+    if (!e->recorded()) return;
+    ctx_->activate();
+    CNNERGY_CUDA_CALL(cudaStreamWaitEvent(ctx_->stream(), e->raw(), 0));
+  }
+
   void download(const Tensor& src, const Tensor& host) override {
     ctx_->activate();
     check_transfer(host, src, "download");
@@ -382,6 +412,7 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<CudaContext> ctx_;
+  std::unique_ptr<Stream> copy_stream_;  // created on first upload_on_copy_stream
 };
 
 std::string no_gpu_reason() {
