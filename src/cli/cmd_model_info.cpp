@@ -17,7 +17,10 @@
 #include "core/shape.hpp"
 #include "net/graph.hpp"
 #include "net/model_info.hpp"
+#include "net/executor.hpp"
 #include "net/zoo/zoo.hpp"
+#include "train/fixed_batch.hpp"
+#include "train/precision.hpp"
 
 namespace cnnergy::cli {
 namespace {
@@ -273,6 +276,38 @@ std::string format_list(const std::string& format) {
   return os.str();
 }
 
+// --show-algos: what each convolution runs on a backend (cuDNN's choice under the run's policy).
+int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) {
+  BackendOptions bo;
+  bo.device = parse_device(p.get("device"));
+  apply_precision(parse_precision(p.get("precision")), bo);
+  bo.layout = parse_layout(p.get("layout"));
+  bo.conv_algo_policy = p.get("conv-algo");
+  bo.conv_algo_fallback = !p.get_flag("strict-algo");
+  auto backend = create_backend(bo);
+  FixedBatchWorkload work(graph, *backend, batch);
+  work.step();  // the first forward/backward picks (and caches) every algorithm
+  backend->synchronize();
+  std::printf("%s on %s, batch %lld, %s, %s, policy %s\n\n", graph.model_name().c_str(), backend->device_name().c_str(),
+              static_cast<long long>(batch), p.get("precision").c_str(), p.get("layout").c_str(),
+              p.get("conv-algo").c_str());
+  TextTable t(2);
+  t.row({"layer", "forward", "backward data", "backward filter", "math", "workspace MiB"});
+  t.rule();
+  std::vector<std::string> notes;
+  for (std::size_t i = 0; i < work.executor().num_layers(); ++i) {
+    const Layer& layer = work.executor().layer(i);
+    const auto a = layer.conv_algorithms();
+    if (!a) continue;
+    t.row({layer.name(), a->forward, a->backward_data.empty() ? "-" : a->backward_data, a->backward_filter, a->math_type,
+           fixed(static_cast<double>(a->workspace_bytes) / (1024.0 * 1024.0), 1)});
+    for (const auto& n : a->notes) notes.push_back(layer.name() + ": " + n);
+  }
+  std::fputs(t.str().c_str(), stdout);
+  for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run_model_info(const std::vector<std::string>& args) {
@@ -287,6 +322,13 @@ int run_model_info(const std::vector<std::string>& args) {
   p.option("dtype", "element type for byte counts", "fp32", {"fp32", "fp16", "bf16"});
   p.flag("summary", "totals only, no per-layer rows");
   p.flag("list", "list every built-in model with its default input and parameter count");
+  p.flag("show-algos", "bind the model to --device at --batch and --precision, run one training step, and print "
+                       "the convolution algorithm, math type and workspace every convolution layer uses");
+  p.option("device", "with --show-algos: cpu, cuda or cuda:N", "cuda");
+  p.option("precision", "with --show-algos: fp32, tf32, fp16 or bf16", "fp32", precision_names());
+  p.option("layout", "with --show-algos: activation layout", "nchw", {"nchw", "nhwc"});
+  p.option("conv-algo", "with --show-algos: algorithm policy (find, heuristic or a name)", "find");
+  p.flag("strict-algo", "with --show-algos: a named algorithm a layer cannot run is an error, not a fallback");
   p.epilog(kConventions);
   if (!p.parse(args)) return 0;
 
@@ -306,6 +348,7 @@ int run_model_info(const std::vector<std::string>& args) {
   const DType dtype = parse_dtype(p.get("dtype"));
 
   const std::unique_ptr<Graph> graph = build_model(*model, input, classes);
+  if (p.get_flag("show-algos")) return show_algorithms(*graph, batch, p);
   const ModelInfo info = model_info(*graph, batch, dtype);
   const bool summary = p.get_flag("summary");
   const std::string text = format == "csv" ? format_csv(info, summary)

@@ -95,3 +95,14 @@ TEST(TrainCli, TruncatedAndWrongMagicIdxFilesAreDataErrorsNamingTheFile) {
   EXPECT_NE(r.output.find("train-"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
+
+// model-info --show-algos binds the model to a backend and lists each convolution's algorithms.
+TEST(ModelInfoCli, ShowAlgosListsEveryConvolution) {
+  const auto r = run_cli("model-info lenet5 --show-algos --device cpu --batch 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("conv1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("conv2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("im2col_gemm"), std::string::npos) << r.output;
+  const auto bad = run_cli("model-info lenet5 --show-algos --device cpu --precision bf16");
+  EXPECT_EQ(bad.exit_code, 4) << bad.output;
+}
