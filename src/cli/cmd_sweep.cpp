@@ -85,7 +85,7 @@ int run_sweep(const std::vector<std::string>& args) {
   {
     auto opened = telemetry::Nvml::open();
     nvml = opened.nvml;
-    if (!nvml) log_info("no NVML (" + opened.unavailable_reason + "): time only, no power or clock knobs");
+    if (!nvml) log_info(opened.unavailable_reason + "; no power or clock knobs either");
   }
   Device device = Device{};
   if (auto d = p.get_optional("device")) device = parse_device(*d);
