@@ -154,3 +154,20 @@ TEST_F(SweepCli, KilledSweepKeepsFinishedTrialsAndRestoreResetsThePowerLimit) {
   cnnergy::tune::ResultStore after(db, cnnergy::tune::ResultStore::Mode::kReadOnly);
   EXPECT_EQ(after.trials(after.sweeps()[0].id).size(), 7u);  // 6 values + the 700 W reference
 }
+
+// --gpus N > 1: the trial trains data-parallel over N replicas (CPU replicas here), global batch split.
+TEST_F(SweepCli, GpuCountKnobRunsDataParallelTrials) {
+  const auto db = (dir_ / "g.db").string();
+  const auto r = run_cli("sweep --model lenet5 --device cpu --gpus 1,2 --batch 32 --window-s 0.2 --min-iters 2 "
+                         "--reps 2 --warmup 1 --db " + db);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 ok"), std::string::npos) << r.output;
+  cnnergy::tune::ResultStore store(db, cnnergy::tune::ResultStore::Mode::kReadOnly);
+  const auto trials = store.trials(store.sweeps()[0].id);
+  ASSERT_EQ(trials.size(), 2u);
+  // A global batch that does not split over the replicas is a failed trial, and the sweep goes on.
+  const auto odd = run_cli("sweep --model lenet5 --device cpu --gpus 2 --batch 33 --window-s 0.1 --min-iters 1 "
+                           "--reps 1 --warmup 1 --db " + (dir_ / "odd.db").string());
+  ASSERT_EQ(odd.exit_code, 0) << odd.output;
+  EXPECT_NE(odd.output.find("1 failed"), std::string::npos) << odd.output;
+}

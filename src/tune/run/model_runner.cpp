@@ -44,6 +44,9 @@ void cool_down(const MeasureSettings& s, const std::shared_ptr<telemetry::Sample
 
 }  // namespace
 
+TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOptions& backend_options, std::int64_t gpus,
+                                         std::int64_t global_batch, const MeasureSettings& settings);
+
 // Turns measured windows into the store's repetitions.
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source) {
   std::vector<Repetition> reps;
@@ -66,9 +69,8 @@ std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string&
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
                               std::shared_ptr<telemetry::Sampler> sampler) {
   return [workload, settings, knobs, sampler](const TrialSpec& trial) -> TrialMeasurement {
-    if (const KnobValue* g = trial.find(Knob::kGpus); g && g->number && *g->number != 1)
-      throw NotSupported("built-in sweeps run on one GPU per trial; --gpus " + g->text +
-                         " needs data-parallel training (cnnergy dist-train)");
+    const KnobValue* g = trial.find(Knob::kGpus);
+    const std::int64_t gpus = g && g->number ? *g->number : 1;
     if (knobs) knobs->apply(trial);
     cool_down(settings, sampler);
     const KnobValue* b = trial.find(Knob::kBatch);
@@ -78,8 +80,13 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     apply_precision(parse_precision(text_knob(trial, Knob::kPrecision, workload.default_precision)), bo);
     bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
     bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
-    auto backend = create_backend(bo);
     auto graph = build_model(workload.model, workload.input, workload.classes);
+    if (gpus > 1) {
+      if (workload.accuracy_epochs > 0)
+        throw NotSupported("accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1");
+      return run_data_parallel_trial(*graph, bo, gpus, batch, settings);
+    }
+    auto backend = create_backend(bo);
 
     TrialMeasurement m;
     {
