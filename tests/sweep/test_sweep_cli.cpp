@@ -134,6 +134,10 @@ TEST_F(SweepCli, KilledSweepKeepsFinishedTrialsAndRestoreResetsThePowerLimit) {
     }
   }
   ASSERT_TRUE(two_done) << "the sweep did not store two trials in time";
+  // Between trials the controller restores the old limit and sets the next one (the journal is gone
+  // for that instant): wait until the next trial's change is journaled, so the kill lands mid-change.
+  for (int i = 0; i < 500 && !fs::exists(dir_ / "journal.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   kill(-pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
