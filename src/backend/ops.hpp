@@ -254,6 +254,9 @@ class Backend {
   // on it (NCCL collectives). PCI bus id of the device ("" on the CPU), to match NVML devices.
   virtual void* native_stream() const { return nullptr; }
   virtual std::string pci_bus_id() const { return {}; }
+  // Versions of the libraries this backend runs on, for the results store ("" where none).
+  virtual std::string cuda_runtime_version() const { return {}; }
+  virtual std::string cudnn_version() const { return {}; }
 
   // Kernels (throw NotSupported naming the operation and the backend if absent).
   virtual std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc, const ConvAlgoChoice& algo) = 0;

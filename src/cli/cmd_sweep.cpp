@@ -123,6 +123,14 @@ int run_sweep(const std::vector<std::string>& args) {
     for (const auto& d : nvml->devices()) env.gpu_names.push_back(d.name());
   }
   if (build::kHaveCuda) env.cuda_version = build::kCudaVersion;
+  if (!is_command && device.is_cuda()) {  // what the trials will actually run on
+    BackendOptions probe_options;
+    probe_options.device = device;
+    const auto b = create_backend(probe_options);
+    env.cuda_version = b->cuda_runtime_version();
+    env.cudnn_version = b->cudnn_version();
+    env.extra["device_name"] = b->device_name();
+  }
   if (simulated) env.extra["simulated"] = "fake NVML device: energy and clocks are simulated, not measured";
   const auto existing = store.find_sweep(def.key());
   const bool resume = p.get_flag("resume");

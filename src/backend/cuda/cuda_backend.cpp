@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <bit>
 #include <cstdint>
@@ -79,6 +80,15 @@ class CudaBackend final : public Backend {
     if (copy_stream_) (void)cudaStreamSynchronize(copy_stream_->get());
   }
   void* native_stream() const override { return static_cast<void*>(ctx_->stream()); }
+  std::string cuda_runtime_version() const override {
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) != cudaSuccess) return {};
+    return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+  }
+  std::string cudnn_version() const override {
+    const std::size_t v = cudnnGetVersion();  // e.g. 91900 for 9.19.0
+    return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+  }
   std::string pci_bus_id() const override {
     char id[32] = {};
     if (cudaDeviceGetPCIBusId(id, sizeof id, ctx_->device_index()) != cudaSuccess) return {};
