@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/args.hpp"
+#include "cli/backend_flags.hpp"
 #include "core/dtype.hpp"
 #include "core/errors.hpp"
 #include "core/shape.hpp"
@@ -278,11 +279,7 @@ std::string format_list(const std::string& format) {
 
 // --show-algos: what each convolution runs on a backend (cuDNN's choice under the run's policy).
 int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) {
-  BackendOptions bo;
-  bo.device = parse_device(p.get("device"));
-  apply_precision(parse_precision(p.get("precision")), bo);
-  bo.layout = parse_layout(p.get("layout"));
-  bo.conv_algo_policy = p.get("conv-algo");
+  BackendOptions bo = backend_options_from_flags(p);
   bo.conv_algo_fallback = !p.get_flag("strict-algo");
   auto backend = create_backend(bo);
   FixedBatchWorkload work(graph, *backend, batch);

@@ -9,6 +9,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/backend_flags.hpp"
 #include "core/errors.hpp"
 #include "measure/layer_profile.hpp"
 #include "measure/nvml_probe.hpp"
@@ -71,11 +72,7 @@ int run_profile(const std::vector<std::string>& args) {
            "closure gap against the whole step and the real loop shown.");
   if (!p.parse(args)) return 0;
 
-  BackendOptions bo;
-  bo.device = parse_device(p.get("device"));
-  apply_precision(parse_precision(p.get("precision")), bo);
-  bo.layout = parse_layout(p.get("layout"));
-  bo.conv_algo_policy = p.get("conv-algo");
+  BackendOptions bo = backend_options_from_flags(p);
   const std::int64_t batch = p.get_int("batch", 1, 1 << 20);
   std::optional<Shape> input;
   if (auto s = p.get_optional("input")) input = parse_shape(*s);

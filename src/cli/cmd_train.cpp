@@ -7,6 +7,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/backend_flags.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "data/dataset.hpp"
@@ -123,11 +124,7 @@ int run_train(const std::vector<std::string>& args) {
   p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
 
-  BackendOptions bo;
-  bo.device = parse_device(p.get("device"));
-  apply_precision(parse_precision(p.get("precision")), bo);
-  bo.layout = parse_layout(p.get("layout"));
-  bo.conv_algo_policy = p.get("conv-algo");
+  BackendOptions bo = backend_options_from_flags(p);
 
   TrainConfig tc;
   tc.batch_size = p.get_int("batch", 1, 1 << 20);
