@@ -42,12 +42,19 @@ TEST(EnergyPlumbing, WindowsPhasesAndEpochsAreMeteredOnTheSimulatedGpu) {
     EXPECT_NEAR(watts, true_w, 0.05 * true_w + w.energy->uncertainty_joules / (w.elapsed_ms / 1e3)) << true_w;
   }
 
-  const auto phases = measure_phase_energy(work.executor(), work.solver(), probe.get(), {}, {}, WindowSpec{0.6, 3, 3, 1});
+  const auto phases = measure_phase_energy(work.executor(), work.solver(), probe.get(), {}, {}, WindowSpec{1.0, 3, 3, 1});
   ASSERT_TRUE(phases.energy_gap_vs_step.has_value());
   for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(phases.phases[i].joules_per_iteration.has_value());
   EXPECT_GT(*phases.phases[0].joules_per_iteration, 0);
-  // At constant power the energy closure equals the time closure (loosely: CPU timing is noisy).
-  EXPECT_NEAR(*phases.energy_gap_vs_step, phases.time_gap_vs_step, 0.1);
+  // At constant power the energy closure equals the time closure, up to the sensor granularity the
+  // windows report (the sum of the three windows behind the closure: forward+backward, update, step)
+  // and a margin for the fake's 1 % power noise.
+  const double closure_uncertainty = (phases.forward_backward.uncertainty_joules_per_iteration +
+                                      phases.update.uncertainty_joules_per_iteration +
+                                      phases.step.uncertainty_joules_per_iteration) /
+                                     phases.step.joules_per_iteration->median;
+  EXPECT_NEAR(*phases.energy_gap_vs_step, phases.time_gap_vs_step, 0.03 + closure_uncertainty)
+      << "reported closure uncertainty " << closure_uncertainty;
 
   TrainConfig tc;
   tc.batch_size = 16;
