@@ -7,12 +7,20 @@ import json
 
 
 def load(paths):
+    """Cells by (model, batch, precision, variant): the variant is torch.compile for the peer and a
+    replayed CUDA graph for cnnergy (both False for the plain eager cells)."""
     cells = {}
     for p in paths:
         for r in json.load(open(p))["results"]:
-            key = (r["model"], r["batch"], r["precision"], bool(r.get("compiled", False)))
-            cells[key] = r
+            variant = bool(r.get("compiled", False) or r.get("cuda_graph", False))
+            cells[(r["model"], r["batch"], r["precision"], variant)] = r
     return cells
+
+
+def phases(r):
+    if r.get("cuda_graph"):
+        return "(one graph)"
+    return f"{r['forward_ms']:.2f}/{r['backward_ms']:.2f}/{r['update_ms']:.2f}"
 
 
 def main():
@@ -23,20 +31,20 @@ def main():
     ours, peer = load(a.ours), load(a.peer)
     print("| model | batch | precision | cnnergy img/s | PyTorch img/s | ratio | cnnergy fwd/bwd/upd ms | PyTorch fwd/bwd/upd ms | cnnergy peak MiB | PyTorch peak MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for key in sorted(ours, key=lambda k: (k[0], k[2], k[1])):
+    for key in sorted(ours, key=lambda k: (k[0], k[2], k[1], k[3])):
         o = ours[key]
-        p = peer.get(key)
+        p = peer.get((key[0], key[1], key[2], False))  # always against eager PyTorch
+        label = f"{key[2]} + CUDA graph" if key[3] else key[2]
         if o.get("status") != "ok":
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {o.get('status')} | | | | | | |")
+            print(f"| {key[0]} | {key[1]} | {label} | {o.get('status')} | | | | | | |")
             continue
         if not p or p.get("status") != "ok":
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {o['images_per_s']:.0f} | not measured | | "
-                  f"{o['forward_ms']:.2f}/{o['backward_ms']:.2f}/{o['update_ms']:.2f} | | {o['peak_mem_mib']:.0f} | |")
+            print(f"| {key[0]} | {key[1]} | {label} | {o['images_per_s']:.0f} | not measured | | "
+                  f"{phases(o)} | | {o['peak_mem_mib']:.0f} | |")
             continue
         ratio = o["images_per_s"] / p["images_per_s"]
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {o['images_per_s']:.0f} | {p['images_per_s']:.0f} | {ratio:.2f} | "
-              f"{o['forward_ms']:.2f}/{o['backward_ms']:.2f}/{o['update_ms']:.2f} | "
-              f"{p['forward_ms']:.2f}/{p['backward_ms']:.2f}/{p['update_ms']:.2f} | {o['peak_mem_mib']:.0f} | {p['peak_mem_mib']:.0f} |")
+        print(f"| {key[0]} | {key[1]} | {label} | {o['images_per_s']:.0f} | {p['images_per_s']:.0f} | {ratio:.2f} | "
+              f"{phases(o)} | {phases(p)} | {o['peak_mem_mib']:.0f} | {p['peak_mem_mib']:.0f} |")
     for key, p in sorted(peer.items()):
         if key[3] and p.get("status") == "ok":
             o = ours.get((key[0], key[1], key[2], False))

@@ -30,6 +30,7 @@ struct Cell {
   std::int64_t batch = 0;
   std::string precision;
   std::string layout;
+  bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   std::string status = "ok";
   std::string error;
   double images_per_s = 0, iter_ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0, peak_mem_mib = 0;
@@ -45,19 +46,25 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
   auto graph = build_model(cell.model, input, std::nullopt);
-  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234);
+  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234, cell.cuda_graph);
   Executor& exec = work.executor();
   SgdSolver& solver = work.solver();
 
-  PhaseTimer timer(*backend, {"forward", "backward", "update"});
+  PhaseTimer timer(*backend, cell.cuda_graph ? std::vector<std::string>{"step"}
+                                             : std::vector<std::string>{"forward", "backward", "update"});
   auto step = [&]() {
     timer.begin_iteration();
-    exec.forward(Phase::kTrain);
-    timer.end_phase(0);
-    exec.backward(solver.loss_scale());
-    timer.end_phase(1);
-    solver.step();
-    timer.end_phase(2);
+    if (cell.cuda_graph) {
+      work.step();
+      timer.end_phase(0);
+    } else {
+      exec.forward(Phase::kTrain);
+      timer.end_phase(0);
+      exec.backward(solver.loss_scale());
+      timer.end_phase(1);
+      solver.step();
+      timer.end_phase(2);
+    }
     timer.end_iteration();
   };
   for (int i = 0; i < warmup; ++i) step();
@@ -70,9 +77,11 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
   timer.flush();
   cell.iter_ms = wall_ms / iters;
   cell.images_per_s = static_cast<double>(cell.batch) * iters / (wall_ms / 1e3);
-  cell.forward_ms = summarize(timer.phase_ms()[0]).median;
-  cell.backward_ms = summarize(timer.phase_ms()[1]).median;
-  cell.update_ms = summarize(timer.phase_ms()[2]).median;
+  if (!cell.cuda_graph) {
+    cell.forward_ms = summarize(timer.phase_ms()[0]).median;
+    cell.backward_ms = summarize(timer.phase_ms()[1]).median;
+    cell.update_ms = summarize(timer.phase_ms()[2]).median;
+  }
   cell.peak_mem_mib = static_cast<double>(backend->memory_stats().peak_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
 }
@@ -100,6 +109,8 @@ int main(int argc, char** argv) {
     p.option("iters", "timed iterations per cell", "20");
     p.option("warmup", "warm-up iterations per cell", "5");
     p.option("image", "square input size override (0 = model default)", "0");
+    p.option("cuda-graph", "replay each step as a recorded CUDA graph: off, on, or both (a cell each)", "off",
+             {"off", "on", "both"});
     p.option("out", "JSON output file", "train_throughput.json");
     if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
     const int iters = static_cast<int>(p.get_int("iters", 1, 100000));
@@ -108,15 +119,18 @@ int main(int argc, char** argv) {
     std::vector<Cell> cells;
     for (const auto& m : cli::split_list(p.get("models"), "model"))
       for (const auto& b : cli::split_list(p.get("batches"), "batch"))
-        for (const auto& pr : cli::split_list(p.get("precisions"), "precision")) {
-          Cell c;
-          c.model = m;
-          c.batch = std::stoll(b);
-          c.precision = pr;
-          c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "bf16" || pr == "fp16" ? "nhwc" : "nchw");
-          cells.push_back(c);
-        }
-    std::printf("%-10s %5s %-5s %-4s %9s %8s %8s %8s %9s\n", "model", "batch", "prec", "lay", "img/s", "fwd ms",
+        for (const auto& pr : cli::split_list(p.get("precisions"), "precision"))
+          for (const bool graphed : {false, true}) {
+            if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
+            Cell c;
+            c.model = m;
+            c.batch = std::stoll(b);
+            c.precision = pr;
+            c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "bf16" || pr == "fp16" ? "nhwc" : "nchw");
+            c.cuda_graph = graphed;
+            cells.push_back(c);
+          }
+    std::printf("%-10s %5s %-5s %-4s %-5s %9s %8s %8s %8s %9s\n", "model", "batch", "prec", "lay", "graph", "img/s", "fwd ms",
                 "bwd ms", "upd ms", "peak MiB");
     // The whole file is rewritten after every cell, so a run cut off by a time limit keeps valid JSON.
     auto write_json = [&](std::size_t done) {
@@ -125,7 +139,8 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < done; ++i) {
         const Cell& c = cells[i];
         out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
-            << "\", \"layout\": \"" << c.layout << "\", \"status\": \"" << c.status << "\", \"error\": \""
+            << "\", \"layout\": \"" << c.layout << "\", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
+            << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
             << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms
             << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib << "}"
@@ -140,17 +155,22 @@ int main(int argc, char** argv) {
       } catch (const OutOfMemory& e) {
         c.status = "does_not_fit";
         c.error = e.what();
+      } catch (const NotSupported& e) {
+        c.status = "not_supported";
+        c.error = e.what();
       } catch (const Error& e) {
         c.status = "failed";
         c.error = e.what();
       }
       if (c.status == "ok")
-        std::printf("%-10s %5lld %-5s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f\n", c.model.c_str(),
-                    static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.images_per_s,
+        std::printf("%-10s %5lld %-5s %-4s %-5s %9.1f %8.2f %8.2f %8.2f %9.0f\n", c.model.c_str(),
+                    static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.cuda_graph ? "on" : "off",
+                    c.images_per_s,
                     c.forward_ms, c.backward_ms, c.update_ms, c.peak_mem_mib);
       else
-        std::printf("%-10s %5lld %-5s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
-                    c.precision.c_str(), c.layout.c_str(), c.status.c_str(), c.error.c_str());
+        std::printf("%-10s %5lld %-5s %-4s %-5s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
+                    c.precision.c_str(), c.layout.c_str(), c.cuda_graph ? "on" : "off", c.status.c_str(),
+                    c.error.c_str());
       std::fflush(stdout);
       write_json(i + 1);
     }

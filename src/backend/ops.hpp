@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -199,6 +200,17 @@ class DeviceEvent {
   virtual double elapsed_ms(const DeviceEvent& since) const = 0;
 };
 
+// Device work recorded once and replayed with one launch (a CUDA graph): what
+// Backend::capture() returns. The recorded kernels keep the arguments they were enqueued with
+// (scalars, tensor addresses), so a replay repeats exactly that work on whatever those tensors
+// hold at the time.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;  // enqueued on the compute stream, asynchronous like the kernels
+  virtual std::size_t node_count() const = 0;
+};
+
 struct MemoryStats {
   std::size_t in_use_bytes = 0;
   std::size_t peak_bytes = 0;
@@ -254,6 +266,14 @@ class Backend {
   // on it (NCCL collectives). PCI bus id of the device ("" on the CPU), to match NVML devices.
   virtual void* native_stream() const { return nullptr; }
   virtual std::string pci_bus_id() const { return {}; }
+  // Records what `work` enqueues on the compute stream, without running it, for replay; null where
+  // the backend cannot record (the CPU). `work` must have run once normally before (a convolution's
+  // first run resolves its algorithm, which cannot be recorded) and must not wait on the host;
+  // DeviceError otherwise. Memory freed inside `work` stays reserved for the recording.
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) {
+    (void)work;
+    return nullptr;
+  }
   // Versions of the libraries this backend runs on, for the results store ("" where none).
   virtual std::string cuda_runtime_version() const { return {}; }
   virtual std::string cudnn_version() const { return {}; }

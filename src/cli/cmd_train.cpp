@@ -82,6 +82,8 @@ void write_report_json(const std::string& path, const Graph& graph, const Backen
   j["joules_to_target"] = optional_json(report.joules_to_target);
   j["flops_per_sample"] = report.flops_per_sample;
   j["peak_memory_bytes"] = report.peak_memory_bytes;
+  j["cuda_graph"] = tc.cuda_graph;
+  j["graph_recordings"] = report.graph_recordings;
   std::ofstream f(path);
   if (!f) throw InvalidArgument("cannot write --out file '" + path + "'");
   f << j.dump(1) << "\n";
@@ -119,6 +121,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("prefetch", "batches prefetched", "3");
   p.option("seed", "seed for weights, shuffling, dropout", "1");
   p.flag("no-energy", "do not meter energy (time only)");
+  p.flag("cuda-graph", "replay each training step as one recorded CUDA graph (not with dropout)");
   p.option("out", "also write the report as JSON to this file");
   p.option("extrapolate-epochs", "estimate a whole training of this many epochs from the measured ones", "0");
   p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
@@ -146,6 +149,7 @@ int run_train(const std::vector<std::string>& args) {
   tc.loader_workers = static_cast<int>(p.get_int("workers", 1, 64));
   tc.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
   tc.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
+  tc.cuda_graph = p.get_flag("cuda-graph");
 
   std::optional<Shape> input;
   if (auto s = p.get_optional("input")) input = parse_shape(*s);
@@ -183,6 +187,9 @@ int run_train(const std::vector<std::string>& args) {
     std::printf("  %-9s %9.3f ms  (spread %.3f..%.3f)\n", report.phase_names[i].c_str(), report.phase_ms[i].median,
                 report.phase_ms[i].min, report.phase_ms[i].max);
   std::printf("  %-9s %9.3f ms\n", "iteration", report.iteration_ms.median);
+  if (tc.cuda_graph)
+    std::printf("  (CUDA graph: the step is one replayed graph; %lld recordings)\n",
+                static_cast<long long>(report.graph_recordings));
   const double it_s = report.iteration_ms.median / 1e3;
   if (it_s > 0)
     std::printf("  GFLOPS    %9.1f  (forward+backward FLOPs of the layers / iteration time)\n",
@@ -210,8 +217,9 @@ int run_train(const std::vector<std::string>& args) {
     const double s_batch = train_s / static_cast<double>(iters);
     std::printf("whole training, %lld epochs x %.0f iterations: %.1f s", static_cast<long long>(extrapolate), per_epoch,
                 whole * s_batch);
-    std::printf(" (forward %.1f s, backward %.1f s from the phase medians)", whole * report.phase_ms[1].median / 1e3,
-                whole * report.phase_ms[2].median / 1e3);
+    if (report.phase_names.size() == 4)  // a graphed step has no forward/backward split
+      std::printf(" (forward %.1f s, backward %.1f s from the phase medians)", whole * report.phase_ms[1].median / 1e3,
+                  whole * report.phase_ms[2].median / 1e3);
     if (report.total_joules) std::printf(", %.0f J", whole * joules / static_cast<double>(iters));
     std::printf("\n");
   }

@@ -107,6 +107,11 @@ void SgdSolver::set_state(const SolverState& state) {
 }
 
 void SgdSolver::step() {
+  enqueue_update();
+  advance();
+}
+
+void SgdSolver::enqueue_update() {
   Backend& backend = executor_.backend();
   const bool dynamic = options_.loss_scale.dynamic;
   // The scale the gradients carry is the one loss_scale() handed out; resolve an unread flag first
@@ -126,8 +131,11 @@ void SgdSolver::step() {
     step.weight_decay = (p->decay || options_.decay_all_parameters) ? static_cast<float>(options_.weight_decay) : 0.0f;
     backend.sgd_update(p->master, p->grad, momentum_[i], p->working, step, dynamic ? overflow_flag_ : Tensor{});
   }
-  flag_pending_ = dynamic;
-  state_.learning_rate = lr;
+}
+
+void SgdSolver::advance() {
+  flag_pending_ = options_.loss_scale.dynamic;
+  state_.learning_rate = learning_rate();
   ++state_.iteration;
 }
 

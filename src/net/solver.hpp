@@ -83,6 +83,12 @@ class SgdSolver {
   // One update of every parameter from the gradients of the last backward (scaled by the scale
   // loss_scale() returned), then iteration += 1. Enqueued only: does not wait for the device.
   void step();
+  // step() in two parts, for a step recorded as a CUDA graph (train/train_step.hpp): the update's
+  // kernels, enqueued with the current loss scale and learning rate (what a recording bakes in),
+  // and the host-side bookkeeping (iteration += 1, overflow flag pending) that every replay of the
+  // recorded update needs too. step() = enqueue_update() + advance().
+  void enqueue_update();
+  void advance();
 
   std::int64_t iteration() const { return state_.iteration; }
   std::int64_t epoch() const { return state_.iteration / options_.iterations_per_epoch; }

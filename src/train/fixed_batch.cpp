@@ -6,7 +6,8 @@
 
 namespace cnnergy {
 
-FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed) {
+FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
+                                       bool cuda_graph) {
   ExecutorOptions eo;
   eo.batch_size = batch;
   executor_ = std::make_unique<Executor>(graph, backend, eo);
@@ -14,6 +15,7 @@ FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std
   SolverOptions so;
   so.loss_scale = SolverOptions::loss_scale_for(backend.dtype());
   solver_ = std::make_unique<SgdSolver>(*executor_, so);
+  step_ = std::make_unique<TrainStep>(*executor_, *solver_, cuda_graph);
   const Shape& per = graph.input_per_sample();
   const Shape in_shape{batch, per[0], per[1], per[2]};
   Rng rng(seed + 1);
@@ -29,10 +31,6 @@ FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std
   executor_->set_input(images_, labels_);
 }
 
-void FixedBatchWorkload::step() {
-  executor_->forward(Phase::kTrain);
-  executor_->backward(solver_->loss_scale());
-  solver_->step();
-}
+void FixedBatchWorkload::step() { step_->run(0); }
 
 }  // namespace cnnergy

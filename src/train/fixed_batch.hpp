@@ -8,6 +8,7 @@
 #include "backend/ops.hpp"
 #include "net/executor.hpp"
 #include "net/solver.hpp"
+#include "train/train_step.hpp"
 
 namespace cnnergy {
 
@@ -17,8 +18,10 @@ class FixedBatchWorkload {
  public:
   // Allocates the executor (OutOfMemory here is a batch that does not fit), initialises weights
   // from `seed`, uploads normal(0, 1) images and uniform labels, and sets them as the input.
-  // Loss scaling follows the backend dtype (dynamic for fp16).
-  FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1);
+  // Loss scaling follows the backend dtype (dynamic for fp16). With cuda_graph the steps after the
+  // first replay one recorded CUDA graph (TrainStep; NotSupported where it cannot).
+  FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1,
+                     bool cuda_graph = false);
 
   Executor& executor() { return *executor_; }
   SgdSolver& solver() { return *solver_; }
@@ -26,10 +29,12 @@ class FixedBatchWorkload {
   const Tensor& device_images() const { return images_; }
 
   void step();  // forward, backward and update, enqueued only
+  const TrainStep& train_step() const { return *step_; }
 
  private:
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<SgdSolver> solver_;
+  std::unique_ptr<TrainStep> step_;
   Tensor host_images_, images_, labels_;
 };
 

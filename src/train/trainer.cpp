@@ -15,6 +15,7 @@
 #include "net/executor.hpp"
 #include "net/graph.hpp"
 #include "train/evaluator.hpp"
+#include "train/train_step.hpp"
 
 namespace cnnergy {
 
@@ -52,6 +53,7 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   SolverOptions so = config.solver;
   so.iterations_per_epoch = iters_per_epoch;
   SgdSolver solver(exec, so);
+  TrainStep train_step(exec, solver, config.cuda_graph);  // NotSupported here, before any data moves
 
   std::int64_t start_epoch = 0;
   if (!config.resume_path.empty()) {
@@ -73,7 +75,10 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   lo.epochs = std::max<std::int64_t>(config.epochs - start_epoch, 0);
 
   TrainReport report;
-  report.phase_names = {"load", "forward", "backward", "update"};
+  // A replayed graph is one launch: its phases cannot be told apart, only the whole step.
+  report.phase_names = config.cuda_graph ? std::vector<std::string>{"load", "step"}
+                                         : std::vector<std::string>{"load", "forward", "backward", "update"};
+  const std::size_t num_phases = report.phase_names.size();
   report.energy_source = energy ? energy->source() : "none";
   const Workload w = graph.total_workload();
   report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
@@ -109,7 +114,7 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   };
 
   PhaseTimer timer(backend, report.phase_names);
-  std::vector<double> all_phase[4];
+  std::vector<std::vector<double>> all_phase(num_phases);
   std::vector<double> all_iter;
   const auto run_t0 = Clock::now();
   double train_seconds_total = 0, joules_total = 0;
@@ -136,12 +141,17 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
       exec.set_input(cur.images, cur.labels);
       timer.end_phase(0);
       if (it + 1 < iters_per_epoch) prefetch_into(next);  // overlaps this step
-      exec.forward(Phase::kTrain);
-      timer.end_phase(1);
-      exec.backward(solver.loss_scale());
-      timer.end_phase(2);
-      solver.step();
-      timer.end_phase(3);
+      if (train_step.graphed()) {
+        train_step.run(static_cast<int>((slot - 1) % 2));
+        timer.end_phase(1);
+      } else {
+        exec.forward(Phase::kTrain);
+        timer.end_phase(1);
+        exec.backward(solver.loss_scale());
+        timer.end_phase(2);
+        solver.step();
+        timer.end_phase(3);
+      }
       if (!cur.last_read) cur.last_read = backend.make_event();
       cur.last_read->record();
       timer.end_iteration();
@@ -181,7 +191,7 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
     report.samples += iters_per_epoch * config.batch_size;
 
     timer.flush();
-    for (std::size_t p = 0; p < 4; ++p)
+    for (std::size_t p = 0; p < num_phases; ++p)
       all_phase[p].insert(all_phase[p].end(), timer.phase_ms()[p].begin(), timer.phase_ms()[p].end());
     all_iter.insert(all_iter.end(), timer.iteration_ms().begin(), timer.iteration_ms().end());
     timer.clear();
@@ -204,7 +214,8 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   }
   report.total_seconds = seconds_since(run_t0);
   if (have_joules) report.total_joules = joules_total;
-  for (std::size_t p = 0; p < 4; ++p) report.phase_ms.push_back(summarize(all_phase[p]));
+  for (std::size_t p = 0; p < num_phases; ++p) report.phase_ms.push_back(summarize(all_phase[p]));
+  report.graph_recordings = train_step.recordings();
   report.iteration_ms = summarize(all_iter);
   report.loader_wait_ms = loader.stats().consumer_wait_ms;
   report.peak_memory_bytes = backend.memory_stats().peak_bytes;

@@ -37,6 +37,7 @@ struct TrainConfig {
   int prefetch = 3;
   std::uint64_t seed = 1;
   std::int64_t loss_every = 20;               // read the loss every N iterations (a device sync)
+  bool cuda_graph = false;                    // replay each step as a recorded CUDA graph (TrainStep)
 };
 
 struct EpochReport {
@@ -54,7 +55,7 @@ struct EpochReport {
 
 struct TrainReport {
   std::vector<EpochReport> epochs;
-  std::vector<std::string> phase_names;  // load, forward, backward, update
+  std::vector<std::string> phase_names;  // load, forward, backward, update (load, step with --cuda-graph)
   std::vector<Summary> phase_ms;         // per iteration, over every timed iteration
   Summary iteration_ms;
   double loader_wait_ms = 0;             // total time the loop waited for the loader
@@ -65,6 +66,8 @@ struct TrainReport {
   std::int64_t samples = 0;
   double flops_per_sample = 0;           // forward + backward, from the layers' workload
   std::size_t peak_memory_bytes = 0;
+  std::int64_t graph_recordings = 0;     // --cuda-graph: recordings made (one per input slot, learning
+                                         // rate and loss scale seen)
 };
 
 // Called after every epoch (for printing as it goes).

@@ -76,6 +76,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"train --model lenet5 --precision fp8", 2, "fp32, tf32, fp16, bf16"},
                       BadInput{"train --model lenet5 --bogus 1", 2, "unknown option --bogus"},
                       BadInput{"train --model alexnet --data fashion-mnist", 2, "1x28x28"},
+                      BadInput{"train --model lenet5 --data synthetic --device cpu --cuda-graph", 4, "needs the CUDA backend"},
                       BadInput{"nosuchcommand", 2, "train"}));
 
 TEST(TrainCli, TruncatedAndWrongMagicIdxFilesAreDataErrorsNamingTheFile) {

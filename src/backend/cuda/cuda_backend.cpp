@@ -12,6 +12,7 @@
 
 #include "backend/cuda/conv_algos.hpp"
 #include "backend/cuda/cuda_context.hpp"
+#include "backend/cuda/cuda_graph.hpp"
 #include "backend/cuda/cuda_ops.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "core/errors.hpp"
@@ -80,6 +81,11 @@ class CudaBackend final : public Backend {
     if (copy_stream_) (void)cudaStreamSynchronize(copy_stream_->get());
   }
   void* native_stream() const override { return static_cast<void*>(ctx_->stream()); }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) override {
+    auto graph = std::make_unique<CudaGraph>(*this);
+    graph->capture(work);
+    return graph;
+  }
   std::string cuda_runtime_version() const override {
     int v = 0;
     if (cudaRuntimeGetVersion(&v) != cudaSuccess) return {};

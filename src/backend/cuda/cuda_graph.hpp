@@ -14,11 +14,11 @@ namespace cnnergy::cuda {
 
 class CudaContext;
 
-class CudaGraph {
+class CudaGraph final : public CapturedWork {
  public:
   // InvalidArgument unless `backend` is a CUDA backend; the graph keeps its context alive.
   explicit CudaGraph(const Backend& backend);
-  ~CudaGraph();
+  ~CudaGraph() override;
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
@@ -33,9 +33,9 @@ class CudaGraph {
   // A failure inside `work` (or a forbidden call) ends the capture and rethrows; no graph remains.
   void capture(const std::function<void()>& work);
   // Enqueues the captured work on the backend's stream (asynchronous, like the kernels it holds).
-  void replay();
+  void replay() override;
   bool captured() const { return exec_ != nullptr; }
-  std::size_t node_count() const { return node_count_; }
+  std::size_t node_count() const override { return node_count_; }
 
  private:
   void reset() noexcept;

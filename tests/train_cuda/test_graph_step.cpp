@@ -1,0 +1,132 @@
+// The recorded training step (`--cuda-graph`, TrainStep) against the eager one: the same weights
+// after the same steps, a new recording exactly when the learning rate or the fp16 loss scale
+// changes, the trainer's graph mode, and networks whose step cannot be recorded.
+#include <vector>
+
+#include "core/errors.hpp"
+#include "data/dataset.hpp"
+#include "net/executor.hpp"
+#include "net/graph.hpp"
+#include "net/solver.hpp"
+#include "net/zoo/zoo.hpp"
+#include "train/fixed_batch.hpp"
+#include "train/train_step.hpp"
+#include "train/trainer.hpp"
+#include "train_cuda/gpu_training_fixture.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+std::vector<Tensor> masters(Executor& exec) {
+  std::vector<Tensor> out;
+  for (Parameter* p : exec.parameters()) out.push_back(to_host_f32(exec.backend(), p->master));
+  return out;
+}
+
+// Trains `steps` steps of `model` from the same weights and batch, eagerly and recorded, on fresh
+// backends of `dtype`, and compares every fp32 master weight. Returns the recorded run's counts.
+struct Counts {
+  std::int64_t recordings = 0, replays = 0;
+  float final_loss_scale = 0;
+};
+Counts compare_eager_and_graphed(const std::string& model, DType dtype, Layout layout, const SolverOptions& so,
+                                 int steps, double tol) {
+  auto graph = build_model(model);
+  std::vector<Tensor> result[2], initial;
+  Counts counts;
+  for (int graphed = 0; graphed < 2; ++graphed) {
+    // "heuristic": both runs use the same algorithms (find could pick differently between them).
+    auto backend = GpuTraining::gpu(dtype, layout, "heuristic");
+    FixedBatchWorkload work(*graph, *backend, 16, 77);
+    SgdSolver solver(work.executor(), so);
+    if (graphed == 0) initial = masters(work.executor());
+    TrainStep step(work.executor(), solver, graphed == 1);
+    for (int i = 0; i < steps; ++i) step.run(0);
+    backend->synchronize();
+    result[graphed] = masters(work.executor());
+    if (graphed == 1) {
+      counts.recordings = step.recordings();
+      counts.replays = step.replays();
+      counts.final_loss_scale = solver.loss_scale();
+    }
+  }
+  bool moved = false;
+  for (std::size_t i = 0; i < initial.size(); ++i) {
+    EXPECT_LE(relative_norm_error(result[1][i], result[0][i]), tol) << model << " parameter " << i;
+    moved = moved || relative_norm_error(result[0][i], initial[i]) > 1e-4;
+  }
+  EXPECT_TRUE(moved) << "the eager steps did not change the weights";
+  return counts;
+}
+
+SolverOptions fixed_lr(DType dtype) {
+  SolverOptions so;
+  so.schedule.base_lr = 0.05;
+  so.loss_scale = SolverOptions::loss_scale_for(dtype);
+  return so;
+}
+
+TEST_F(GpuTraining, GraphedStepsGiveTheEagerWeights) {
+  const Counts c = compare_eager_and_graphed("lenet5", DType::kF32, Layout::kNCHW, fixed_lr(DType::kF32), 8, 1e-5);
+  EXPECT_EQ(c.recordings, 1);  // the first step runs eagerly, then one recording serves every step
+  EXPECT_EQ(c.replays, 7);
+  // Batch norm and residual adds, bf16 in NHWC.
+  const Counts r = compare_eager_and_graphed("gait_resnet", DType::kBF16, Layout::kNHWC, fixed_lr(DType::kBF16), 5, 1e-2);
+  EXPECT_EQ(r.recordings, 1);
+}
+
+TEST_F(GpuTraining, ANewLearningRateIsANewRecording) {
+  SolverOptions so = fixed_lr(DType::kF32);
+  so.schedule.policy = LrPolicy::kStep;
+  so.schedule.unit = LrUnit::kIteration;
+  so.schedule.step_size = 2;
+  so.schedule.gamma = 0.5;
+  // Iterations 0..5: step 0 eager; lr changes at 2 and 4, so recordings at 1, 2 and 4.
+  const Counts c = compare_eager_and_graphed("lenet5", DType::kF32, Layout::kNCHW, so, 6, 1e-5);
+  EXPECT_EQ(c.recordings, 3);
+  EXPECT_EQ(c.replays, 5);
+}
+
+TEST_F(GpuTraining, Fp16LossScalingSkipsTheSameStepsWhenGraphed) {
+  SolverOptions so = fixed_lr(DType::kF16);
+  so.loss_scale.initial_scale = 1e30f;  // overflows: the first steps are skipped and the scale backs off
+  so.loss_scale.backoff_factor = 1e-8f;
+  const Counts c = compare_eager_and_graphed("lenet5", DType::kF16, Layout::kNCHW, so, 8, 1e-3);
+  EXPECT_LT(c.final_loss_scale, 1e30f);
+  EXPECT_GE(c.recordings, 2);  // a new scale is a new recording
+}
+
+TEST_F(GpuTraining, NetworksWithDropoutAreRefused) {
+  auto graph = build_model("lenet5");
+  auto backend = gpu();
+  // LeNet-5 records; AlexNet's dropout would repeat its mask on every replay.
+  EXPECT_NO_THROW(FixedBatchWorkload(*graph, *backend, 4, 1, true));
+  auto alexnet = build_model("alexnet");
+  try {
+    FixedBatchWorkload w(*alexnet, *backend, 2, 1, true);
+    FAIL() << "alexnet with --cuda-graph was accepted";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("dropout"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(GpuTraining, TrainerInGraphModeLearnsAndTimesTheWholeStep) {
+  auto graph = build_model("lenet5");
+  auto backend = gpu();
+  TrainConfig tc;
+  tc.batch_size = 32;
+  tc.epochs = 2;
+  tc.max_iterations_per_epoch = 40;
+  tc.cuda_graph = true;
+  const auto report =
+      train(*graph, *backend, data::open_dataset("synthetic:1x28x28:classes=10:size=2048:test_size=256"), tc, nullptr, {});
+  ASSERT_EQ(report.phase_names, (std::vector<std::string>{"load", "step"}));
+  ASSERT_EQ(report.phase_ms.size(), 2u);
+  EXPECT_EQ(report.phase_ms[1].n, 80u);
+  EXPECT_EQ(report.graph_recordings, 2);  // one per input slot of the double buffer
+  ASSERT_TRUE(report.epochs.back().top1.has_value());
+  EXPECT_GT(*report.epochs.back().top1, 0.5);
+}
+
+}  // namespace
+}  // namespace cnnergy::test
