@@ -64,6 +64,9 @@ void declare_common(ArgParser& p) {
            "compare weight checksums across ranks every N steps (0 = at the end only)", "0");
   p.option("seed", "seed for weights, epoch order, dropout", "1");
   p.flag("augment", "random crop/mirror of training samples");
+  p.flag("fixed-batch",
+         "train every step on one random batch put on each GPU once (no loader): compute and "
+         "communication alone, as PyTorch benchmarks with data on the GPU; accuracy is meaningless");
   p.option("workers", "data-loader threads per rank", "2");
   p.option("prefetch", "batches prefetched per rank", "3");
   p.option("dataset-size", "synthetic data set size", "0");
@@ -116,6 +119,7 @@ Common parse_common(const ArgParser& p) {
   d.check_weights_every = p.get_int("check-weights", 0, 1LL << 40);
   d.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
   d.augment = p.get_flag("augment");
+  d.fixed_batch = p.get_flag("fixed-batch");
   d.loader_workers = static_cast<int>(p.get_int("workers", 1, 64));
   d.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
   c.comm.timeout_s = p.get_double("comm-timeout", 0.001, 1e7);
@@ -457,6 +461,8 @@ int run_dist_train(const std::vector<std::string>& args) {
                 c.precision.c_str());
   print_report(report);
   Json out = report_json(report);
+  out["fixed_batch"] = c.config.fixed_batch;
+  out["precision"] = c.precision;
 
   std::optional<BaselineFigures> baseline;
   if (auto path = p.get_optional("baseline")) baseline = baseline_from_json(*path);

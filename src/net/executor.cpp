@@ -18,41 +18,53 @@ std::size_t bytes_of(const Shape& s, DType t) { return static_cast<std::size_t>(
 struct Interval {
   int start = 0, end = 0;  // steps, inclusive
   std::size_t bytes = 0;
-  int slot = -1;
+  std::size_t offset = 0;  // in the arena, once placed
 };
 
-// Greedy packing of intervals into reusable slots (see executor.hpp). Returns slot sizes.
-std::vector<std::size_t> pack(std::vector<Interval>& items) {
+constexpr std::size_t kArenaAlignment = 256;  // what cuDNN and vectorised kernels like best
+std::size_t align_up(std::size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+// Places every interval at an offset of one arena so that intervals overlapping in time never
+// overlap in memory: largest first, each at the lowest offset that fits between the placed
+// intervals it overlaps in time (greedy by size). Returns the arena size.
+std::size_t place(std::vector<Interval>& items) {
   std::vector<std::size_t> order(items.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (items[a].start != items[b].start) return items[a].start < items[b].start;
-    return items[a].bytes > items[b].bytes;
+    if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
+    return items[a].start < items[b].start;
   });
-  std::vector<std::size_t> sizes;
-  std::vector<int> busy_until;  // last step of the slot's current interval
+  std::vector<std::size_t> placed;
+  std::size_t arena = 0;
+  std::vector<const Interval*> conflicts;
   for (std::size_t idx : order) {
     Interval& it = items[idx];
-    int best = -1;
-    int largest = -1;
-    for (std::size_t s = 0; s < sizes.size(); ++s) {
-      if (busy_until[s] >= it.start) continue;
-      const int si = static_cast<int>(s);
-      if (sizes[s] >= it.bytes && (best < 0 || sizes[s] < sizes[static_cast<std::size_t>(best)])) best = si;
-      if (largest < 0 || sizes[s] > sizes[static_cast<std::size_t>(largest)]) largest = si;
+    conflicts.clear();
+    for (std::size_t p : placed) {
+      const Interval& q = items[p];
+      if (q.start <= it.end && it.start <= q.end) conflicts.push_back(&q);
     }
-    if (best < 0) best = largest;  // grow the largest free slot rather than open a new one
-    if (best < 0) {
-      sizes.push_back(0);
-      busy_until.push_back(-1);
-      best = static_cast<int>(sizes.size()) - 1;
+    std::sort(conflicts.begin(), conflicts.end(), [](const Interval* a, const Interval* b) { return a->offset < b->offset; });
+    std::size_t offset = 0;
+    for (const Interval* q : conflicts) {
+      if (offset + it.bytes <= q->offset) break;  // fits in the gap below q
+      offset = std::max(offset, align_up(q->offset + q->bytes));
     }
-    const auto b = static_cast<std::size_t>(best);
-    sizes[b] = std::max(sizes[b], it.bytes);
-    busy_until[b] = it.end;
-    it.slot = best;
+    it.offset = offset;
+    arena = std::max(arena, offset + it.bytes);
+    placed.push_back(idx);
   }
-  return sizes;
+  return arena;
+}
+
+// The most bytes live at any one step: no placement can use less.
+std::size_t live_peak(const std::vector<Interval>& items) {
+  int last = 0;
+  for (const auto& it : items) last = std::max(last, it.end);
+  std::vector<std::size_t> live(static_cast<std::size_t>(last) + 2, 0);
+  for (const auto& it : items)
+    for (int s = it.start; s <= it.end; ++s) live[static_cast<std::size_t>(s)] += it.bytes;
+  return live.empty() ? 0 : *std::max_element(live.begin(), live.end());
 }
 
 }  // namespace
@@ -73,6 +85,11 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   }
   loss_layer_ = dynamic_cast<LossLayer*>(layers_.at(static_cast<std::size_t>(graph_.loss_layer())).get());
   CNNERGY_CHECK(loss_layer_ != nullptr, "the graph's loss layer is not a LossLayer");
+  // Every convolution resolves its algorithms now (cuDNN's "find" times candidates in scratch
+  // memory), before the activation arena exists, so that find's transient workspace never adds to
+  // the peak on top of the whole arena. Forward-only executors resolve lazily (forward alone).
+  if (options_.training)
+    for (const auto& l : layers_) (void)l->conv_algorithms();
   plan_and_allocate();
   for (const auto& l : layers_) {
     for (const auto& p : l->parameters())
@@ -134,7 +151,7 @@ void Executor::plan_and_allocate() {
     const auto g = static_cast<std::size_t>(group[t]);
     if (group_item[g] < 0) {
       group_item[g] = static_cast<int>(items.size());
-      items.push_back(Interval{start, end, bytes, -1});
+      items.push_back(Interval{start, end, bytes, 0});
     } else {
       Interval& it = items[static_cast<std::size_t>(group_item[g])];
       it.start = std::min(it.start, start);
@@ -152,31 +169,33 @@ void Executor::plan_and_allocate() {
       const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
       naive += bytes;
       grad_item[t] = static_cast<int>(items.size());
-      items.push_back(Interval{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, -1});
+      items.push_back(Interval{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, 0});
     }
   }
 
-  std::vector<std::size_t> slot_sizes;
+  pool_.clear();
   if (reuse) {
-    slot_sizes = pack(items);
+    // One arena, every tensor a view at its planned offset.
+    const std::size_t arena = place(items);
+    pool_.push_back(backend_.alloc_buffer(std::max<std::size_t>(arena, 1)));
+    memory_.activation_bytes = arena;
   } else {
     for (auto& it : items) {
-      it.slot = static_cast<int>(slot_sizes.size());
-      slot_sizes.push_back(it.bytes);
+      it.offset = pool_.size();  // the index of its own buffer (offset 0 in it)
+      pool_.push_back(backend_.alloc_buffer(std::max<std::size_t>(it.bytes, 1)));
+      memory_.activation_bytes += it.bytes;
     }
   }
-  pool_.clear();
-  for (auto size : slot_sizes) {
-    pool_.push_back(backend_.alloc_buffer(std::max<std::size_t>(size, 1)));
-    memory_.activation_bytes += size;
-  }
+  memory_.live_peak_bytes = live_peak(items);
   memory_.naive_bytes = naive;
   memory_.num_buffers = pool_.size();
 
   auto view = [&](int t, int item) {
     const Shape s = shape_of(t);
-    const auto& buf = pool_.at(static_cast<std::size_t>(items.at(static_cast<std::size_t>(item)).slot));
-    return Tensor(s, dtype, s.rank() == 4 ? backend_.layout() : Layout::kNCHW, buf);
+    const Interval& it = items.at(static_cast<std::size_t>(item));
+    const Layout layout = s.rank() == 4 ? backend_.layout() : Layout::kNCHW;
+    if (!reuse) return Tensor(s, dtype, layout, pool_.at(it.offset));
+    return Tensor(s, dtype, layout, pool_.front(), it.offset);
   };
   activations_.assign(num_tensors, Tensor{});
   gradients_.assign(num_tensors, Tensor{});

@@ -13,8 +13,9 @@
 // * flatten (a view, Layer::InputAlias::kView) shares its input's storage; an in-place ReLU
 //   (kInPlace) does too when its input is read by no other layer and not by its producer's
 //   backward. Tensors sharing storage form one group whose interval is the union of theirs.
-// Intervals are packed greedily into a pool of buffers (first start first; a buffer is free again
-// once its last tensor's interval ended; best-fitting free buffer, grown when none is big enough).
+// Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
+// 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
+// lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
 // Activations and gradients share the pool (both are in the backend dtype). Parameters, their
 // gradients and layer-internal state (BN saved statistics, dropout masks, loss probabilities) are
 // never pooled. With reuse_memory=false every tensor gets its own buffer (the naive sum).
@@ -45,10 +46,11 @@ struct ExecutorOptions {
 
 struct MemoryReport {
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
+  std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
   std::size_t parameter_bytes = 0;    // masters, working copies, parameter gradients
   std::size_t layer_state_bytes = 0;  // BN statistics, dropout masks, loss buffers
-  std::size_t num_buffers = 0;        // pooled buffers
+  std::size_t num_buffers = 0;        // buffers allocated for them (1: the arena, when reusing)
 };
 
 enum class Pass { kForward, kBackward };

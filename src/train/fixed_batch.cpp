@@ -6,6 +6,28 @@
 
 namespace cnnergy {
 
+namespace {
+// upload_random_batch(), returning the host images (FixedBatchWorkload keeps them for upload timing).
+Tensor upload_random_batch_kept(Backend& backend, std::int64_t classes, std::uint64_t seed, const Tensor& images,
+                                const Tensor& labels) {
+  Rng rng(seed);
+  Tensor host_images = Tensor::host(images.shape());
+  rng.fill_normal(host_images.f32(), 0, 1);
+  const std::int64_t batch = labels.shape()[0];
+  Tensor host_labels = Tensor::host(Shape{batch}, DType::kI32);
+  for (std::int64_t i = 0; i < batch; ++i)
+    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % static_cast<std::uint64_t>(classes));
+  backend.upload(host_images, images);
+  backend.upload(host_labels, labels);
+  return host_images;
+}
+}  // namespace
+
+void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t seed, const Tensor& images,
+                         const Tensor& labels) {
+  (void)upload_random_batch_kept(backend, classes, seed, images, labels);
+}
+
 FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
                                        bool cuda_graph) {
   ExecutorOptions eo;
@@ -18,16 +40,9 @@ FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std
   step_ = std::make_unique<TrainStep>(*executor_, *solver_, cuda_graph);
   const Shape& per = graph.input_per_sample();
   const Shape in_shape{batch, per[0], per[1], per[2]};
-  Rng rng(seed + 1);
-  host_images_ = Tensor::host(in_shape);
-  rng.fill_normal(host_images_.f32(), 0, 1);
-  Tensor host_labels = Tensor::host(Shape{batch}, DType::kI32);
-  for (std::int64_t i = 0; i < batch; ++i)
-    host_labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next_u32() % graph.num_classes());
   images_ = backend.alloc(in_shape, DType::kF32);
   labels_ = backend.alloc(Shape{batch}, DType::kI32);
-  backend.upload(host_images_, images_);
-  backend.upload(host_labels, labels_);
+  host_images_ = upload_random_batch_kept(backend, graph.num_classes(), seed + 1, images_, labels_);
   executor_->set_input(images_, labels_);
 }
 

@@ -14,6 +14,11 @@ namespace cnnergy {
 
 class Graph;
 
+// Uploads normal(0, 1) images and uniform labels in [0, classes), drawn from `seed`, into the
+// device tensors `images` (fp32 NCHW, N x C x H x W) and `labels` (int32, N); waits for the copy.
+void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t seed, const Tensor& images,
+                         const Tensor& labels);
+
 class FixedBatchWorkload {
  public:
   // Allocates the executor (OutOfMemory here is a batch that does not fit), initialises weights

@@ -79,6 +79,25 @@ TEST_F(DistTrainCli, StrongScalingAgainstASingleReplicaRunHere) {
   EXPECT_EQ(j.at("baseline").at("world_size").number(), 1);
 }
 
+// --fixed-batch: no loader at all (nothing waited for, no load phase), replicas still identical after
+// every step (--check-weights 1 throws otherwise), and the one-replica baseline runs the same way.
+TEST_F(DistTrainCli, FixedBatchTrainsWithoutTheLoader) {
+  test::ScratchDir dir("cli");
+  const std::string json = dir.file("fixed.json");
+  ASSERT_EQ(run_dist_train(base({"--gpus", "2", "--global-batch", "16", "--fixed-batch", "--check-weights", "1",
+                                 "--compare-single", "--no-eval", "--json", json})),
+            0);
+  const Json j = read_json(json);
+  EXPECT_TRUE(j.at("fixed_batch").boolean());
+  ASSERT_EQ(j.at("ranks").items().size(), 2u);
+  for (const Json& r : j.at("ranks").items()) {
+    EXPECT_EQ(r.at("loader_wait_ms").number(), 0.0);
+    EXPECT_GT(r.at("compute_ms").number(), 0.0);
+  }
+  EXPECT_EQ(j.at("scaling").at("mode").str(), "strong");
+  EXPECT_EQ(j.at("baseline").at("world_size").number(), 1);
+}
+
 TEST_F(DistTrainCli, WeakScalingAgainstABaselineFile) {
   test::ScratchDir dir("cli");
   const std::string single = dir.file("single.json"), run = dir.file("run.json");

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 
 #include "net/solver.hpp"
+#include "net/zoo/zoo.hpp"
 #include "net_testing.hpp"
 
 using namespace cnnergy;
@@ -123,4 +125,27 @@ TEST_F(MemoryPlan, InPlaceReluAndFlattenViewsShareStorage) {
   o.reuse_memory = false;
   Executor plain(*graph, *backend, o);
   EXPECT_NE(plain.activation(out("relu1")).raw(), plain.activation(out("bn1")).raw());
+}
+
+// The arena lands on the lower bound (the most bytes live at one step) on the papers' networks,
+// within alignment, and every placed tensor stays inside it.
+TEST_F(MemoryPlan, ArenaIsTheLivePeakOnZooNetworks) {
+  auto backend = cpu_backend();
+  struct Case {
+    const char* model;
+    std::optional<Shape> input;
+  };
+  for (const Case& c : {Case{"resnet50", Shape{3, 64, 64}}, Case{"vgg16", Shape{3, 32, 32}},
+                        Case{"googlenet", Shape{3, 96, 96}}, Case{"lenet5", std::nullopt}}) {
+    auto graph = build_model(c.model, c.input, 10);
+    ExecutorOptions o;
+    o.batch_size = 2;
+    Executor ex(*graph, *backend, o);
+    const MemoryReport& m = ex.memory();
+    EXPECT_GE(m.activation_bytes, m.live_peak_bytes) << c.model;
+    EXPECT_LE(static_cast<double>(m.activation_bytes), 1.02 * static_cast<double>(m.live_peak_bytes) + 65536.0)
+        << c.model << ": arena " << m.activation_bytes << " vs live peak " << m.live_peak_bytes;
+    EXPECT_LT(m.activation_bytes, m.naive_bytes) << c.model;
+    EXPECT_EQ(m.num_buffers, 1u);
+  }
 }

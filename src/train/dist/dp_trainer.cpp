@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <optional>
 
 #include "core/errors.hpp"
 #include "data/dataset.hpp"
@@ -20,6 +21,7 @@
 #include "train/dist/dp_internal.hpp"
 #include "train/dist/sharding.hpp"
 #include "train/evaluator.hpp"
+#include "train/fixed_batch.hpp"
 
 namespace cnnergy::dist {
 
@@ -71,6 +73,7 @@ std::string run_signature(const Graph& g, const Backend& b, const DataParallelCo
        std::to_string(c.warmup_iterations) + " seed " + std::to_string(c.seed);
   s += "; lr " + std::to_string(c.solver.schedule.base_lr) + " momentum " +
        std::to_string(c.solver.momentum) + " decay " + std::to_string(c.solver.weight_decay);
+  if (c.fixed_batch) s += "; fixed batch";
   s += "; buckets " + std::to_string(c.buckets.cap_bytes) + (c.buckets.overlap ? " overlap" : "") +
        " wait " + wait_method_name(c.wait_method);
   if (!c.signature.empty()) s += "; " + c.signature;
@@ -169,6 +172,8 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   Tensor images[2] = {backend.alloc(in_shape, DType::kF32), backend.alloc(in_shape, DType::kF32)};
   Tensor labels[2] = {backend.alloc(Shape{b}, DType::kI32), backend.alloc(Shape{b}, DType::kI32)};
   std::deque<std::pair<data::Batch, std::unique_ptr<DeviceEvent>>> in_flight;
+  if (config.fixed_batch)
+    upload_random_batch(backend, data.train->num_classes(), mix_rank_seed(config.seed, rank), images[0], labels[0]);
   const float backward_scale_divisor = static_cast<float>(world);
 
   std::int64_t step = 0, slot = 0;
@@ -182,8 +187,10 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
     lo.prefetch = config.prefetch;
     lo.epochs = 1;
     lo.seed = config.seed + static_cast<std::uint64_t>(epoch) * 7919u;
-    data::DataLoader loader(
-        epoch_shard(data.train, config.seed, epoch, rank, world, b, iters_per_epoch), lo, backend);
+    std::optional<data::DataLoader> loader;
+    if (!config.fixed_batch)
+      loader.emplace(epoch_shard(data.train, config.seed, epoch, rank, world, b, iters_per_epoch), lo, backend);
+    auto loader_wait_ms = [&] { return loader ? loader->stats().consumer_wait_ms : 0.0; };
 
     EpochSummary es;
     es.epoch = epoch + 1;
@@ -208,24 +215,28 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
         if (energy) energy->begin();
         window_open = true;
         window_t0 = Clock::now();
-        window_wait0 = loader.stats().consumer_wait_ms;
+        window_wait0 = loader_wait_ms();
       }
       timer.begin_iteration();
-      std::optional<data::Batch> batch = loader.next();
-      if (!batch) throw InternalError("the loader ran out of batches before the epoch ended");
-      const Tensor& dev_images = images[slot % 2];
-      const Tensor& dev_labels = labels[slot % 2];
-      ++slot;
-      backend.upload(batch->images, dev_images, /*async=*/true);
-      backend.upload(batch->labels, dev_labels, /*async=*/true);
-      auto uploaded = backend.make_event();
-      uploaded->record();
-      in_flight.emplace_back(std::move(*batch), std::move(uploaded));
-      while (in_flight.size() > 2 || (!in_flight.empty() && in_flight.front().second->ready())) {
-        in_flight.front().second->synchronize();
-        in_flight.pop_front();
+      if (loader) {
+        std::optional<data::Batch> batch = loader->next();
+        if (!batch) throw InternalError("the loader ran out of batches before the epoch ended");
+        const Tensor& dev_images = images[slot % 2];
+        const Tensor& dev_labels = labels[slot % 2];
+        ++slot;
+        backend.upload(batch->images, dev_images, /*async=*/true);
+        backend.upload(batch->labels, dev_labels, /*async=*/true);
+        auto uploaded = backend.make_event();
+        uploaded->record();
+        in_flight.emplace_back(std::move(*batch), std::move(uploaded));
+        while (in_flight.size() > 2 || (!in_flight.empty() && in_flight.front().second->ready())) {
+          in_flight.front().second->synchronize();
+          in_flight.pop_front();
+        }
+        exec.set_input(dev_images, dev_labels);
+      } else {
+        exec.set_input(images[0], labels[0]);  // already there: the "load" phase is empty
       }
-      exec.set_input(dev_images, dev_labels);
       timer.end_phase(kLoad);
       exec.forward(Phase::kTrain);
       timer.end_phase(kForward);
@@ -264,7 +275,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
         .clear();  // only now: an asynchronous upload may read a batch until the device is idle
     if (window_open) {
       st.seconds += seconds_since(window_t0);
-      st.loader_wait_ms += loader.stats().consumer_wait_ms - window_wait0;
+      st.loader_wait_ms += loader_wait_ms() - window_wait0;
       if (energy) {
         if (auto r = energy->end()) {
           st.joules = st.joules.value_or(0) + r->joules;

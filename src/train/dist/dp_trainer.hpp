@@ -57,6 +57,10 @@ struct DataParallelConfig {
   SolverOptions solver;           // iterations_per_epoch is set here
   std::uint64_t seed = 1;         // weights, epoch permutations, augmentation, dropout
   bool augment = false;           // random crop/mirror of training samples
+  // Every step trains on one random batch uploaded to each replica once (no loader, no copies):
+  // compute and communication alone, as the one-GPU benchmarks and sweep trials measure them.
+  // The weights still update and stay identical across replicas; accuracy means nothing then.
+  bool fixed_batch = false;
   int loader_workers = 2;
   int prefetch = 3;
   std::int64_t loss_every = 20;  // read the loss every N steps (a bounded synchronisation)

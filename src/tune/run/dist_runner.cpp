@@ -30,6 +30,9 @@ TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOption
     c.warmup_iterations = std::max(1, settings.warmup_iterations);
     c.max_iterations_per_epoch = c.warmup_iterations + iterations;
     c.evaluate = false;
+    // As the one-GPU trials (FixedBatchWorkload): compute and communication, no data loading, so
+    // the trials of different GPU counts compare like with like.
+    c.fixed_batch = true;
     c.solver.loss_scale = SolverOptions::loss_scale_for(backend_options.dtype);
     const std::int64_t size = global_batch * (c.max_iterations_per_epoch + 1);
     const auto data = data::open_dataset("synthetic:" + std::to_string(in[0]) + "x" + std::to_string(in[1]) + "x" +
