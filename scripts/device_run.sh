@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure   (results under $OUT)
+# Usage: scripts/device_run.sh tests|bench|measure|focus   (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 : "${OUT:=/tmp/out}"; mkdir -p "$OUT"
@@ -26,5 +26,21 @@ case "${1:-tests}" in
       --reps 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
     cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
     timeout 120 bash "$CARRY/accuracy_vs_batch.sh" "$OUT" fashion-mnist:/tmp/fmnist 3 2>&1 | tail -6
+    ;;
+  focus)  # one short call on nvidia-h200-x2: GPU training tests, 2-GPU strong scaling with the DDP
+           # peer, CUDA-graph and memory cells with the PyTorch peer (each step bounded)
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 50 test_train_cuda --gtest_brief=1 2>&1 | tail -12
+    timeout 45 cnnergy dist-train --device cuda --gpus 2 --model resnet50 --precision bf16 --layout nhwc \
+      --data synthetic:3x224x224 --global-batch 256 --max-iters 30 --fixed-batch --no-eval --compare-single \
+      --json "$OUT/dist_strong_fixed.json" 2>&1 | tail -24
+    timeout 40 python3 "$CARRY/peer_pytorch_ddp.py" --configs 2:128 --iters 20 --warmup 5 \
+      --out "$OUT/ddp.json" 2>&1 | tail -4
+    timeout 35 bench_train_throughput --models resnet50 --batches 256 --precisions bf16 --out "$OUT/ours_a.json" \
+      2>&1 | tail -3
+    timeout 35 bench_train_throughput --models resnet50,resnet34 --batches 64 --precisions bf16 --cuda-graph both \
+      --out "$OUT/ours_b.json" 2>&1 | tail -6
+    timeout 40 python3 "$CARRY/peer_pytorch.py" --models resnet50,resnet34 --batches 64,256 --precisions bf16 \
+      --compile "" --out "$OUT/pytorch.json" 2>&1 | tail -6
     ;;
 esac
