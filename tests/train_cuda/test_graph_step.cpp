@@ -1,6 +1,7 @@
 // The recorded training step (`--cuda-graph`, TrainStep) against the eager one: the same weights
 // after the same steps, a new recording exactly when the learning rate or the fp16 loss scale
 // changes, the trainer's graph mode, and networks whose step cannot be recorded.
+#include <cmath>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -52,6 +53,11 @@ Counts compare_eager_and_graphed(const std::string& model, DType dtype, Layout l
   }
   bool moved = false;
   for (std::size_t i = 0; i < initial.size(); ++i) {
+    for (const float v : result[0][i].f32())
+      if (!std::isfinite(v)) {
+        ADD_FAILURE() << model << " parameter " << i << ": the eager run diverged (learning rate too high)";
+        return counts;
+      }
     EXPECT_LE(relative_norm_error(result[1][i], result[0][i]), tol) << model << " parameter " << i;
     moved = moved || relative_norm_error(result[0][i], initial[i]) > 1e-4;
   }
@@ -59,15 +65,20 @@ Counts compare_eager_and_graphed(const std::string& model, DType dtype, Layout l
   return counts;
 }
 
+// 0.001: at 0.05 with momentum 0.9, LeNet-5 on one batch of N(0, 1) images diverges to NaN within
+// 6 steps (seen on the H200 on 2026-11-22 and on the CPU), and at 0.01 its loss climbs to ~60; at
+// 0.001 it falls steadily (3.9 to 0.7 in 8 steps on the CPU), so the comparison is of sane weights.
 SolverOptions fixed_lr(DType dtype) {
   SolverOptions so;
-  so.schedule.base_lr = 0.05;
+  so.schedule.base_lr = 0.001;
   so.loss_scale = SolverOptions::loss_scale_for(dtype);
   return so;
 }
 
 TEST_F(GpuTraining, GraphedStepsGiveTheEagerWeights) {
-  const Counts c = compare_eager_and_graphed("lenet5", DType::kF32, Layout::kNCHW, fixed_lr(DType::kF32), 8, 1e-5);
+  // 1e-4: cuDNN's backward-filter algorithms may sum with atomics, so two eager runs differ too
+  // (1.8e-5 seen after 6 steps on the H200).
+  const Counts c = compare_eager_and_graphed("lenet5", DType::kF32, Layout::kNCHW, fixed_lr(DType::kF32), 8, 1e-4);
   EXPECT_EQ(c.recordings, 1);  // the first step runs eagerly, then one recording serves every step
   EXPECT_EQ(c.replays, 7);
   // Batch norm and residual adds, bf16 in NHWC.
@@ -82,7 +93,7 @@ TEST_F(GpuTraining, ANewLearningRateIsANewRecording) {
   so.schedule.step_size = 2;
   so.schedule.gamma = 0.5;
   // Iterations 0..5: step 0 eager; lr changes at 2 and 4, so recordings at 1, 2 and 4.
-  const Counts c = compare_eager_and_graphed("lenet5", DType::kF32, Layout::kNCHW, so, 6, 1e-5);
+  const Counts c = compare_eager_and_graphed("lenet5", DType::kF32, Layout::kNCHW, so, 6, 1e-4);
   EXPECT_EQ(c.recordings, 3);
   EXPECT_EQ(c.replays, 5);
 }
