@@ -8,7 +8,10 @@ source "$(dirname "$0")/device_env.sh"
 case "${1:-tests}" in
   tests)
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
-    timeout 300 test_backend_cuda --gtest_brief=1 2>&1 | grep -v NOTE | tail -30
+    timeout 300 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|SKIPPED|PASSED) " "$OUT/test_backend_cuda.log" | tail -30
+    [ -x "$CARRY/bin/test_train_cuda" ] && CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 120 test_train_cuda \
+      > "$OUT/test_train_cuda.log" 2>&1; grep -E "^\[  (FAILED|SKIPPED|PASSED) " "$OUT/test_train_cuda.log" | tail -12
     [ -x "$CARRY/bin/test_dist" ] && timeout 120 test_dist --gtest_filter="*Nccl*:*nccl*:*Gpu*" --gtest_brief=1 2>&1 | tail -15
     timeout 120 cnnergy train --model lenet5 --data fashion-mnist:/tmp/fmnist --device cuda --epochs 5 --batch 64 \
       --out "$OUT/lenet_gpu.json" 2>&1 | tail -16
@@ -30,7 +33,9 @@ case "${1:-tests}" in
   focus)  # one short call on nvidia-h200-x2: GPU training tests, 2-GPU strong scaling with the DDP
            # peer, CUDA-graph and memory cells with the PyTorch peer (each step bounded)
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
-    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 50 test_train_cuda --gtest_brief=1 2>&1 | tail -12
+    # The whole log goes to $OUT (brief mode prints failures only; a cut tail once hid which test failed).
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 50 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|SKIPPED|PASSED) " "$OUT/test_train_cuda.log" | tail -12
     timeout 45 cnnergy dist-train --device cuda --gpus 2 --model resnet50 --precision bf16 --layout nhwc \
       --data synthetic:3x224x224 --global-batch 256 --max-iters 30 --fixed-batch --no-eval --compare-single \
       --json "$OUT/dist_strong_fixed.json" 2>&1 | tail -24

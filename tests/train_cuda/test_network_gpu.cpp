@@ -23,6 +23,7 @@ struct NetCase {
   std::optional<Shape> input;
   std::optional<std::int64_t> classes;
   std::int64_t batch;
+  double tolerance;  // relative norm per parameter gradient
 };
 
 void expect_gradients_match(const NetCase& c, Layout layout) {
@@ -53,23 +54,26 @@ void expect_gradients_match(const NetCase& c, Layout layout) {
   on_cpu.backward(1.0f);
   on_gpu.forward(Phase::kTrain);
   on_gpu.backward(1.0f);
-  EXPECT_NEAR(on_gpu.read_loss(), on_cpu.read_loss(), 1e-4 * std::max(1.0f, std::abs(on_cpu.read_loss())));
+  EXPECT_NEAR(on_gpu.read_loss(), on_cpu.read_loss(), 1e-3 * std::max(1.0f, std::abs(on_cpu.read_loss())));
 
   const auto pc = on_cpu.parameters(), pg = on_gpu.parameters();
   ASSERT_EQ(pc.size(), pg.size());
   for (std::size_t i = 0; i < pc.size(); ++i) {
     const Tensor ref = to_f32_nchw(pc[i]->grad), got = to_host_f32(*gpu, pg[i]->grad);
-    // fp32 with TF32 off: what remains is summation order and cuDNN's transforms (FFT, Winograd).
-    EXPECT_LT(relative_norm_error(got, ref), 2e-3)
+    // fp32 with TF32 off: what remains is summation order and cuDNN's transforms (FFT, Winograd),
+    // compounded through the depth of the network.
+    EXPECT_LT(relative_norm_error(got, ref), c.tolerance)
         << c.model << " parameter " << i << " (" << pc[i]->name << "), layout " << layout_name(layout) << ", seed " << seed;
   }
 }
 
 TEST_F(GpuTraining, WholeNetworkGradientsMatchTheCpu) {
   const NetCase cases[] = {
-      {"lenet5", std::nullopt, std::nullopt, 8},
+      {"lenet5", std::nullopt, std::nullopt, 8, 1e-3},
       // Batch norm, residual adds, strided and 1x1 convolutions, max and global average pooling.
-      {"resnet34", Shape{3, 32, 32}, 10, 4},
+      // 64x64 and batch 8: the last stage's batch norm still averages 32 values per channel (at
+      // 32x32 and batch 4 it would normalise 4 and amplify rounding without bound).
+      {"resnet34", Shape{3, 64, 64}, 10, 8, 5e-3},
   };
   for (const auto& c : cases)
     for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) expect_gradients_match(c, layout);
