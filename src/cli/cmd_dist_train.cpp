@@ -527,6 +527,7 @@ int run_concurrent(const std::vector<std::string>& args) {
   Json out = Json::object();
   out["total_gpus"] = r.total_gpus;
   out["energy_note"] = r.energy_note;
+  out["fixed_batch"] = c.config.fixed_batch;
   for (const ScheduleReport* s : {&r.concurrent, &r.sequential}) {
     const double sps = s->seconds > 0 ? static_cast<double>(s->samples) / s->seconds : 0;
     std::printf("%-11s %9.3f", s->name.c_str(), s->seconds);

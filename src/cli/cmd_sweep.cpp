@@ -72,6 +72,7 @@ int run_sweep(const std::vector<std::string>& args) {
   p.epilog(
       "Knob values: lists (--batch 64,128,256), inclusive ranges start:stop:step (--power-limit 200:700:25),\n"
       "--power-limit all[:STEP] = the device's allowed range, --sm-clock supported[:STEP], 'default' = leave as is.\n"
+      "--cuda-graph off,on: the training step run kernel by kernel or replayed as one CUDA graph (one GPU, no dropout).\n"
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
       "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
@@ -97,6 +98,9 @@ int run_sweep(const std::vector<std::string>& args) {
   tune::KnobSpace space;
   for (Knob k : tune::kAllKnobs)
     if (auto v = p.get_optional(std::string(tune::knob_flag(k)))) space.set(k, tune::parse_knob_values(k, *v, limits));
+  if (!is_command && !device.is_cuda() && space.has(Knob::kCudaGraph))
+    for (const auto& v : space.values(Knob::kCudaGraph))
+      if (v.text == "on") throw NotSupported("--cuda-graph on needs --device cuda (this sweep runs on " + device.str() + ")");
   const auto reference = p.get_optional("reference") ? space.parse_reference(p.get("reference"), limits)
                                                       : space.default_reference(limits);
   tune::MeasureSettings ms;

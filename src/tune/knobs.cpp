@@ -19,12 +19,13 @@ struct KnobInfo {
   bool numeric;
 };
 
-constexpr std::array<KnobInfo, 8> kInfo = {{
+constexpr std::array<KnobInfo, 9> kInfo = {{
     {Knob::kBatch, "batch", "batch", "CNNERGY_BATCH", "", true},
     {Knob::kGpus, "gpus", "gpus", "CNNERGY_GPUS", "", true},
     {Knob::kPrecision, "precision", "precision", "CNNERGY_PRECISION", "", false},
     {Knob::kLayout, "layout", "layout", "CNNERGY_LAYOUT", "", false},
     {Knob::kConvAlgo, "conv_algo", "conv-algo", "CNNERGY_CONV_ALGO", "", false},
+    {Knob::kCudaGraph, "cuda_graph", "cuda-graph", "CNNERGY_CUDA_GRAPH", "", false},
     {Knob::kMemClock, "mem_clock_mhz", "mem-clock", "CNNERGY_MEM_CLOCK_MHZ", "MHz", true},
     {Knob::kSmClock, "sm_clock_mhz", "sm-clock", "CNNERGY_SM_CLOCK_MHZ", "MHz", true},
     {Knob::kPowerLimit, "power_limit_w", "power-limit", "CNNERGY_POWER_LIMIT_W", "W", true},
@@ -262,6 +263,10 @@ std::vector<KnobValue> parse_knob_values(Knob knob, const std::string& text, con
         out.push_back(KnobValue::of_text(item));
         break;
       }
+      case Knob::kCudaGraph:
+        if (item != "on" && item != "off") throw InvalidArgument("invalid --cuda-graph value '" + item + "' (choose on or off)");
+        out.push_back(KnobValue::of_text(item));
+        break;
     }
     if (out.size() > kMaxValuesPerKnob)
       throw InvalidArgument(flag_of(knob) + " has more than " + std::to_string(kMaxValuesPerKnob) + " values");

@@ -16,10 +16,10 @@ namespace cnnergy::tune {
 
 // Canonical order: workload knobs (costly to change: the model is rebuilt) before hardware knobs
 // (cheap: one NVML call), so the product varies the cheap ones fastest.
-enum class Knob { kBatch, kGpus, kPrecision, kLayout, kConvAlgo, kMemClock, kSmClock, kPowerLimit };
-inline constexpr std::array<Knob, 8> kAllKnobs = {Knob::kBatch,    Knob::kGpus,     Knob::kPrecision,
-                                                  Knob::kLayout,   Knob::kConvAlgo, Knob::kMemClock,
-                                                  Knob::kSmClock,  Knob::kPowerLimit};
+enum class Knob { kBatch, kGpus, kPrecision, kLayout, kConvAlgo, kCudaGraph, kMemClock, kSmClock, kPowerLimit };
+inline constexpr std::array<Knob, 9> kAllKnobs = {Knob::kBatch,     Knob::kGpus,     Knob::kPrecision,
+                                                  Knob::kLayout,    Knob::kConvAlgo, Knob::kCudaGraph,
+                                                  Knob::kMemClock,  Knob::kSmClock,  Knob::kPowerLimit};
 
 std::string_view knob_name(Knob knob);      // key/column name with unit: "batch", "power_limit_w", "sm_clock_mhz"
 std::string_view knob_flag(Knob knob);      // CLI flag without dashes: "batch", "power-limit", "sm-clock"
@@ -67,6 +67,7 @@ inline constexpr std::size_t kMaxValuesPerKnob = 4096;
 //                      apart), a range keeps the supported clocks inside it, `default` = unlocked;
 //                      a clock the device does not support is an error naming the nearest one
 //   text knobs         --precision fp32,fp16  --layout nchw,nhwc  --conv-algo <backend names>
+//                      --cuda-graph off,on (the training step replayed as one CUDA graph)
 // Errors (InvalidArgument): empty list or item, inverted range, step <= 0, a value outside what the
 // device allows (the message gives the allowed range or nearest value), duplicates, too many values.
 std::vector<KnobValue> parse_knob_values(Knob knob, const std::string& text, const DeviceLimits& limits);

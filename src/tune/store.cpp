@@ -182,9 +182,23 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
   }
   if (info["application"] != sql::kApplication)
     throw DataError(path + " is an SQLite database but not a cnnergy results database (application '" + info["application"] + "')");
-  if (info["schema_version"] != std::to_string(sql::kSchemaVersion))
+  int version = 0;
+  try {
+    version = std::stoi(info["schema_version"]);
+  } catch (const std::exception&) {
+    version = 0;
+  }
+  // An older database: readers use it as it is; a writer upgrades it first, in one transaction.
+  if (version >= 1 && version < sql::kSchemaVersion && !read_only) {
+    SqliteTransaction tx(*db_);
+    for (int v = version; v < sql::kSchemaVersion; ++v)
+      for (const auto& stmt : sql::upgrade_from(v)) db_->exec(stmt);
+    tx.commit();
+    version = sql::kSchemaVersion;
+  }
+  if (version < 1 || version > sql::kSchemaVersion)
     throw DataError("results database " + path + " has schema version " + info["schema_version"] + "; this cnnergy (" +
-                    build::kVersion + ") reads schema version " + std::to_string(sql::kSchemaVersion) +
+                    build::kVersion + ") reads schema versions 1 to " + std::to_string(sql::kSchemaVersion) +
                     ": open it with the cnnergy that wrote it (export --json keeps everything), or use a new database file");
   if (!read_only) db_->exec(sql::kPragmas);
 }

@@ -1,6 +1,8 @@
-// Every SQL statement of the results store, in one place: the schema (version 1) and the queries.
-// Metric columns (<metric>_median/_stddev/_min/_max) are generated from the metric table, so adding a
-// metric is a schema change: bump kSchemaVersion.
+// Every SQL statement of the results store, in one place: the schema (version 2) and the queries.
+// Metric columns (<metric>_median/_stddev/_min/_max) and knob columns are generated from their
+// tables, so adding a metric or a knob is a schema change: bump kSchemaVersion and add the step that
+// upgrades the previous version (kUpgrades).
+// Version history: 1 (first); 2 adds the trials.cuda_graph knob column.
 #pragma once
 
 #include <string>
@@ -11,7 +13,19 @@
 
 namespace cnnergy::tune::sql {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
+
+// The statements that take a database of version v to v + 1, by v. Readers of an older version
+// work unchanged (every knob is read back from trials.knobs_json); a writer upgrades on open.
+inline std::vector<std::string> upgrade_from(int version) {
+  switch (version) {
+    case 1:
+      return {"ALTER TABLE trials ADD COLUMN cuda_graph TEXT",
+              "UPDATE schema_info SET value = '2' WHERE key = 'schema_version'"};
+    default:
+      return {};
+  }
+}
 inline constexpr const char* kApplication = "cnnergy-results";
 
 inline const char* const kPragmas =

@@ -265,11 +265,11 @@ TEST(Store, OtherSchemaVersionsAndForeignDatabasesAreRefused) {
   { ResultStore store(path); }
   sqlite3* raw = nullptr;
   sqlite3_open(path.c_str(), &raw);
-  sqlite3_exec(raw, "UPDATE schema_info SET value='2' WHERE key='schema_version'", nullptr, nullptr, nullptr);
+  sqlite3_exec(raw, "UPDATE schema_info SET value='3' WHERE key='schema_version'", nullptr, nullptr, nullptr);
   sqlite3_close(raw);
   std::string msg = data_error_of([&] { ResultStore s(path); });
-  EXPECT_NE(msg.find("schema version 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("reads schema version 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("schema version 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reads schema versions 1 to 2"), std::string::npos) << msg;
 
   const std::string foreign = dir.file("foreign.db");
   sqlite3_open(foreign.c_str(), &raw);
@@ -277,6 +277,55 @@ TEST(Store, OtherSchemaVersionsAndForeignDatabasesAreRefused) {
   sqlite3_close(raw);
   msg = data_error_of([&] { ResultStore s(foreign); });
   EXPECT_NE(msg.find("not a cnnergy results database"), std::string::npos) << msg;
+}
+
+// A version-1 database (before the cuda_graph knob): read as it is, upgraded by the first writer,
+// its trials kept, and the new knob's column filled for new trials.
+TEST(Store, VersionOneDatabasesAreReadAndUpgraded) {
+  TempDir dir;
+  Rng rng(default_seed());
+  const std::string path = dir.file("v1.db");
+  std::int64_t sweep_id = 0;
+  {
+    ResultStore store(path);
+    sweep_id = store.add_sweep(sample_sweep("old"));
+    for (const auto& spec : power_trials(2)) store.write_trial(sweep_id, random_trial(rng, spec, 3));
+  }
+  sqlite3* raw = nullptr;
+  auto scalar = [&](const char* sql) {
+    std::string out;
+    sqlite3_exec(
+        raw, sql,
+        [](void* o, int, char** v, char**) {
+          *static_cast<std::string*>(o) = v[0] ? v[0] : "NULL";
+          return 0;
+        },
+        &out, nullptr);
+    return out;
+  };
+  sqlite3_open(path.c_str(), &raw);  // make it what version 1 wrote
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE trials DROP COLUMN cuda_graph", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_exec(raw, "UPDATE schema_info SET value='1' WHERE key='schema_version'", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  {
+    ResultStore reader(path, ResultStore::Mode::kReadOnly);
+    EXPECT_EQ(reader.trials(sweep_id).size(), 2u);
+  }
+  sqlite3_open(path.c_str(), &raw);
+  EXPECT_EQ(scalar("SELECT value FROM schema_info WHERE key='schema_version'"), "1");  // a reader changes nothing
+  sqlite3_close(raw);
+  {
+    ResultStore writer(path);
+    KnobSpace space;
+    space.set(Knob::kCudaGraph, parse_knob_values(Knob::kCudaGraph, "on", {}));
+    writer.write_trial(sweep_id, random_trial(rng, space.trials(space.default_reference({})).front(), 3));
+    EXPECT_EQ(writer.trials(sweep_id).size(), 3u);
+  }
+  sqlite3_open(path.c_str(), &raw);
+  EXPECT_EQ(scalar("SELECT value FROM schema_info WHERE key='schema_version'"), "2");
+  EXPECT_EQ(scalar("SELECT count(*) FROM trials WHERE cuda_graph = 'on'"), "1");
+  EXPECT_EQ(scalar("SELECT count(*) FROM trials WHERE cuda_graph IS NULL"), "2");
+  sqlite3_close(raw);
 }
 
 TEST(Store, MergeJoinsShardsAndReportsDuplicates) {

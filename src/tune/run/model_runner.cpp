@@ -80,17 +80,21 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     apply_precision(parse_precision(text_knob(trial, Knob::kPrecision, workload.default_precision)), bo);
     bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
     bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
+    const bool cuda_graph = text_knob(trial, Knob::kCudaGraph, "off") == "on";
     auto graph = build_model(workload.model, workload.input, workload.classes);
     if (gpus > 1) {
       if (workload.accuracy_epochs > 0)
         throw NotSupported("accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1");
+      if (cuda_graph)
+        throw NotSupported("--cuda-graph on: the data-parallel step (--gpus > 1) is not recorded as a CUDA graph");
       return run_data_parallel_trial(*graph, bo, gpus, batch, settings);
     }
     auto backend = create_backend(bo);
 
     TrialMeasurement m;
     {
-      FixedBatchWorkload work(*graph, *backend, batch);  // OutOfMemory here: the batch does not fit
+      // OutOfMemory here: the batch does not fit; NotSupported: no graph for this backend or model.
+      FixedBatchWorkload work(*graph, *backend, batch, 1, cuda_graph);
       Backend* be = backend.get();
       auto probe = make_energy_probe(sampler, [be] { be->synchronize(); });
       WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations};
@@ -106,6 +110,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       tc.epochs = workload.accuracy_epochs;
       tc.max_iterations_per_epoch = workload.accuracy_max_iterations;
       tc.solver.loss_scale = SolverOptions::loss_scale_for(bo.dtype);
+      tc.cuda_graph = cuda_graph;
       const auto rep = train(*graph, *backend, data::open_dataset(workload.accuracy_data), tc, nullptr, {});
       if (!rep.epochs.empty() && rep.epochs.back().top1) m.accuracy = *rep.epochs.back().top1;
     }
