@@ -20,14 +20,13 @@
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
 #include "telemetry/energy_meter.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/sampler.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 
 using namespace cnnergy;
-using telemetry::Json;
 
 namespace {
 using Clock = std::chrono::steady_clock;

@@ -11,7 +11,7 @@
 #include "cli/args.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/log.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/rapl.hpp"
 
@@ -19,8 +19,6 @@ namespace cnnergy::cli {
 
 namespace {
 
-using telemetry::Json;
-using telemetry::json_or_null;
 
 // Changing GPU settings needs root or CAP_SYS_ADMIN (bit 21 of the effective capability set).
 bool can_change_gpu_settings() {

@@ -17,7 +17,7 @@
 #include "data/dataset.hpp"
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "train/dist/concurrent.hpp"
 #include "train/dist/dp_trainer.hpp"
 #include "train/dist/mpi_comm.hpp"
@@ -29,7 +29,6 @@ namespace cnnergy::cli {
 
 namespace {
 
-using telemetry::Json;
 using namespace cnnergy::dist;
 
 // Flags both commands share: model, data, precision, solver, buckets, timeouts, energy.

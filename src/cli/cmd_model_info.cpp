@@ -15,6 +15,7 @@
 #include "cli/backend_flags.hpp"
 #include "core/dtype.hpp"
 #include "core/errors.hpp"
+#include "core/json.hpp"
 #include "core/shape.hpp"
 #include "net/graph.hpp"
 #include "net/model_info.hpp"
@@ -74,28 +75,6 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
-std::string json_number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(ch));
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -217,10 +196,10 @@ std::string workload_json(const ModelInfo& info, const Workload& w) {
 
 std::string format_json(const ModelInfo& info, bool summary) {
   std::ostringstream os;
-  os << "{\n  \"model\": " << json_string(info.model) << ",\n  \"input\": [";
+  os << "{\n  \"model\": " << json_quote(info.model) << ",\n  \"input\": [";
   for (std::size_t i = 0; i < info.input_per_sample.rank(); ++i) os << (i ? ", " : "") << info.input_per_sample[i];
   os << "],\n  \"classes\": " << info.num_classes << ",\n  \"batch\": " << info.batch
-     << ",\n  \"dtype\": " << json_string(std::string(dtype_name(info.dtype)))
+     << ",\n  \"dtype\": " << json_quote(std::string(dtype_name(info.dtype)))
      << ",\n  \"parameters\": " << info.parameters << ",\n  \"ctc\": " << json_number(info.ctc())
      << ",\n  \"read_elements_weights_once\": " << info.read_elements_weights_once()
      << ",\n  \"total_per_sample\": " << workload_json(info, info.total_per_sample)
@@ -229,8 +208,8 @@ std::string format_json(const ModelInfo& info, bool summary) {
     os << ",\n  \"layers\": [";
     for (std::size_t i = 0; i < info.layers.size(); ++i) {
       const auto& l = info.layers[i];
-      os << (i ? ",\n" : "\n") << "    {\"name\": " << json_string(l.name) << ", \"type\": " << json_string(l.type)
-         << ", \"category\": " << json_string(l.category) << ", \"details\": " << json_string(l.details)
+      os << (i ? ",\n" : "\n") << "    {\"name\": " << json_quote(l.name) << ", \"type\": " << json_quote(l.type)
+         << ", \"category\": " << json_quote(l.category) << ", \"details\": " << json_quote(l.details)
          << ", \"output_shape\": [";
       for (std::size_t d = 0; d < l.output_shape.rank(); ++d) os << (d ? ", " : "") << l.output_shape[d];
       os << "], \"ctc\": " << json_number(l.ctc) << ", \"batch\": " << workload_json(info, l.batch) << "}";
@@ -258,10 +237,10 @@ std::string format_list(const std::string& format) {
     os << "[";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& e = *rows[i].entry;
-      os << (i ? ",\n" : "\n") << "  {\"model\": " << json_string(e.name) << ", \"input\": ["
+      os << (i ? ",\n" : "\n") << "  {\"model\": " << json_quote(e.name) << ", \"input\": ["
          << e.default_input[0] << ", " << e.default_input[1] << ", " << e.default_input[2]
          << "], \"classes\": " << e.default_classes << ", \"parameters\": " << rows[i].params
-         << ", \"description\": " << json_string(e.description) << "}";
+         << ", \"description\": " << json_quote(e.description) << "}";
     }
     os << "\n]\n";
   } else {

@@ -22,7 +22,7 @@
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "telemetry/energy_meter.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "telemetry/knobs.hpp"
 #include "telemetry/sampler.hpp"
 #include "telemetry/signals.hpp"
@@ -33,8 +33,6 @@ namespace cnnergy::cli {
 
 namespace {
 
-using telemetry::Json;
-using telemetry::json_or_null;
 
 std::string joined_command(const std::vector<std::string>& cmd) {
   std::string out;

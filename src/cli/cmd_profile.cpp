@@ -18,7 +18,7 @@
 #include "net/graph.hpp"
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 
@@ -26,7 +26,6 @@ namespace cnnergy::cli {
 
 namespace {
 
-using telemetry::Json;
 
 std::string fmt(double v, int prec = 3) {
   if (!std::isfinite(v)) return "-";

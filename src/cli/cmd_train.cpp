@@ -15,7 +15,7 @@
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
 #include "train/precision.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "train/trainer.hpp"
 
 namespace cnnergy::cli {
@@ -38,7 +38,6 @@ std::string data_spec(const std::string& data, const Graph& graph, std::int64_t 
          (dataset_size > 0 ? ":size=" + std::to_string(dataset_size) : std::string());
 }
 
-using telemetry::Json;
 
 Json optional_json(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
 

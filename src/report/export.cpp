@@ -14,7 +14,7 @@
 
 #include "core/errors.hpp"
 #include "report/sweep_data.hpp"
-#include "tune/json.hpp"
+#include "core/json.hpp"
 #include "tune/store_sql.hpp"
 
 namespace cnnergy::report {

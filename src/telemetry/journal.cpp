@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "core/errors.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "telemetry/nvml.hpp"
 
 namespace cnnergy::telemetry {

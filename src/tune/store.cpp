@@ -13,7 +13,7 @@
 
 #include "core/build_info.hpp"
 #include "core/errors.hpp"
-#include "tune/json.hpp"
+#include "core/json.hpp"
 #include "tune/sqlite.hpp"
 #include "tune/store_sql.hpp"
 

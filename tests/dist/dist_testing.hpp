@@ -82,6 +82,25 @@ inline double weight_mismatch(const std::vector<std::vector<float>>& a,
   return worst;
 }
 
+// ||a - b|| / ||b - init|| over all weights: how far apart two trainings from the same initial
+// weights ended, as a part of how far they trained. Two trainings that differ only in summation
+// order (N replicas against one process) mostly agree to rounding, but a ReLU or a max-pool whose
+// inputs lie within rounding of each other can switch in one and not the other, and what follows
+// it drifts apart (CNNERGY_SEED=6061058930156647789: 4 % of LeNet-5's weights beyond 1e-5 + 1e-4 |w|,
+// up to 20x). An actual error (gradients not averaged, a shard read twice, a bucket not reduced)
+// moves the weights differently by an amount of the order of the training itself.
+inline double divergence_from(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                              const std::vector<std::vector<float>>& init) {
+  double diff = 0, moved = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size() && i < init.size(); ++i)
+    for (std::size_t k = 0; k < a[i].size() && k < b[i].size() && k < init[i].size(); ++k) {
+      const double d = static_cast<double>(a[i][k]) - b[i][k], m = static_cast<double>(b[i][k]) - init[i][k];
+      diff += d * d;
+      moved += m * m;
+    }
+  return moved > 0 ? std::sqrt(diff / moved) : INFINITY;
+}
+
 // Largest weight change between two checkpoints' weights (to check that training did move them).
 inline double max_change(const std::vector<std::vector<float>>& a,
                          const std::vector<std::vector<float>>& b) {

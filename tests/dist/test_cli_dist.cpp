@@ -10,12 +10,11 @@
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
 #include "dist/dist_testing.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 
 namespace cnnergy::cli {
 namespace {
 
-using telemetry::Json;
 
 Json read_json(const std::string& path) {
   std::ifstream in(path);

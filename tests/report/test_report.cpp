@@ -15,7 +15,7 @@
 #include "report/report_fixture.hpp"
 #include "report/svg.hpp"
 #include "report/table.hpp"
-#include "tune/json.hpp"
+#include "core/json.hpp"
 #include "tune/tune_test_util.hpp"
 
 using namespace cnnergy;

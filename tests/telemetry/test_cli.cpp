@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "telemetry/journal.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry_test_util.hpp"
 

@@ -3,10 +3,10 @@
 
 #include "core/errors.hpp"
 #include "core/rng.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 
 using cnnergy::DataError;
-using cnnergy::telemetry::Json;
+using cnnergy::Json;
 
 TEST(Json, RoundTripsObjectsArraysAndNumbers) {
   const std::uint64_t seed = cnnergy::default_seed();

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "cli_run.hpp"
-#include "telemetry/json.hpp"
+#include "core/json.hpp"
 
 using cnnergy::testing::run_cli;
 namespace fs = std::filesystem;
@@ -34,7 +34,7 @@ TEST(TrainCli, LeNet5ReachesEightyNinePercentOnFashionMnist) {
   std::ifstream f(json);
   std::stringstream ss;
   ss << f.rdbuf();
-  const auto report = cnnergy::telemetry::Json::parse(ss.str());
+  const auto report = cnnergy::Json::parse(ss.str());
   const auto& epochs = report.at("epochs").items();
   ASSERT_EQ(epochs.size(), 5u);
   const double top1 = epochs.back().at("top1").number();

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "core/errors.hpp"
-#include "tune/json.hpp"
+#include "core/json.hpp"
 #include "tune/store.hpp"
 #include "tune/tune_test_util.hpp"
 

@@ -1,12 +1,13 @@
-// JSON parsing and writing for the results store and the exports.
-#include "tune/json.hpp"
+// JSON writing and the strict parser (see json.hpp for the rules).
+#include "core/json.hpp"
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "core/errors.hpp"
 
-namespace cnnergy::tune {
+namespace cnnergy {
 
 namespace {
 
@@ -91,11 +92,11 @@ class Parser {
   }
   Json object(int depth) {
     ++pos_;
-    Json::Object obj;
+    Json obj = Json::object();
     skip_ws();
     if (pos_ < s_.size() && s_[pos_] == '}') {
       ++pos_;
-      return Json(std::move(obj));
+      return obj;
     }
     for (;;) {
       skip_ws();
@@ -104,10 +105,10 @@ class Parser {
       skip_ws();
       if (pos_ >= s_.size() || s_[pos_] != ':') fail("expected ':'");
       ++pos_;
-      obj[key] = value(depth + 1);
+      obj[key] = value(depth + 1);  // a repeated key: the last one wins, in the first one's place
       skip_ws();
       if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return Json(std::move(obj)); }
+      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return obj; }
       fail("expected ',' or '}'");
     }
   }
@@ -210,69 +211,134 @@ class Parser {
 
 [[noreturn]] void type_error(const char* expected) { throw DataError(std::string("JSON value is not ") + expected); }
 
-void dump_to(const Json& j, std::string& out) {
-  if (j.is_null()) {
-    out += "null";
-  } else if (j.is_bool()) {
-    out += j.as_bool() ? "true" : "false";
-  } else if (j.is_number()) {
-    out += json_number(j.as_number());
-  } else if (j.is_string()) {
-    out += json_quote(j.as_string());
-  } else if (j.is_array()) {
-    out += '[';
-    bool first = true;
-    for (const auto& v : j.as_array()) {
-      if (!first) out += ',';
-      first = false;
-      dump_to(v, out);
-    }
-    out += ']';
-  } else {
-    out += '{';
-    bool first = true;
-    for (const auto& [k, v] : j.as_object()) {
-      if (!first) out += ',';
-      first = false;
-      out += json_quote(k);
-      out += ':';
-      dump_to(v, out);
-    }
-    out += '}';
-  }
+}  // namespace
+
+Json::Json(Object o) : type_(Type::kObject) {
+  members_.reserve(o.size());
+  for (auto& [k, v] : o) members_.emplace_back(k, std::move(v));
 }
 
-}  // namespace
+Json Json::object() {
+  Json j;
+  j.type_ = Type::kObject;
+  return j;
+}
+
+double Json::number(const std::string& what) const {
+  if (type_ != Type::kNumber) throw DataError(what + " must be a number");
+  return number_;
+}
+const std::string& Json::str(const std::string& what) const {
+  if (type_ != Type::kString) throw DataError(what + " must be a string");
+  return string_;
+}
+bool Json::boolean(const std::string& what) const {
+  if (type_ != Type::kBool) throw DataError(what + " must be true or false");
+  return bool_;
+}
 
 bool Json::as_bool() const {
   if (!is_bool()) type_error("a boolean");
-  return std::get<bool>(value_);
+  return bool_;
 }
 double Json::as_number() const {
   if (!is_number()) type_error("a number");
-  return std::get<double>(value_);
+  return number_;
 }
 const std::string& Json::as_string() const {
   if (!is_string()) type_error("a string");
-  return std::get<std::string>(value_);
+  return string_;
 }
 const Json::Array& Json::as_array() const {
   if (!is_array()) type_error("an array");
-  return *std::get<std::shared_ptr<Array>>(value_);
+  return items_;
 }
-const Json::Object& Json::as_object() const {
+const Json::Members& Json::as_object() const {
   if (!is_object()) type_error("an object");
-  return *std::get<std::shared_ptr<Object>>(value_);
-}
-const Json& Json::operator[](const std::string& key) const {
-  const auto& o = as_object();
-  auto it = o.find(key);
-  return it == o.end() ? kNull : it->second;
+  return members_;
 }
 
-std::string Json::dump() const {
+const Json& Json::operator[](const std::string& key) const {
+  if (!is_object()) type_error("an object");
+  const Json* v = find(key);
+  return v ? *v : kNull;
+}
+
+Json& Json::operator[](const std::string& key) {
+  if (type_ == Type::kNull) type_ = Type::kObject;
+  if (type_ != Type::kObject) throw InternalError("JSON value is not an object");
+  for (auto& [k, v] : members_)
+    if (k == key) return v;
+  members_.emplace_back(key, Json());
+  return members_.back().second;
+}
+
+const Json* Json::find(const std::string& key) const {
+  if (type_ != Type::kObject) return nullptr;
+  for (const auto& [k, v] : members_)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const Json& Json::at(const std::string& key) const {
+  const Json* v = find(key);
+  if (!v) throw DataError("missing field '" + key + "'");
+  return *v;
+}
+
+void Json::push_back(Json value) {
+  if (type_ == Type::kNull) type_ = Type::kArray;
+  if (type_ != Type::kArray) throw InternalError("JSON value is not an array");
+  items_.push_back(std::move(value));
+}
+
+void Json::dump_to(std::string& out, int indent, int depth) const {
+  auto newline = [&](int d) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<std::size_t>(indent * d), ' ');
+  };
+  switch (type_) {
+    case Type::kNull:
+      out += "null";
+      break;
+    case Type::kBool:
+      out += bool_ ? "true" : "false";
+      break;
+    case Type::kNumber:
+      out += json_number(number_);
+      break;
+    case Type::kString:
+      out += json_quote(string_);
+      break;
+    case Type::kArray:
+      out += '[';
+      for (std::size_t i = 0; i < items_.size(); ++i) {
+        if (i) out += ',';
+        newline(depth + 1);
+        items_[i].dump_to(out, indent, depth + 1);
+      }
+      if (!items_.empty()) newline(depth);
+      out += ']';
+      break;
+    case Type::kObject:
+      out += '{';
+      for (std::size_t i = 0; i < members_.size(); ++i) {
+        if (i) out += ',';
+        newline(depth + 1);
+        out += json_quote(members_[i].first);
+        out += indent < 0 ? ":" : ": ";
+        members_[i].second.dump_to(out, indent, depth + 1);
+      }
+      if (!members_.empty()) newline(depth);
+      out += '}';
+      break;
+  }
+}
+
+std::string Json::dump(int indent) const {
   std::string out;
-  dump_to(*this, out);
+  dump_to(out, indent, 0);
   return out;
 }
 
@@ -316,9 +382,13 @@ std::string json_quote(std::string_view s) {
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 9.0e15) {  // exactly an integer: no exponent, no ".0"
+    auto [p, ec] = std::to_chars(buf, buf + sizeof buf, static_cast<std::int64_t>(v));
+    if (ec == std::errc()) return std::string(buf, p);
+  }
   auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
   if (ec != std::errc()) return "null";
   return std::string(buf, p);
 }
 
-}  // namespace cnnergy::tune
+}  // namespace cnnergy
