@@ -1,5 +1,7 @@
 // Element-wise sum of two tensors of one shape (ResNet shortcuts). Backward hands the output
-// gradient to both inputs (copy, or accumulate where another consumer already wrote).
+// gradient to both inputs: nothing to do where the executor let an input's gradient share the output
+// gradient's memory (gradient_in_place), else a copy, or an accumulation where another consumer
+// already wrote.
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -14,6 +16,7 @@ class AddLayer final : public Layer {
   LayerCategory category() const override { return LayerCategory::kEltwise; }
   std::size_t num_inputs() const override { return 2; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<AddLayer>(name()); }
+  bool gradient_in_place(std::size_t) const override { return true; }
 
   void forward(const ForwardContext& ctx) override {
     backend().add_forward(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
@@ -21,7 +24,9 @@ class AddLayer final : public Layer {
   void backward(const BackwardContext& ctx) override {
     for (std::size_t i = 0; i < 2; ++i) {
       const Tensor& dx = ctx.input_grads[i];
+      const Tensor& dy = ctx.output_grads[0];
       if (!dx.defined()) continue;
+      if (!ctx.accumulate[i] && dx.buffer() == dy.buffer() && dx.offset_bytes() == dy.offset_bytes()) continue;
       if (ctx.accumulate[i])
         backend().accumulate(ctx.output_grads[0], dx);
       else

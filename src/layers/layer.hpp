@@ -114,6 +114,14 @@ class Layer {
   // no other layer and no backward reads that input). Valid after bind().
   enum class InputAlias { kNone, kView, kInPlace };
   virtual InputAlias input_alias() const { return InputAlias::kNone; }
+  // Whether the gradient of input `i` may share memory with the output gradient: backward computes
+  // it element by element from the output gradient at the same index (ReLU), or hands the output
+  // gradient on unchanged (add, which then copies nothing). The executor shares them only when
+  // this layer is the input's sole consumer, so nothing else writes or reads that gradient.
+  virtual bool gradient_in_place(std::size_t input) const {
+    (void)input;
+    return false;
+  }
 
   // Device memory the bound layer holds besides parameters and buffers (BN saved statistics,
   // dropout mask, loss probabilities), for memory reports.

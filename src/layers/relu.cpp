@@ -15,6 +15,7 @@ class ReluLayer final : public Layer {
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ReluLayer>(name()); }
   bool needs_outputs_in_backward() const override { return true; }
   InputAlias input_alias() const override { return InputAlias::kInPlace; }  // relu_forward allows y == x
+  bool gradient_in_place(std::size_t) const override { return true; }          // relu_backward allows dx == dy
 
   void forward(const ForwardContext& ctx) override { backend().relu_forward(ctx.inputs[0], ctx.outputs[0]); }
   void backward(const BackwardContext& ctx) override {

@@ -159,17 +159,55 @@ void Executor::plan_and_allocate() {
       it.bytes = std::max(it.bytes, bytes);
     }
   }
+  // Gradient storage groups: an input's gradient shares its layer's output gradient where the layer
+  // allows it (Layer::gradient_in_place: ReLU, add) and the layer is the input's sole consumer.
+  auto has_grad = [&](int t) {
+    const GraphTensor& gt = graph_.tensor(t);
+    return t != graph_.input_tensor() && gt.needs_grad && !gt.consumers.empty();
+  };
+  std::vector<int> grad_group(num_tensors);
+  std::iota(grad_group.begin(), grad_group.end(), 0);
+  auto grad_root = [&](int t) {
+    while (grad_group[static_cast<std::size_t>(t)] != t) t = grad_group[static_cast<std::size_t>(t)];
+    return t;
+  };
+  if (train && reuse) {
+    for (int i = 0; i < num_layers; ++i) {
+      const Layer& l = *layers_[static_cast<std::size_t>(i)];
+      const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
+      const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
+      if (outs.size() != 1 || !has_grad(outs[0])) continue;
+      for (std::size_t j = 0; j < ins.size(); ++j) {
+        const int t = ins[j];
+        if (!l.gradient_in_place(j) || !has_grad(t) || std::count(ins.begin(), ins.end(), t) != 1 ||
+            graph_.tensor(t).consumers.size() != 1 || shape_of(t) != shape_of(outs[0]))
+          continue;
+        grad_group[static_cast<std::size_t>(t)] = grad_root(outs[0]);
+      }
+    }
+  }
   // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
-  // producer's backward.
+  // producer's backward, united over a storage group.
   std::vector<int> grad_item(num_tensors, -1);
   if (train) {
+    std::vector<int> group_grad_item(num_tensors, -1);
     for (std::size_t t = 1; t < num_tensors; ++t) {
+      if (!has_grad(static_cast<int>(t))) continue;
       const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
-      if (!gt.needs_grad || gt.consumers.empty()) continue;
       const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
       naive += bytes;
-      grad_item[t] = static_cast<int>(items.size());
-      items.push_back(Interval{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, 0});
+      const Interval mine{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, 0};
+      int& item = group_grad_item[static_cast<std::size_t>(grad_root(static_cast<int>(t)))];
+      if (item < 0) {
+        item = static_cast<int>(items.size());
+        items.push_back(mine);
+      } else {
+        Interval& it = items[static_cast<std::size_t>(item)];
+        it.start = std::min(it.start, mine.start);
+        it.end = std::max(it.end, mine.end);
+        it.bytes = std::max(it.bytes, mine.bytes);
+      }
+      grad_item[t] = item;
     }
   }
 

@@ -127,6 +127,26 @@ TEST_F(MemoryPlan, InPlaceReluAndFlattenViewsShareStorage) {
   EXPECT_NE(plain.activation(out("relu1")).raw(), plain.activation(out("bn1")).raw());
 }
 
+// Gradients share storage where a layer hands its output gradient on (add) or computes the input
+// gradient in place (ReLU) and is the input's sole consumer; never where another layer also writes.
+TEST_F(MemoryPlan, AddAndReluGradientsShareTheOutputGradient) {
+  auto backend = cpu_backend();
+  auto graph = residual_graph();
+  ExecutorOptions o;
+  o.batch_size = 2;
+  Executor ex(*graph, *backend, o);
+  auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
+  // b0_bn2's output is read by the add alone: its gradient is the add's output gradient, which is
+  // also the gradient the following ReLU writes in place.
+  EXPECT_EQ(ex.gradient(out("b0_bn2")).raw(), ex.gradient(out("b0_add")).raw());
+  EXPECT_EQ(ex.gradient(out("b0_add")).raw(), ex.gradient(out("b0_r2")).raw());
+  // The shortcut (stem_relu's output) also feeds b0_c1, whose backward accumulates into it: its own.
+  EXPECT_NE(ex.gradient(out("stem_relu")).raw(), ex.gradient(out("b0_add")).raw());
+  o.reuse_memory = false;
+  Executor plain(*graph, *backend, o);
+  EXPECT_NE(plain.gradient(out("b0_bn2")).raw(), plain.gradient(out("b0_add")).raw());
+}
+
 // The arena lands on the lower bound (the most bytes live at one step) on the papers' networks,
 // within alignment, and every placed tensor stays inside it.
 TEST_F(MemoryPlan, ArenaIsTheLivePeakOnZooNetworks) {
