@@ -13,6 +13,9 @@
 // * flatten (a view, Layer::InputAlias::kView) shares its input's storage; an in-place ReLU
 //   (kInPlace) does too when its input is read by no other layer and not by its producer's
 //   backward. Tensors sharing storage form one group whose interval is the union of theirs.
+// * an input's gradient shares its layer's output gradient when the layer allows it
+//   (Layer::gradient_in_place: ReLU computes it in place, add hands it on) and is the input's
+//   sole consumer; such gradients form one group too.
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
 // 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
