@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|focus   (results under $OUT)
+# Usage: scripts/device_run.sh tests|bench|measure|dist|focus   (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 : "${OUT:=/tmp/out}"; mkdir -p "$OUT"
@@ -29,6 +29,20 @@ case "${1:-tests}" in
       --reps 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
     cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
     timeout 120 bash "$CARRY/accuracy_vs_batch.sh" "$OUT" fashion-mnist:/tmp/fmnist 3 2>&1 | tail -6
+    ;;
+  dist)  # issue 7's matrix on nvidia-h200-x2: resnet50 and alexnet, bf16, data on the GPUs, global batch
+         # 64/128/256 (strong) and per-GPU 256 (weak) on 2 GPUs against 1, every GPU metered, DDP peer
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    for m in resnet50 alexnet; do
+      for spec in "--global-batch 64" "--global-batch 128" "--global-batch 256" "--per-gpu-batch 256"; do
+        tag="${m}_$(echo "$spec" | tr -d ' -')"
+        timeout 60 cnnergy dist-train --device cuda --gpus 2 --model "$m" --precision bf16 --layout nhwc \
+          --data synthetic:3x224x224 $spec --max-iters 40 --fixed-batch --no-eval --compare-single \
+          --json "$OUT/dist_$tag.json" 2>&1 | grep -E "strong scaling|weak scaling|^total|energy per sample" | sed "s/^/$tag: /"
+      done
+      timeout 150 python3 "$CARRY/peer_pytorch_ddp.py" --model "$m" --configs 1:64,2:32,1:128,2:64,1:256,2:128,2:256 \
+        --iters 20 --warmup 5 --out "$OUT/ddp_$m.json" 2>&1 | grep "img/s"
+    done
     ;;
   focus)  # one short call on nvidia-h200-x2: GPU training tests, 2-GPU strong scaling with the DDP
            # peer, CUDA-graph and memory cells with the PyTorch peer (each step bounded)
