@@ -169,8 +169,13 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   PhaseTimer timer(backend, st.phase_names);
   const Shape& per = data.train->sample_shape();
   const Shape in_shape{b, per[0], per[1], per[2]};
-  Tensor images[2] = {backend.alloc(in_shape, DType::kF32), backend.alloc(in_shape, DType::kF32)};
-  Tensor labels[2] = {backend.alloc(Shape{b}, DType::kI32), backend.alloc(Shape{b}, DType::kI32)};
+  // Two input slots (the upload of the next batch overlaps the step reading the other); one batch
+  // for --fixed-batch.
+  Tensor images[2], labels[2];
+  for (int i = 0; i < (config.fixed_batch ? 1 : 2); ++i) {
+    images[i] = backend.alloc(in_shape, DType::kF32);
+    labels[i] = backend.alloc(Shape{b}, DType::kI32);
+  }
   std::deque<std::pair<data::Batch, std::unique_ptr<DeviceEvent>>> in_flight;
   if (config.fixed_batch)
     upload_random_batch(backend, data.train->num_classes(), mix_rank_seed(config.seed, rank), images[0], labels[0]);
