@@ -4,10 +4,13 @@
 // events.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/cuda_allocator.hpp"
 #include "backend/cuda/cuda_graph.hpp"
 #include "backend_cuda/cuda_fixture.hpp"
 
@@ -45,6 +48,27 @@ TEST(CudaBackendNoGpu, AlgorithmNamesPerDirection) {
   ASSERT_EQ(bwf.size(), 6u);
   EXPECT_EQ(bwf[3], "algo_3");
   EXPECT_THROW(cuda::conv_algorithm_names("sideways"), InvalidArgument);
+}
+
+// Size classes of the caching allocator (no device needed): 512-byte steps up to 1 MiB, then an
+// eighth of the power of two below but never more than 2 MiB, so one huge buffer (the executor's
+// activation arena) is not rounded up by a gigabyte.
+TEST(CudaBackendNoGpu, AllocatorSizeClassesWasteLittle) {
+  using cuda::CachingAllocator;
+  EXPECT_EQ(CachingAllocator::size_class(1), 512u);
+  EXPECT_EQ(CachingAllocator::size_class(4000), 4096u);
+  EXPECT_EQ(CachingAllocator::size_class(std::size_t{1} << 20), std::size_t{1} << 20);
+  EXPECT_EQ(CachingAllocator::size_class((std::size_t{1} << 20) + 1), (std::size_t{1} << 20) + (std::size_t{1} << 17));
+  const std::size_t mib = std::size_t{1} << 20;
+  std::size_t previous = 0;
+  for (const std::size_t request : {3 * mib + 7, 17 * mib, 411 * mib + 12345, 10315 * mib + 1, 70000 * mib}) {
+    const std::size_t c = CachingAllocator::size_class(request);
+    EXPECT_GE(c, request);
+    EXPECT_LT(c - request, std::min(request / 8 + 1, 2 * mib)) << request;
+    EXPECT_GT(c, previous);
+    previous = c;
+  }
+  EXPECT_THROW(CachingAllocator::size_class(std::size_t{1} << 62), OutOfMemory);
 }
 
 class CudaBackend : public CudaTest {

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <bit>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr std::size_t kSmallGranule = 512;
 constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
+constexpr std::size_t kLargeGranule = std::size_t{2} << 20;  // the coarsest step, however large the request
 constexpr std::size_t kLargestRequest = std::size_t{1}
                                         << 60;  // beyond any device; avoids overflow below
 
@@ -43,7 +45,9 @@ std::size_t CachingAllocator::size_class(std::size_t size_bytes) {
                       " is larger than any GPU memory");
   if (size_bytes <= kSmallLimit)
     return ((size_bytes + kSmallGranule - 1) / kSmallGranule) * kSmallGranule;
-  const std::size_t step = std::bit_floor(size_bytes) / 8;
+  // An eighth of the power of two below, but never coarser than 2 MiB: a 10 GiB activation arena
+  // would otherwise be rounded up by up to 1 GiB.
+  const std::size_t step = std::min(std::bit_floor(size_bytes) / 8, kLargeGranule);
   return ((size_bytes + step - 1) / step) * step;
 }
 

@@ -51,7 +51,8 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   AllocatorStats stats() const;
 
   // The size class a request is served from: multiples of 512 B up to 1 MiB, then steps of 1/8 of
-  // the power of two below (at most 12.5% waste). Throws OutOfMemory for absurd sizes.
+  // the power of two below, at most 2 MiB (waste under 12.5 % and under 2 MiB). Throws OutOfMemory
+  // for absurd sizes.
   static std::size_t size_class(std::size_t size_bytes);
 
  private:
