@@ -7,14 +7,28 @@ import json
 
 
 def load(paths):
-    """Cells by (model, batch, precision, variant): the variant is torch.compile for the peer and a
-    replayed CUDA graph for cnnergy (both False for the plain eager cells)."""
+    """Cells by (model, batch, precision, variant). The peer's variant is "compiled" (torch.compile)
+    or ""; ours names what differs from the eager default: the layout where it is not the
+    precision's default, a replayed CUDA graph, ReLUs left unfused."""
     cells = {}
     for p in paths:
         for r in json.load(open(p))["results"]:
-            variant = bool(r.get("compiled", False) or r.get("cuda_graph", False))
-            cells[(r["model"], r["batch"], r["precision"], variant)] = r
+            cells[(r["model"], r["batch"], r["precision"], variant(r))] = r
     return cells
+
+
+def variant(r):
+    if "compiled" in r:
+        return "compiled" if r["compiled"] else ""
+    parts = []
+    default_layout = "nchw" if r["precision"] == "fp32" else "nhwc"  # the benchmark's auto layout
+    if r.get("layout", default_layout) != default_layout:
+        parts.append(r["layout"].upper())
+    if r.get("cuda_graph"):
+        parts.append("CUDA graph")
+    if not r.get("fuse_relu", True):
+        parts.append("ReLU unfused")
+    return " + ".join(parts)
 
 
 def phases(r):
@@ -33,8 +47,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours, key=lambda k: (k[0], k[2], k[1], k[3])):
         o = ours[key]
-        p = peer.get((key[0], key[1], key[2], False))  # always against eager PyTorch
-        label = f"{key[2]} + CUDA graph" if key[3] else key[2]
+        p = peer.get((key[0], key[1], key[2], ""))  # always against eager PyTorch
+        label = f"{key[2]} + {key[3]}" if key[3] else key[2]
         if o.get("status") != "ok":
             print(f"| {key[0]} | {key[1]} | {label} | {o.get('status')} | | | | | | |")
             continue
@@ -47,7 +61,7 @@ def main():
               f"{phases(o)} | {phases(p)} | {o['peak_mem_mib']:.0f} | {p['peak_mem_mib']:.0f} |")
     for key, p in sorted(peer.items()):
         if key[3] and p.get("status") == "ok":
-            o = ours.get((key[0], key[1], key[2], False))
+            o = ours.get((key[0], key[1], key[2], ""))
             if o and o.get("status") == "ok":
                 print(f"\ntorch.compile {key[0]} batch {key[1]} {key[2]}: {p['images_per_s']:.0f} img/s; cnnergy "
                       f"{o['images_per_s']:.0f} img/s (ratio {o['images_per_s'] / p['images_per_s']:.2f})")

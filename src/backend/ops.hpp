@@ -140,6 +140,11 @@ struct BatchNormDesc {
   std::int64_t n = 1, c = 1, h = 1, w = 1;  // 2-D inputs use h = w = 1
   double eps = 1e-5;
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch; variance unbiased
+  // A ReLU fused into the output: y = max(0, bn(x)), and backward takes dy of that output. Backward
+  // recomputes the ReLU's mask from x (exactly as forward rounded it) with the coefficients of the
+  // latest forward_training, so no activation more is kept. Only where
+  // Backend::fuses_batch_norm_relu(desc) says so.
+  bool relu = false;
 };
 
 class BatchNormKernel {
@@ -151,10 +156,11 @@ class BatchNormKernel {
                                 const Tensor& saved_inv_std) = 0;
   virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) = 0;
-  // dgamma, dbeta overwritten; dx overwritten or accumulated.
-  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                        const Tensor& saved_inv_std, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                        bool accumulate) = 0;
+  // dgamma, dbeta overwritten; dx overwritten or accumulated. beta is read only with a fused ReLU
+  // (by backends that recompute forward's coefficients rather than keep them).
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                        const Tensor& dgamma, const Tensor& dbeta, bool accumulate) = 0;
 };
 
 // ---- softmax + cross-entropy loss -----------------------------------------------------------------
@@ -284,6 +290,12 @@ class Backend {
   virtual std::unique_ptr<PoolKernel> make_pool(const Pool2dDesc& desc) = 0;
   virtual std::unique_ptr<LrnKernel> make_lrn(const LrnDesc& desc) = 0;
   virtual std::unique_ptr<BatchNormKernel> make_batch_norm(const BatchNormDesc& desc) = 0;
+  // Whether make_batch_norm takes desc with relu = true (the executor fuses a ReLU that is a batch
+  // norm's sole consumer into it where this holds; see net/executor.hpp).
+  virtual bool fuses_batch_norm_relu(const BatchNormDesc& desc) const {
+    (void)desc;
+    return false;
+  }
   virtual std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) = 0;
 
   // Stateless element-wise kernels.
@@ -293,6 +305,11 @@ class Backend {
   virtual void dropout_forward(const Tensor& x, float p, std::uint64_t seed, const Tensor& mask, const Tensor& y) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx, bool accumulate) = 0;
   virtual void add_forward(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  // y = max(0, a + b) (an add that took the ReLU after it), the same values as add then ReLU.
+  virtual void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& y) {
+    add_forward(a, b, y);
+    relu_forward(y, y);
+  }
   // Concatenate along channels (dim 1) of 4-D or features of 2-D tensors.
   virtual void concat_forward(std::span<const Tensor> xs, const Tensor& y) = 0;
   virtual void concat_backward(const Tensor& dy, std::span<const Tensor> dxs, bool accumulate) = 0;

@@ -1,7 +1,8 @@
 // Element-wise sum of two tensors of one shape (ResNet shortcuts). Backward hands the output
 // gradient to both inputs: nothing to do where the executor let an input's gradient share the output
 // gradient's memory (gradient_in_place), else a copy, or an accumulation where another consumer
-// already wrote.
+// already wrote. It takes the ReLU after it (Layer::fuse_relu): forward writes max(0, a + b), and
+// backward masks the output gradient by its output (once, in place, where an input shares it).
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -17,20 +18,39 @@ class AddLayer final : public Layer {
   std::size_t num_inputs() const override { return 2; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<AddLayer>(name()); }
   bool gradient_in_place(std::size_t) const override { return true; }
+  bool needs_outputs_in_backward() const override { return relu_; }  // the ReLU's mask
+  std::string describe() const override { return relu_ ? "add + relu" : "add"; }
+  bool fuse_relu(const Backend&) override {
+    if (bound()) return false;
+    relu_ = true;
+    return true;
+  }
 
   void forward(const ForwardContext& ctx) override {
-    backend().add_forward(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
+    if (relu_)
+      backend().add_relu_forward(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
+    else
+      backend().add_forward(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
   }
   void backward(const BackwardContext& ctx) override {
+    const Tensor& dy = ctx.output_grads[0];
+    auto shares_dy = [&](std::size_t i) {
+      const Tensor& dx = ctx.input_grads[i];
+      return dx.defined() && !ctx.accumulate[i] && dx.buffer() == dy.buffer() && dx.offset_bytes() == dy.offset_bytes();
+    };
+    const bool in_place = shares_dy(0) || shares_dy(1);
+    // With the ReLU: the masked gradient either replaces dy where an input shares it, or is
+    // written (or added) into each input's gradient directly.
+    if (relu_ && in_place) backend().relu_backward(ctx.outputs[0], dy, dy, false);
     for (std::size_t i = 0; i < 2; ++i) {
       const Tensor& dx = ctx.input_grads[i];
-      const Tensor& dy = ctx.output_grads[0];
-      if (!dx.defined()) continue;
-      if (!ctx.accumulate[i] && dx.buffer() == dy.buffer() && dx.offset_bytes() == dy.offset_bytes()) continue;
-      if (ctx.accumulate[i])
-        backend().accumulate(ctx.output_grads[0], dx);
+      if (!dx.defined() || shares_dy(i)) continue;
+      if (relu_ && !in_place)
+        backend().relu_backward(ctx.outputs[0], dy, dx, ctx.accumulate[i]);
+      else if (ctx.accumulate[i])
+        backend().accumulate(dy, dx);
       else
-        backend().copy(ctx.output_grads[0], dx);
+        backend().copy(dy, dx);
     }
   }
 
@@ -50,6 +70,9 @@ class AddLayer final : public Layer {
     w.written_elements = e;
     return w;
   }
+
+ private:
+  bool relu_ = false;
 };
 
 }  // namespace

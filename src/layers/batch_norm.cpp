@@ -1,6 +1,7 @@
 // Batch normalisation per channel (4-D) or per feature (2-D): gamma and beta are trained fp32
 // parameters (no weight decay by default); running mean/variance are fp32 buffers saved in
-// checkpoints; the batch statistics saved for backward are private to the layer.
+// checkpoints; the batch statistics saved for backward are private to the layer. A ReLU that is
+// the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu).
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -16,6 +17,15 @@ class BatchNormLayer final : public Layer {
   std::unique_ptr<Layer> clone() const override { return std::make_unique<BatchNormLayer>(name(), spec_); }
   bool needs_inputs_in_backward() const override { return true; }
   std::size_t private_bytes() const override { return saved_mean_.size_bytes() + saved_inv_std_.size_bytes(); }
+  std::string describe() const override { return desc_.relu ? "batch_norm + relu" : "batch_norm"; }
+
+  bool fuse_relu(const Backend& backend) override {
+    BatchNormDesc fused = desc_;
+    fused.relu = true;
+    if (bound() || !backend.fuses_batch_norm_relu(fused)) return false;
+    desc_ = fused;
+    return true;
+  }
 
   void init_parameters(Rng& rng) override {
     (void)rng;
@@ -47,8 +57,8 @@ class BatchNormLayer final : public Layer {
       dx = scratch_;
       accumulate = false;
     }
-    kernel_->backward(ctx.inputs[0], ctx.output_grads[0], parameters()[0].master, saved_mean_, saved_inv_std_, dx,
-                      parameters()[0].grad, parameters()[1].grad, accumulate);
+    kernel_->backward(ctx.inputs[0], ctx.output_grads[0], parameters()[0].master, parameters()[1].master,
+                      saved_mean_, saved_inv_std_, dx, parameters()[0].grad, parameters()[1].grad, accumulate);
   }
 
  protected:

@@ -123,6 +123,20 @@ class Layer {
     return false;
   }
 
+  // ReLU fusion, decided by the executor between setup() and bind(). A layer that can clamp its own
+  // output at 0 on `backend` (batch norm) takes the ReLU that is its output's sole consumer:
+  // fuse_relu() returns true, and backward then takes the gradient of the ReLU's output. That ReLU
+  // is absorbed: it runs nothing, its output is the producer's output and its input gradient its
+  // output gradient (the executor plans them as one). Both stay in the layer list, so per-layer
+  // reports show the absorbed ReLU at no cost and say where it went.
+  virtual bool fuse_relu(const Backend& backend) {
+    (void)backend;
+    return false;
+  }
+  void absorb_into(const std::string& producer) { absorbed_into_ = producer; }
+  bool absorbed() const { return !absorbed_into_.empty(); }
+  const std::string& absorbed_into() const { return absorbed_into_; }  // "" unless absorbed
+
   // Device memory the bound layer holds besides parameters and buffers (BN saved statistics,
   // dropout mask, loss probabilities), for memory reports.
   virtual std::size_t private_bytes() const { return 0; }
@@ -174,6 +188,7 @@ class Layer {
   std::vector<StateBuffer> buffers_;
   Workload workload_;
   bool input_grad_needed_ = true;
+  std::string absorbed_into_;
 };
 
 // Factory functions (one per layer type, defined in that type's .cpp).

@@ -1,5 +1,6 @@
 // ReLU layer on 4-D or 2-D activations. Backward reads only the output, so the executor may run
-// it in place (output sharing the input's memory) when nothing else reads the input later.
+// it in place (output sharing the input's memory) when nothing else reads the input later. Where
+// the producer fused it (Layer::fuse_relu), the layer is absorbed and runs nothing.
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -13,13 +14,17 @@ class ReluLayer final : public Layer {
   std::string type() const override { return "relu"; }
   LayerCategory category() const override { return LayerCategory::kRelu; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ReluLayer>(name()); }
-  bool needs_outputs_in_backward() const override { return true; }
+  bool needs_outputs_in_backward() const override { return !absorbed(); }
+  std::string describe() const override { return absorbed() ? "relu (fused into " + absorbed_into() + ")" : "relu"; }
   InputAlias input_alias() const override { return InputAlias::kInPlace; }  // relu_forward allows y == x
   bool gradient_in_place(std::size_t) const override { return true; }          // relu_backward allows dx == dy
 
-  void forward(const ForwardContext& ctx) override { backend().relu_forward(ctx.inputs[0], ctx.outputs[0]); }
+  void forward(const ForwardContext& ctx) override {
+    if (absorbed()) return;
+    backend().relu_forward(ctx.inputs[0], ctx.outputs[0]);
+  }
   void backward(const BackwardContext& ctx) override {
-    if (!ctx.input_grads[0].defined()) return;
+    if (absorbed() || !ctx.input_grads[0].defined()) return;
     backend().relu_backward(ctx.outputs[0], ctx.output_grads[0], ctx.input_grads[0], ctx.accumulate[0]);
   }
 

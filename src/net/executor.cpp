@@ -80,9 +80,10 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     std::vector<Shape> shapes;
     for (int t : graph_.layer_inputs(i)) shapes.push_back(graph_.tensor(t).shape.with_batch(n));
     layer->setup(shapes);
-    layer->bind(backend_);
     layers_.push_back(std::move(layer));
   }
+  if (options_.fuse_relu) fuse_relus();
+  for (auto& layer : layers_) layer->bind(backend_);
   loss_layer_ = dynamic_cast<LossLayer*>(layers_.at(static_cast<std::size_t>(graph_.loss_layer())).get());
   CNNERGY_CHECK(loss_layer_ != nullptr, "the graph's loss layer is not a LossLayer");
   // Every convolution resolves its algorithms now (cuDNN's "find" times candidates in scratch
@@ -101,6 +102,24 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
 
 Executor::~Executor() = default;
 
+// A ReLU whose input is the only output of a layer and read by nothing else is offered to that layer.
+void Executor::fuse_relus() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& relu = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (relu.type() != "relu" || ins.size() != 1) continue;
+    const int x = ins[0];
+    const GraphTensor& xt = graph_.tensor(x);
+    if (x == graph_.input_tensor() || x == graph_.logits_tensor() || xt.producer < 0 || xt.consumers.size() != 1 ||
+        graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
+      continue;
+    Layer& producer = *layers_[static_cast<std::size_t>(xt.producer)];
+    if (producer.absorbed() || !producer.fuse_relu(backend_)) continue;
+    relu.absorb_into(producer.name());
+    ++memory_.fused_relus;
+  }
+}
+
 void Executor::plan_and_allocate() {
   const auto num_layers = static_cast<int>(layers_.size());
   const auto num_tensors = graph_.num_tensors();
@@ -117,6 +136,10 @@ void Executor::plan_and_allocate() {
     const Layer& l = *layers_[static_cast<std::size_t>(i)];
     const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
     const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
+    if (l.absorbed()) {  // the producer's output, fused: one tensor in every plan
+      group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(ins[0])];
+      continue;
+    }
     if (!reuse || outs.size() != 1 || ins.size() != 1 || ins[0] == graph_.input_tensor()) continue;
     const int x = ins[0];
     const auto alias = l.input_alias();
@@ -147,7 +170,7 @@ void Executor::plan_and_allocate() {
       end = std::max(end, bwd_step(gt.producer));
     if (static_cast<int>(t) == graph_.logits_tensor()) end = 2 * num_layers;  // readable after the iteration
     const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
-    naive += bytes;
+    if (!layers_[static_cast<std::size_t>(gt.producer)]->absorbed()) naive += bytes;  // else the producer's
     const auto g = static_cast<std::size_t>(group[t]);
     if (group_item[g] < 0) {
       group_item[g] = static_cast<int>(items.size());
@@ -171,12 +194,17 @@ void Executor::plan_and_allocate() {
     while (grad_group[static_cast<std::size_t>(t)] != t) t = grad_group[static_cast<std::size_t>(t)];
     return t;
   };
-  if (train && reuse) {
+  if (train) {
     for (int i = 0; i < num_layers; ++i) {
       const Layer& l = *layers_[static_cast<std::size_t>(i)];
       const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
       const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
       if (outs.size() != 1 || !has_grad(outs[0])) continue;
+      if (l.absorbed()) {  // the producer's output gradient, fused: one tensor in every plan
+        if (has_grad(ins[0])) grad_group[static_cast<std::size_t>(ins[0])] = grad_root(outs[0]);
+        continue;
+      }
+      if (!reuse) continue;
       for (std::size_t j = 0; j < ins.size(); ++j) {
         const int t = ins[j];
         if (!l.gradient_in_place(j) || !has_grad(t) || std::count(ins.begin(), ins.end(), t) != 1 ||
@@ -195,7 +223,7 @@ void Executor::plan_and_allocate() {
       if (!has_grad(static_cast<int>(t))) continue;
       const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
       const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
-      naive += bytes;
+      if (!layers_[static_cast<std::size_t>(gt.consumers.back())]->absorbed()) naive += bytes;  // else its output's
       const Interval mine{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, 0};
       int& item = group_grad_item[static_cast<std::size_t>(grad_root(static_cast<int>(t)))];
       if (item < 0) {

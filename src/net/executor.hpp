@@ -16,6 +16,11 @@
 // * an input's gradient shares its layer's output gradient when the layer allows it
 //   (Layer::gradient_in_place: ReLU computes it in place, add hands it on) and is the input's
 //   sole consumer; such gradients form one group too.
+// * ReLU fusion (ExecutorOptions::fuse_relu, on by default): a ReLU that is the sole consumer of a
+//   layer's only output is offered to that layer (Layer::fuse_relu, batch norm where the backend's
+//   kernels can); if taken, the ReLU is absorbed and its output and input gradient are the
+//   producer's output and output gradient (one group each, with or without reuse_memory). Nothing
+//   else changes: the same tensors, the same values (the fused kernels round exactly as the pair did).
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
 // 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
@@ -45,12 +50,15 @@ struct ExecutorOptions {
   bool training = true;       // allocate gradients and keep what backward reads
   bool reuse_memory = true;   // liveness-based buffer sharing (see above)
   std::uint64_t dropout_seed = 0;  // base seed of dropout masks (mixed with layer and iteration)
+  bool fuse_relu = true;      // let layers take the ReLU after them (see above)
 };
 
 struct MemoryReport {
+  std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
+                                      // (a fused ReLU's output and input gradient are its producer's)
   std::size_t parameter_bytes = 0;    // masters, working copies, parameter gradients
   std::size_t layer_state_bytes = 0;  // BN statistics, dropout masks, loss buffers
   std::size_t num_buffers = 0;        // buffers allocated for them (1: the arena, when reusing)
@@ -118,6 +126,7 @@ class Executor {
   const MemoryReport& memory() const { return memory_; }
 
  private:
+  void fuse_relus();
   void plan_and_allocate();
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);

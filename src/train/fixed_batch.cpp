@@ -29,9 +29,10 @@ void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t s
 }
 
 FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
-                                       bool cuda_graph) {
+                                       bool cuda_graph, bool fuse_relu) {
   ExecutorOptions eo;
   eo.batch_size = batch;
+  eo.fuse_relu = fuse_relu;
   executor_ = std::make_unique<Executor>(graph, backend, eo);
   executor_->initialize_parameters(seed);
   SolverOptions so;

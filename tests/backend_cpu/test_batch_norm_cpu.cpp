@@ -43,7 +43,7 @@ TEST_F(BatchNorm, TrainingGradientsMatchFiniteDifferences) {
     kernel->forward_training(x, gamma, beta, rm, rv, y, mean, inv_std);
     const Tensor dx = Tensor::host(cs.shape), dgamma = random_tensor({d.c}, rng_),
                  dbeta = random_tensor({d.c}, rng_);
-    kernel->backward(x, dy, gamma, mean, inv_std, dx, dgamma, dbeta,
+    kernel->backward(x, dy, gamma, beta, mean, inv_std, dx, dgamma, dbeta,
                      false);  // dgamma/dbeta overwritten
     const auto objective = [&] {
       // running statistics change on every call but do not enter y in training mode
@@ -57,9 +57,52 @@ TEST_F(BatchNorm, TrainingGradientsMatchFiniteDifferences) {
     EXPECT_TRUE(check_gradient("bn dbeta", beta, objective, dbeta, opt));
 
     const Tensor acc = random_tensor(cs.shape, rng_), expected = clone(acc);
-    kernel->backward(x, dy, gamma, mean, inv_std, acc, dgamma, dbeta, true);
+    kernel->backward(x, dy, gamma, beta, mean, inv_std, acc, dgamma, dbeta, true);
     for (std::int64_t i = 0; i < x.numel(); ++i) expected.f32()[i] += dx.f32()[i];
     EXPECT_TRUE(all_close(acc, expected, 1e-6, 1e-6)) << "accumulate";
+  }
+}
+
+// A fused ReLU is exactly batch norm followed by ReLU: the same output bits, and the same gradients
+// as batch norm's backward on the ReLU's masked gradient, overwriting and accumulating.
+TEST_F(BatchNorm, FusedReluIsExactlyTheBatchNormThenReluPair) {
+  for (const Shape& shape : {Shape{4, 5, 3, 2}, Shape{6, 7}}) {
+    SCOPED_TRACE("x " + shape.str());
+    BatchNormDesc d = bn(shape[0], shape[1], shape.rank() == 4 ? shape[2] : 1, shape.rank() == 4 ? shape[3] : 1);
+    auto plain = backend_->make_batch_norm(d);
+    d.relu = true;
+    auto fused = backend_->make_batch_norm(d);
+    const Tensor x = random_tensor(shape, rng_, -1.5f, 2.5f), dy = random_tensor(shape, rng_);
+    const Tensor gamma = random_tensor({d.c}, rng_, -1.0f, 1.5f), beta = random_tensor({d.c}, rng_);
+    auto stats = [&] { return std::vector<Tensor>{Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c})}; };
+    auto sp = stats(), sf = stats();  // running mean, running var, saved mean, saved inv std
+    const Tensor y_plain = Tensor::host(shape), y_fused = Tensor::host(shape);
+    plain->forward_training(x, gamma, beta, sp[0], sp[1], y_plain, sp[2], sp[3]);
+    fused->forward_training(x, gamma, beta, sf[0], sf[1], y_fused, sf[2], sf[3]);
+    const Tensor y_relu = Tensor::host(shape), dz = Tensor::host(shape);
+    backend_->relu_forward(y_plain, y_relu);
+    backend_->relu_backward(y_relu, dy, dz, false);
+    std::int64_t clamped = 0;
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      ASSERT_EQ(y_fused.f32()[i], y_relu.f32()[i]) << "element " << i;
+      clamped += y_fused.f32()[i] == 0.0f;
+    }
+    EXPECT_GT(clamped, 0);  // the mask matters in this case
+    for (std::size_t k = 0; k < 4; ++k)
+      for (std::int64_t c = 0; c < d.c; ++c) ASSERT_EQ(sf[k].f32()[c], sp[k].f32()[c]);
+    for (bool accumulate : {false, true}) {
+      const Tensor start = random_tensor(shape, rng_);
+      const Tensor dx_plain = clone(start), dx_fused = clone(start);
+      const Tensor dg_plain = Tensor::host({d.c}), db_plain = Tensor::host({d.c}), dg_fused = Tensor::host({d.c}),
+                   db_fused = Tensor::host({d.c});
+      plain->backward(x, dz, gamma, beta, sp[2], sp[3], dx_plain, dg_plain, db_plain, accumulate);
+      fused->backward(x, dy, gamma, beta, sf[2], sf[3], dx_fused, dg_fused, db_fused, accumulate);
+      for (std::int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dx_fused.f32()[i], dx_plain.f32()[i]) << "dx " << i;
+      for (std::int64_t c = 0; c < d.c; ++c) {
+        ASSERT_EQ(dg_fused.f32()[c], dg_plain.f32()[c]);
+        ASSERT_EQ(db_fused.f32()[c], db_plain.f32()[c]);
+      }
+    }
   }
 }
 

@@ -105,8 +105,14 @@ TEST_F(CudaElementwise, AddMatchesCpu) {
     Tensor y_r = Tensor::host(s);
     cpu_->add_forward(a, b, y_r);
     Tensor y = g->alloc(s, p.dtype, Layout::kNHWC);
-    g->add_forward(upload(*g, a, p.dtype, Layout::kNHWC), upload(*g, b, p.dtype, Layout::kNHWC), y);
+    const Tensor ad = upload(*g, a, p.dtype, Layout::kNHWC), bd = upload(*g, b, p.dtype, Layout::kNHWC);
+    g->add_forward(ad, bd, y);
     EXPECT_TRUE(close(download(*g, y), y_r, p.tol, std::string("add ") + p.name));
+    // The fused add + ReLU: bit for bit the add, then the ReLU (in place), on the GPU.
+    Tensor fused = g->alloc(s, p.dtype, Layout::kNHWC);
+    g->add_relu_forward(ad, bd, fused);
+    g->relu_forward(y, y);
+    EXPECT_TRUE(all_close(download(*g, fused), download(*g, y), 0.0, 0.0)) << "add + relu " << p.name;
   }
 }
 

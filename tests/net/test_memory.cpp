@@ -38,6 +38,42 @@ bool same_bytes(Backend& b, const Tensor& x, const Tensor& y) {
 
 class MemoryPlan : public SeededTest {
  protected:
+  // Three SGD steps of both executors from the same weights and batches: the same loss, logits and
+  // gradients every step, the same weights after, the same evaluation logits: bit for bit.
+  void expect_same_training(const Graph& graph, Backend& backend, std::int64_t batch, Executor& a, Executor& b) {
+    a.initialize_parameters(seed_);
+    b.initialize_parameters(seed_);
+    SolverOptions so;
+    so.schedule.base_lr = 0.05;
+    SgdSolver s_a(a, so), s_b(b, so);
+    const auto& in_shape = graph.input_per_sample().dims();
+    std::vector<std::int64_t> dims{batch};
+    dims.insert(dims.end(), in_shape.begin(), in_shape.end());
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      Tensor images = to_backend(backend, random_tensor(Shape(dims), rng_));
+      Tensor labels = to_backend(backend, random_labels(batch, graph.num_classes(), rng_));
+      a.set_input(images, labels);
+      b.set_input(images, labels);
+      a.forward(Phase::kTrain);
+      b.forward(Phase::kTrain);
+      EXPECT_EQ(a.read_loss(), b.read_loss());
+      EXPECT_TRUE(same_bytes(backend, a.logits(), b.logits()));
+      a.backward();
+      b.backward();
+      const auto pa = a.parameters(), pb = b.parameters();
+      ASSERT_EQ(pa.size(), pb.size());
+      for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(same_bytes(backend, pa[i]->grad, pb[i]->grad)) << pa[i]->name;
+      s_a.step();
+      s_b.step();
+    }
+    const auto pa = a.parameters(), pb = b.parameters();
+    for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(same_bytes(backend, pa[i]->master, pb[i]->master)) << pa[i]->name;
+    a.forward(Phase::kEval);
+    b.forward(Phase::kEval);
+    EXPECT_TRUE(same_bytes(backend, a.logits(), b.logits()));
+  }
+
   void compare(const Graph& graph, std::int64_t batch) {
     auto backend = cpu_backend();
     ExecutorOptions o;
@@ -52,37 +88,8 @@ class MemoryPlan : public SeededTest {
     EXPECT_LT(reuse.memory().num_buffers, naive.memory().num_buffers);
     EXPECT_GT(reuse.memory().parameter_bytes, 0u);
 
-    reuse.initialize_parameters(seed_);
-    naive.initialize_parameters(seed_);
-    SolverOptions so;
-    so.schedule.base_lr = 0.05;
-    SgdSolver s_reuse(reuse, so), s_naive(naive, so);
-    const auto& in_shape = graph.input_per_sample().dims();
-    std::vector<std::int64_t> dims{batch};
-    dims.insert(dims.end(), in_shape.begin(), in_shape.end());
-    for (int step = 0; step < 3; ++step) {
-      SCOPED_TRACE("step " + std::to_string(step));
-      Tensor images = to_backend(*backend, random_tensor(Shape(dims), rng_));
-      Tensor labels = to_backend(*backend, random_labels(batch, graph.num_classes(), rng_));
-      reuse.set_input(images, labels);
-      naive.set_input(images, labels);
-      reuse.forward(Phase::kTrain);
-      naive.forward(Phase::kTrain);
-      EXPECT_EQ(reuse.read_loss(), naive.read_loss());
-      EXPECT_TRUE(same_bytes(*backend, reuse.logits(), naive.logits()));
-      reuse.backward();
-      naive.backward();
-      const auto pr = reuse.parameters(), pn = naive.parameters();
-      ASSERT_EQ(pr.size(), pn.size());
-      for (std::size_t i = 0; i < pr.size(); ++i) EXPECT_TRUE(same_bytes(*backend, pr[i]->grad, pn[i]->grad)) << pr[i]->name;
-      s_reuse.step();
-      s_naive.step();
-    }
-    const auto pr = reuse.parameters(), pn = naive.parameters();
-    for (std::size_t i = 0; i < pr.size(); ++i) EXPECT_TRUE(same_bytes(*backend, pr[i]->master, pn[i]->master)) << pr[i]->name;
-    reuse.forward(Phase::kEval);
-    naive.forward(Phase::kEval);
-    EXPECT_TRUE(same_bytes(*backend, reuse.logits(), naive.logits()));
+    expect_same_training(graph, *backend, batch, reuse, naive);
+    const auto pr = reuse.parameters();
 
     // An inference-only executor keeps nothing for backward: less memory still, same logits.
     o.training = false;
@@ -108,11 +115,48 @@ TEST_F(MemoryPlan, ReuseIsSmallerAndBitIdenticalOnTheSmallGraph) { compare(*smal
 
 TEST_F(MemoryPlan, ReuseIsSmallerAndBitIdenticalOnAResidualStack) { compare(*residual_graph(), 4); }
 
+// ReLU fusion changes no value: batch norms and adds that take the ReLU after them train bit for bit
+// as separate layers do, with and without memory reuse; the absorbed ReLU's output and input
+// gradient are its producer's (also without reuse), and it says where it went.
+TEST_F(MemoryPlan, FusedReluTrainsBitForBitAsSeparateLayers) {
+  auto backend = cpu_backend();
+  auto graph = residual_graph();
+  auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
+  for (const bool reuse : {true, false}) {
+    SCOPED_TRACE(reuse ? "reuse" : "no reuse");
+    ExecutorOptions o;
+    o.batch_size = 4;
+    o.dropout_seed = seed_;
+    o.reuse_memory = reuse;
+    Executor fused(*graph, *backend, o);
+    o.fuse_relu = false;
+    Executor separate(*graph, *backend, o);
+    // stem_relu and the three b*_r1 follow a batch norm, the three b*_r2 an add; fc1_relu an fc,
+    // which keeps it.
+    EXPECT_EQ(fused.memory().fused_relus, 7u);
+    EXPECT_EQ(separate.memory().fused_relus, 0u);
+    const Layer& relu = fused.layer(graph->layer_index("b1_r1"));
+    EXPECT_TRUE(relu.absorbed());
+    EXPECT_EQ(relu.describe(), "relu (fused into b1_bn1)");
+    EXPECT_EQ(fused.layer(graph->layer_index("b1_bn1")).describe(), "batch_norm + relu");
+    EXPECT_EQ(fused.layer(graph->layer_index("b1_r2")).describe(), "relu (fused into b1_add)");
+    EXPECT_EQ(fused.layer(graph->layer_index("b1_add")).describe(), "add + relu");
+    EXPECT_FALSE(fused.layer(graph->layer_index("fc1_relu")).absorbed());
+    EXPECT_EQ(fused.activation(out("b1_r1")).raw(), fused.activation(out("b1_bn1")).raw());
+    EXPECT_EQ(fused.gradient(out("b1_r1")).raw(), fused.gradient(out("b1_bn1")).raw());
+    if (reuse) {
+      EXPECT_LE(fused.memory().activation_bytes, separate.memory().activation_bytes);
+    }
+    expect_same_training(*graph, *backend, 4, fused, separate);
+  }
+}
+
 TEST_F(MemoryPlan, InPlaceReluAndFlattenViewsShareStorage) {
   auto backend = cpu_backend();
   auto graph = small_graph(5);
   ExecutorOptions o;
   o.batch_size = 2;
+  o.fuse_relu = false;  // the in-place ReLU itself (fused, it would be bn1's output in any plan)
   Executor ex(*graph, *backend, o);
   auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
   // relu1 reads bn1's output, which only it reads and BN's backward does not need: in place.
@@ -134,6 +178,7 @@ TEST_F(MemoryPlan, AddAndReluGradientsShareTheOutputGradient) {
   auto graph = residual_graph();
   ExecutorOptions o;
   o.batch_size = 2;
+  o.fuse_relu = false;
   Executor ex(*graph, *backend, o);
   auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
   // b0_bn2's output is read by the add alone: its gradient is the add's output gradient, which is

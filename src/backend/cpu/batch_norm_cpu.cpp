@@ -1,6 +1,7 @@
 // Batch normalisation on the CPU, per channel of 4-D (N,C,H,W) or per feature of 2-D (N,F) inputs:
 // training with batch statistics (biased variance to normalise, unbiased for the running estimate),
-// inference with the running statistics, and the backward for dx, dgamma and dbeta.
+// inference with the running statistics, and the backward for dx, dgamma and dbeta; optionally with
+// a ReLU fused into the output (BatchNormDesc::relu).
 #include <cmath>
 #include <string>
 
@@ -12,6 +13,17 @@ namespace cnnergy::cpu {
 namespace {
 
 constexpr std::string_view kOp = "batch_norm";
+
+// The per-channel affine map forward applies, from the statistics as saved (fp32), so that a fused
+// ReLU's backward recomputes exactly the values forward produced.
+struct Affine {
+  double scale, shift;
+  float apply(float x) const { return static_cast<float>(x * scale + shift); }
+};
+Affine affine(float gamma, float beta, float mean, float inv_std) {
+  const double scale = static_cast<double>(gamma) * inv_std;
+  return {scale, beta - static_cast<double>(mean) * scale};
+}
 
 class BatchNormCpu final : public BatchNormKernel {
  public:
@@ -46,11 +58,10 @@ class BatchNormCpu final : public BatchNormKernel {
       });
       const double var = sq / static_cast<double>(m_);
       const double inv_std = 1.0 / std::sqrt(var + d_.eps);
-      const double scale = cf32(gamma)[c] * inv_std;
-      const double shift = cf32(beta)[c] - mean * scale;
-      for_channel(c, [&](std::int64_t i) { yp[i] = static_cast<float>(xp[i] * scale + shift); });
       mf32(saved_mean)[c] = static_cast<float>(mean);
       mf32(saved_inv_std)[c] = static_cast<float>(inv_std);
+      const Affine a = affine(cf32(gamma)[c], cf32(beta)[c], mf32(saved_mean)[c], mf32(saved_inv_std)[c]);
+      for_channel(c, [&](std::int64_t i) { yp[i] = activate(a.apply(xp[i])); });
       const double unbiased = sq / static_cast<double>(m_ - 1);
       float& rm = mf32(running_mean)[c];
       float& rv = mf32(running_var)[c];
@@ -74,21 +85,23 @@ class BatchNormCpu final : public BatchNormKernel {
       const double inv_std = 1.0 / std::sqrt(static_cast<double>(cf32(running_var)[c]) + d_.eps);
       const double scale = cf32(gamma)[c] * inv_std;
       const double shift = cf32(beta)[c] - cf32(running_mean)[c] * scale;
-      for_channel(c, [&](std::int64_t i) { yp[i] = static_cast<float>(xp[i] * scale + shift); });
+      for_channel(c, [&](std::int64_t i) { yp[i] = activate(static_cast<float>(xp[i] * scale + shift)); });
     }
   }
 
   // With xhat = (x - mean) * inv_std over the M = N*H*W values of a channel:
   // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma * inv_std / M * (M dy - dbeta - xhat dgamma).
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                const Tensor& saved_inv_std, const Tensor& dx, const Tensor& dgamma,
-                const Tensor& dbeta, bool accumulate) override {
+  // With a fused ReLU, dy is first zeroed where forward's normalised value was not positive.
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
     check_activation(x, "x");
     check_activation(dy, "dy");
     check_activation(dx, "dx");
     check_param(gamma, "gamma");
     check_param(saved_mean, "saved_mean");
     check_param(saved_inv_std, "saved_inv_std");
+    if (d_.relu) check_param(beta, "beta");
     check_param(dgamma, "dgamma");
     check_param(dbeta, "dbeta");
     const float* xp = cf32(x);
@@ -98,23 +111,30 @@ class BatchNormCpu final : public BatchNormKernel {
     for (std::int64_t c = 0; c < d_.c; ++c) {
       const double mean = cf32(saved_mean)[c];
       const double inv_std = cf32(saved_inv_std)[c];
+      const Affine a = d_.relu ? affine(cf32(gamma)[c], cf32(beta)[c], cf32(saved_mean)[c], cf32(saved_inv_std)[c])
+                               : Affine{};
+      // The output gradient, through the fused ReLU's mask when there is one.
+      auto grad_out = [&](std::int64_t i) { return d_.relu && !(a.apply(xp[i]) > 0.0f) ? 0.0f : dyp[i]; };
       double sum_dy = 0.0, sum_dy_xhat = 0.0;
       for_channel(c, [&](std::int64_t i) {
-        sum_dy += dyp[i];
-        sum_dy_xhat += dyp[i] * (xp[i] - mean) * inv_std;
+        const float g = grad_out(i);
+        sum_dy += g;
+        sum_dy_xhat += g * (xp[i] - mean) * inv_std;
       });
       mf32(dbeta)[c] = static_cast<float>(sum_dy);
       mf32(dgamma)[c] = static_cast<float>(sum_dy_xhat);
       const double k = cf32(gamma)[c] * inv_std / m;
       for_channel(c, [&](std::int64_t i) {
         const double xhat = (xp[i] - mean) * inv_std;
-        const auto g = static_cast<float>(k * (m * dyp[i] - sum_dy - xhat * sum_dy_xhat));
+        const auto g = static_cast<float>(k * (m * grad_out(i) - sum_dy - xhat * sum_dy_xhat));
         dxp[i] = accumulate ? dxp[i] + g : g;
       });
     }
   }
 
  private:
+  float activate(float v) const { return d_.relu && !(v > 0.0f) ? 0.0f : v; }
+
   // Calls f(flat index) for every element of channel c.
   template <typename F>
   void for_channel(std::int64_t c, F&& f) const {

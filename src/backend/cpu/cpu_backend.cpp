@@ -139,6 +139,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<BatchNormKernel> make_batch_norm(const BatchNormDesc& desc) override {
     return make_batch_norm_kernel(desc);
   }
+  bool fuses_batch_norm_relu(const BatchNormDesc&) const override { return true; }
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
     return make_softmax_xent_kernel(desc);
   }

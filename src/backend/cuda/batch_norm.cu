@@ -7,6 +7,10 @@
 // normalisation and dx passes are tiled the same way, so each thread keeps its channels'
 // coefficients in registers. Everything else (NCHW, odd channel counts) takes the generic path:
 // runtime-dispatched loads and fp64 sums.
+// A fused ReLU (BatchNormParams::relu) clamps the stored output at 0; its backward zeroes dy where
+// that output was not positive, recomputing it from x with the very coefficients forward used
+// (kept per layer, 2 floats a channel), so the recomputation is exact and no activation more is
+// kept or read than without the ReLU.
 #include <algorithm>
 #include <cstdint>
 
@@ -90,6 +94,40 @@ struct Partials {
   std::int64_t splits = 1, channels = 1;
 };
 
+// Forward's per-channel affine map y = x * scale + shift, from the statistics as saved (fp32).
+struct Affine {
+  float scale = 1.0f, shift = 0.0f;
+};
+__device__ __forceinline__ Affine forward_affine(const float* gamma, const float* beta,
+                                                 const float* mean, const float* inv_std,
+                                                 std::int64_t c) {
+  const double s = static_cast<double>(gamma[c]) * inv_std[c];
+  return {static_cast<float>(s), static_cast<float>(beta[c] - static_cast<double>(mean[c]) * s)};
+}
+
+// Where a fused ReLU's backward finds forward's coefficients: scale[C] then shift[C] (null: no ReLU).
+struct ReluMask {
+  const float* coef = nullptr;
+  std::int64_t channels = 0;
+  __device__ Affine at(std::int64_t c) const { return {coef[c], coef[channels + c]}; }
+};
+
+__device__ __forceinline__ float clamp_relu(float v) { return v > 0.0f ? v : 0.0f; }  // NaN -> 0
+
+// Whether forward's output (x * scale + shift, rounded to the element type) was positive.
+template <typename T>
+__device__ __forceinline__ bool relu_passes(float x, const Affine& f) {
+  return to_float(from_float<T>(fmaf(x, f.scale, f.shift))) > 0.0f;
+}
+__device__ __forceinline__ bool relu_passes(DType dt, float x, const Affine& f) {
+  const float v = fmaf(x, f.scale, f.shift);
+  switch (dt) {
+    case DType::kF16: return to_float(from_float<__half>(v)) > 0.0f;
+    case DType::kBF16: return to_float(from_float<__nv_bfloat16>(v)) > 0.0f;
+    default: return v > 0.0f;
+  }
+}
+
 __device__ __forceinline__ void channel_totals(const Partials& p, std::int64_t c, double& s1,
                                                double& s2) {
   s1 = 0.0;
@@ -106,27 +144,37 @@ __device__ __forceinline__ void channel_totals(const Partials& p, std::int64_t c
 }
 
 // ---- generic reductions -------------------------------------------------------------------------
+// kBatchNormBackward: a = dy, b = x; with relu, dy counts only where forward's output was positive.
 __device__ __forceinline__ void accumulate_term(Reduce mode, const void* a, const void* b, DType dt,
-                                                std::int64_t idx, float mean, double& s1,
-                                                double& s2) {
-  const double va = load(a, dt, idx);
+                                                std::int64_t idx, float mean, bool relu,
+                                                const Affine& f, double& s1, double& s2) {
+  double va = load(a, dt, idx);
+  if (mode == Reduce::kBatchNormBackward) {
+    const float xb = load(b, dt, idx);
+    if (relu && !relu_passes(dt, xb, f)) va = 0.0;
+    s1 += va;
+    s2 += va * (static_cast<double>(xb) - mean);
+    return;
+  }
   s1 += va;
   if (mode == Reduce::kSumSquares) s2 += va * va;
-  if (mode == Reduce::kBatchNormBackward) s2 += va * (static_cast<double>(load(b, dt, idx)) - mean);
 }
 
 // NCHW: block (channel, split) walks t over the channel's outer*inner elements, inner fastest.
 __global__ void reduce_channel_inner_kernel(const void* a, const void* b, DType dt, ChannelView v,
-                                            Reduce mode, const float* mean, double* partial) {
+                                            Reduce mode, const float* mean, ReluMask relu,
+                                            double* partial) {
   const std::int64_t c = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
   const std::int64_t m = v.outer * v.inner;
   const std::int64_t chunk = (m + splits - 1) / splits;
   const std::int64_t t0 = split * chunk, t1 = min(m, t0 + chunk);
   const float mu = mean != nullptr ? mean[c] : 0.0f;
+  const bool masked = relu.coef != nullptr;
+  const Affine f = masked ? relu.at(c) : Affine{};
   double s1 = 0.0, s2 = 0.0;
   for (std::int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
     const std::int64_t o = t / v.inner, i = t % v.inner;
-    accumulate_term(mode, a, b, dt, (o * v.channels + c) * v.inner + i, mu, s1, s2);
+    accumulate_term(mode, a, b, dt, (o * v.channels + c) * v.inner + i, mu, masked, f, s1, s2);
   }
   s1 = block_sum(s1);
   s2 = block_sum(s2);
@@ -138,7 +186,8 @@ __global__ void reduce_channel_inner_kernel(const void* a, const void* b, DType 
 
 // Channel-last, any channel count: block (32 channels, split of rows).
 __global__ void reduce_channel_last_kernel(const void* a, const void* b, DType dt, ChannelView v,
-                                           Reduce mode, const float* mean, double* partial) {
+                                           Reduce mode, const float* mean, ReluMask relu,
+                                           double* partial) {
   __shared__ double sum1[kTileRows][kTile + 1];
   __shared__ double sum2[kTileRows][kTile + 1];
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kTile + threadIdx.x;
@@ -148,8 +197,10 @@ __global__ void reduce_channel_last_kernel(const void* a, const void* b, DType d
   double s1 = 0.0, s2 = 0.0;
   if (c < v.channels) {
     const float mu = mean != nullptr ? mean[c] : 0.0f;
+    const bool masked = relu.coef != nullptr;
+    const Affine f = masked ? relu.at(c) : Affine{};
     for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows)
-      accumulate_term(mode, a, b, dt, r * v.channels + c, mu, s1, s2);
+      accumulate_term(mode, a, b, dt, r * v.channels + c, mu, masked, f, s1, s2);
   }
   sum1[threadIdx.y][threadIdx.x] = s1;
   sum2[threadIdx.y][threadIdx.x] = s2;
@@ -165,18 +216,20 @@ __global__ void reduce_channel_last_kernel(const void* a, const void* b, DType d
 }
 
 Partials launch_generic_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
-                               Reduce mode, const float* mean, void* scratch, cudaStream_t stream) {
+                               Reduce mode, const float* mean, void* scratch, cudaStream_t stream,
+                               const ReluMask& relu = {}) {
   const ReducePlan p = plan_for(v);
   auto* partial = static_cast<double*>(scratch);
   if (p.channel_last) {
     const dim3 grid(static_cast<unsigned>((v.channels + kTile - 1) / kTile),
                     static_cast<unsigned>(p.splits));
     reduce_channel_last_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(a, b, dt, v, mode, mean,
-                                                                            partial);
+                                                                            relu, partial);
     CNNERGY_CUDA_LAUNCH_CHECK("reduce_channel_last");
   } else {
     const dim3 grid(static_cast<unsigned>(v.channels), static_cast<unsigned>(p.splits));
-    reduce_channel_inner_kernel<<<grid, kBlock, 0, stream>>>(a, b, dt, v, mode, mean, partial);
+    reduce_channel_inner_kernel<<<grid, kBlock, 0, stream>>>(a, b, dt, v, mode, mean, relu,
+                                                             partial);
     CNNERGY_CUDA_LAUNCH_CHECK("reduce_channel_inner");
   }
   Partials out;
@@ -188,11 +241,12 @@ Partials launch_generic_reduce(const void* a, const void* b, DType dt, const Cha
 
 // ---- fast channel-last reductions ---------------------------------------------------------------
 // kMode 0: sum of a. 1: sums of (a - shift) and (a - shift)^2, shift = a's first row (written to
-// shift_out by the first slice). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)).
-template <typename T, int kMode>
+// shift_out by the first slice). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with
+// kRelu, dy only where forward's output was positive.
+template <typename T, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     tile_reduce_kernel(const T* a, const T* b, std::int64_t rows, std::int64_t channels,
-                       const float* mean, float* partial, float* shift_out) {
+                       const float* mean, ReluMask relu, float* partial, float* shift_out) {
   constexpr int K = kVec<T>;
   __shared__ float red[2][kBlock * K];
   const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
@@ -202,6 +256,7 @@ __global__ void __launch_bounds__(kBlock)
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * chunk;
   const std::int64_t r1 = min(rows, r0 + chunk);
   float center[K], s1[K], s2[K];
+  Affine f[kRelu ? K : 1];
 #pragma unroll
   for (int k = 0; k < K; ++k) center[k] = s1[k] = s2[k] = 0.0f;
   if (active) {
@@ -216,6 +271,9 @@ __global__ void __launch_bounds__(kBlock)
     if constexpr (kMode == 2) {
 #pragma unroll
       for (int k = 0; k < K; ++k) center[k] = mean[c0 + k];
+      if constexpr (kRelu)
+#pragma unroll
+        for (int k = 0; k < K; ++k) f[k] = relu.at(c0 + k);
     }
     for (std::int64_t r = r0 + ty; r < r1; r += kRowUnroll * by) {
       Pack<T, K> va[kRowUnroll], vb[kRowUnroll];
@@ -240,8 +298,11 @@ __global__ void __launch_bounds__(kBlock)
             s2[k] = fmaf(d, d, s2[k]);
           }
           if constexpr (kMode == 2) {
-            s1[k] += v;
-            s2[k] = fmaf(v, to_float(vb[u].v[k]) - center[k], s2[k]);
+            const float xv = to_float(vb[u].v[k]);
+            float g = v;
+            if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
+            s1[k] += g;
+            s2[k] = fmaf(g, xv - center[k], s2[k]);
           }
         }
       }
@@ -275,17 +336,17 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-template <int kMode>
+template <int kMode, bool kRelu = false>
 Partials launch_tile_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
                             const TilePlan& p, const float* mean, void* scratch,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const ReluMask& relu = {}) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
   dispatch_float(dt, "channel reduction", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    tile_reduce_kernel<T, kMode><<<dim3(p.groups, p.splits), dim3(p.bx, p.by), 0, stream>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, partial,
-        shift);
+    tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, p.splits), dim3(p.bx, p.by), 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
+        partial, shift);
   });
   CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
   Partials out;
@@ -322,14 +383,14 @@ __global__ void bn_stats_finish_kernel(Partials p, std::int64_t m, const float* 
     const double inv_std = 1.0 / sqrt(var + bp.eps);
     saved_mean[c] = static_cast<float>(mean);
     saved_inv_std[c] = static_cast<float>(inv_std);
+    const Affine f = forward_affine(gamma, beta, saved_mean, saved_inv_std, c);
     const double unbiased = m > 1 ? var * count / (count - 1.0) : var;
     running_mean[c] =
         static_cast<float>((1.0 - bp.momentum) * running_mean[c] + bp.momentum * mean);
     running_var[c] =
         static_cast<float>((1.0 - bp.momentum) * running_var[c] + bp.momentum * unbiased);
-    const double scale = gamma[c] * inv_std;
-    coef[c] = static_cast<float>(scale);
-    coef[channels + c] = static_cast<float>(beta[c] - mean * scale);
+    coef[c] = f.scale;
+    coef[channels + c] = f.shift;
   }
 }
 
@@ -366,20 +427,23 @@ __global__ void bn_backward_finish_kernel(Partials p, std::int64_t m, const floa
 // ---- normalisation and dx -----------------------------------------------------------------------
 // Generic: any view, runtime-dispatched element access.
 __global__ void bn_apply_kernel(const void* x, void* y, DType dt, ChannelView v, const float* coef,
-                                std::int64_t count) {
+                                bool relu, std::int64_t count) {
   CNNERGY_GRID_STRIDE(j, count) {
     const std::int64_t c = channel_of(v, j);
-    store(y, dt, j, load(x, dt, j) * coef[c] + coef[v.channels + c]);
+    const float out = fmaf(load(x, dt, j), coef[c], coef[v.channels + c]);
+    store(y, dt, j, relu ? clamp_relu(out) : out);
   }
 }
 
 __global__ void bn_backward_apply_kernel(const void* x, const void* dy, void* dx, DType dt,
                                          ChannelView v, const float* coef, const float* mean,
-                                         bool accumulate, std::int64_t count) {
+                                         ReluMask relu, bool accumulate, std::int64_t count) {
   CNNERGY_GRID_STRIDE(j, count) {
     const std::int64_t c = channel_of(v, j);
-    float g = coef[c] * load(dy, dt, j) - coef[v.channels + c] -
-              (load(x, dt, j) - mean[c]) * coef[2 * v.channels + c];
+    const float xv = load(x, dt, j);
+    float dyv = load(dy, dt, j);
+    if (relu.coef != nullptr && !relu_passes(dt, xv, relu.at(c))) dyv = 0.0f;
+    float g = coef[c] * dyv - coef[v.channels + c] - (xv - mean[c]) * coef[2 * v.channels + c];
     if (accumulate) g += load(dx, dt, j);
     store(dx, dt, j, g);
   }
@@ -387,7 +451,7 @@ __global__ void bn_backward_apply_kernel(const void* x, const void* dy, void* dx
 
 // Fast: thread (channel pack, row slice); its coefficients stay in registers. Row blocks of
 // kRowUnroll * by rows, grid-strided over gridDim.y (at most 65535).
-template <typename T>
+template <typename T, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     tile_apply_kernel(const T* x, T* y, std::int64_t rows, std::int64_t channels,
                       const float* coef) {
@@ -412,28 +476,32 @@ __global__ void __launch_bounds__(kBlock)
       if (r + u * by >= rows) continue;
       Pack<T, K> out;
 #pragma unroll
-      for (int k = 0; k < K; ++k)
-        out.v[k] = from_float<T>(fmaf(to_float(v[u].v[k]), scale[k], shift[k]));
+      for (int k = 0; k < K; ++k) {
+        const float o = fmaf(to_float(v[u].v[k]), scale[k], shift[k]);
+        out.v[k] = from_float<T>(kRelu ? clamp_relu(o) : o);
+      }
       store_pack<T, K>(y + (r + u * by) * channels + c0, out);
     }
   }
 }
 
-template <typename T>
+template <typename T, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     tile_backward_apply_kernel(const T* x, const T* dy, T* dx, std::int64_t rows,
                                std::int64_t channels, const float* coef, const float* mean,
-                               bool accumulate) {
+                               ReluMask relu, bool accumulate) {
   constexpr int K = kVec<T>;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
   if (c0 >= channels) return;
   float a[K], b[K], e[K], mu[K];
+  Affine f[kRelu ? K : 1];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     a[k] = coef[c0 + k];
     b[k] = coef[channels + c0 + k];
     e[k] = coef[2 * channels + c0 + k];
     mu[k] = mean[c0 + k];
+    if constexpr (kRelu) f[k] = relu.at(c0 + k);
   }
   const std::int64_t by = blockDim.y;
   constexpr int kU = kRowUnroll / 2;  // three streams per row: fewer rows in flight
@@ -455,7 +523,10 @@ __global__ void __launch_bounds__(kBlock)
       Pack<T, K> out;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        float g = a[k] * to_float(vdy[u].v[k]) - b[k] - (to_float(vx[u].v[k]) - mu[k]) * e[k];
+        const float xv = to_float(vx[u].v[k]);
+        float dyv = to_float(vdy[u].v[k]);
+        if constexpr (kRelu) dyv = relu_passes<T>(xv, f[kRelu ? k : 0]) ? dyv : 0.0f;
+        float g = a[k] * dyv - b[k] - (xv - mu[k]) * e[k];
         if (accumulate) g += to_float(vdx[u].v[k]);
         out.v[k] = from_float<T>(g);
       }
@@ -478,6 +549,27 @@ float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
       t.usable ? fast_partial_bytes(v, t) + static_cast<std::size_t>(v.channels) * sizeof(float)
                : 0;
   return reinterpret_cast<float*>(static_cast<char*>(scratch) + std::max(generic, fast));
+}
+
+// y = x * scale + shift per channel (coef: scale[C], shift[C]), clamped at 0 with relu.
+void launch_apply(const void* x, void* y, DType dtype, const ChannelView& view, const TilePlan& t,
+                  bool fast, const float* coef, bool relu, cudaStream_t stream) {
+  if (fast) {
+    dispatch_float(dtype, "batch_norm apply", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const dim3 grid = apply_grid(t, view.outer, kRowUnroll * t.by), block(t.bx, t.by);
+      if (relu)
+        tile_apply_kernel<T, true><<<grid, block, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
+      else
+        tile_apply_kernel<T, false><<<grid, block, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
+    });
+  } else {
+    const std::int64_t count = view.outer * view.channels * view.inner;
+    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, view, coef, relu, count);
+  }
+  CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
 }
 
 }  // namespace
@@ -507,10 +599,10 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
                                  const BatchNormParams& params, void* scratch,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, float* saved_coef) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, y);
-  float* coef = coefficients(scratch, view, dtype);
+  float* coef = saved_coef != nullptr ? saved_coef : coefficients(scratch, view, dtype);
   const Partials p =
       fast ? launch_tile_reduce<1>(x, nullptr, dtype, view, t, nullptr, scratch, stream)
            : launch_generic_reduce(x, nullptr, dtype, view, Reduce::kSumSquares, nullptr, scratch,
@@ -519,18 +611,7 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
       p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
       params, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_stats_finish");
-  const std::int64_t count = view.outer * view.channels * view.inner;
-  if (fast) {
-    dispatch_float(dtype, "batch_norm_forward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      tile_apply_kernel<T>
-          <<<apply_grid(t, view.outer, kRowUnroll * t.by), dim3(t.bx, t.by), 0, stream>>>(
-              static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
-    });
-  } else {
-    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, view, coef, count);
-  }
-  CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
+  launch_apply(x, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
@@ -542,31 +623,25 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
   bn_inference_coef_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
       view.channels, gamma, beta, running_mean, running_var, params.eps, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_inference_coef");
-  const std::int64_t count = view.outer * view.channels * view.inner;
-  if (t.usable && aligned_for(16, x, y)) {
-    dispatch_float(dtype, "batch_norm_inference", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      tile_apply_kernel<T>
-          <<<apply_grid(t, view.outer, kRowUnroll * t.by), dim3(t.bx, t.by), 0, stream>>>(
-              static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
-    });
-  } else {
-    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, view, coef, count);
-  }
-  CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
+  launch_apply(x, y, dtype, view, t, t.usable && aligned_for(16, x, y), coef, params.relu, stream);
 }
 
 void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          const ChannelView& view, const float* gamma, const float* saved_mean,
-                         const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
-                         void* scratch, cudaStream_t stream) {
+                         const float* saved_inv_std, float* dgamma, float* dbeta,
+                         const float* relu_coef, bool accumulate, void* scratch,
+                         cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, dy, dx);
   float* coef = coefficients(scratch, view, dtype);
-  const Partials p = fast
-                         ? launch_tile_reduce<2>(dy, x, dtype, view, t, saved_mean, scratch, stream)
-                         : launch_generic_reduce(dy, x, dtype, view, Reduce::kBatchNormBackward,
-                                                 saved_mean, scratch, stream);
+  const bool relu = relu_coef != nullptr;
+  ReluMask mask;
+  if (relu) mask = ReluMask{relu_coef, view.channels};
+  const Partials p =
+      !fast  ? launch_generic_reduce(dy, x, dtype, view, Reduce::kBatchNormBackward, saved_mean,
+                                     scratch, stream, mask)
+      : relu ? launch_tile_reduce<2, true>(dy, x, dtype, view, t, saved_mean, scratch, stream, mask)
+             : launch_tile_reduce<2, false>(dy, x, dtype, view, t, saved_mean, scratch, stream);
   bn_backward_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
       p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_finish");
@@ -574,14 +649,20 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
   if (fast) {
     dispatch_float(dtype, "batch_norm_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      tile_backward_apply_kernel<T>
-          <<<apply_grid(t, view.outer, kRowUnroll / 2 * t.by), dim3(t.bx, t.by), 0, stream>>>(
-              static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), view.outer,
-              view.channels, coef, saved_mean, accumulate);
+      const dim3 grid = apply_grid(t, view.outer, kRowUnroll / 2 * t.by), block(t.bx, t.by);
+      const auto* xt = static_cast<const T*>(x);
+      const auto* dyt = static_cast<const T*>(dy);
+      auto* dxt = static_cast<T*>(dx);
+      if (relu)
+        tile_backward_apply_kernel<T, true><<<grid, block, 0, stream>>>(
+            xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
+      else
+        tile_backward_apply_kernel<T, false><<<grid, block, 0, stream>>>(
+            xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
     });
   } else {
-    bn_backward_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, dy, dx, dtype, view, coef,
-                                                                     saved_mean, accumulate, count);
+    bn_backward_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(
+        x, dy, dx, dtype, view, coef, saved_mean, mask, accumulate, count);
   }
   CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_apply");
 }

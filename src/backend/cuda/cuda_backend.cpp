@@ -202,6 +202,9 @@ class CudaBackend final : public Backend {
     ctx_->activate();
     return make_cuda_batch_norm(ctx_, desc);
   }
+  bool fuses_batch_norm_relu(const BatchNormDesc& desc) const override {
+    return !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
+  }
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
     ctx_->activate();
     return make_cuda_softmax_xent(ctx_, desc);
@@ -245,6 +248,12 @@ class CudaBackend final : public Backend {
     check_same(a, b, "add_forward", "a", "b");
     check_same(a, y, "add_forward", "a", "y");
     kernels::add(a.raw(), b.raw(), y.raw(), a.dtype(), a.numel(), ctx_->stream());
+  }
+  void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    ctx_->activate();
+    check_same(a, b, "add_relu_forward", "a", "b");
+    check_same(a, y, "add_relu_forward", "a", "y");
+    kernels::add(a.raw(), b.raw(), y.raw(), a.dtype(), a.numel(), ctx_->stream(), /*relu=*/true);
   }
 
   void concat_forward(std::span<const Tensor> xs, const Tensor& y) override {

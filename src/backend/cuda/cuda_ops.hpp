@@ -25,6 +25,8 @@ std::unique_ptr<PoolKernel> make_cuda_pool(std::shared_ptr<CudaContext> ctx,
 std::unique_ptr<LrnKernel> make_cuda_lrn(std::shared_ptr<CudaContext> ctx, const LrnDesc& desc);
 std::unique_ptr<BatchNormKernel> make_cuda_batch_norm(std::shared_ptr<CudaContext> ctx,
                                                       const BatchNormDesc& desc);
+// Whether cuDNN normalises desc in this dtype and layout (then no ReLU can be fused into it).
+bool batch_norm_uses_cudnn(const BatchNormDesc& desc, DType dtype, Layout layout);
 std::unique_ptr<SoftmaxXentKernel> make_cuda_softmax_xent(std::shared_ptr<CudaContext> ctx,
                                                           const SoftmaxXentDesc& desc);
 

@@ -87,6 +87,12 @@ void launch_map(const MapArgs<T, kIn>& a, const F& f, std::int64_t count, cudaSt
 struct AddOp {
   __device__ float operator()(const float* x) const { return x[0] + x[1]; }
 };
+struct AddReluOp {  // max(0, a + b) before rounding: the same as rounding, then the ReLU
+  __device__ float operator()(const float* x) const {
+    const float v = x[0] + x[1];
+    return v > 0.0f ? v : 0.0f;
+  }
+};
 struct ReluOp {  // NaN -> 0, as the CPU reference (v > 0 ? v : 0)
   __device__ float operator()(const float* x) const { return x[0] > 0.0f ? x[0] : 0.0f; }
 };
@@ -407,12 +413,15 @@ void fill(void* dst, DType dtype, std::int64_t count, float value, cudaStream_t 
 }
 
 void add(const void* a, const void* b, void* y, DType dtype, std::int64_t count,
-         cudaStream_t stream) {
+         cudaStream_t stream, bool relu) {
   dispatch_float(dtype, "add", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const MapArgs<T, 2> args{{static_cast<const T*>(a), static_cast<const T*>(b)},
                              static_cast<T*>(y)};
-    launch_map(args, AddOp{}, count, stream, "launch of kernel add");
+    if (relu)
+      launch_map(args, AddReluOp{}, count, stream, "launch of kernel add_relu");
+    else
+      launch_map(args, AddOp{}, count, stream, "launch of kernel add");
   });
 }
 

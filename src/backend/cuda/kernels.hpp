@@ -48,8 +48,9 @@ inline bool fills_packs(std::int64_t channels, DType dtype) {
 void convert(const void* src, DType src_dtype, bool src_nhwc, void* dst, DType dst_dtype,
              const Dims& dst_dims, bool accumulate, cudaStream_t stream);
 void fill(void* dst, DType dtype, std::int64_t count, float value, cudaStream_t stream);
+// y = a + b, or max(0, a + b) with relu.
 void add(const void* a, const void* b, void* y, DType dtype, std::int64_t count,
-         cudaStream_t stream);
+         cudaStream_t stream, bool relu = false);
 void relu_forward(const void* x, void* y, DType dtype, std::int64_t count, cudaStream_t stream);
 void relu_backward(const void* y, const void* dy, void* dx, DType dtype, std::int64_t count,
                    bool accumulate, cudaStream_t stream);
@@ -107,6 +108,7 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
 
 struct BatchNormParams {
   double eps, momentum;
+  bool relu = false;  // a ReLU fused into the output (BatchNormDesc::relu)
 };
 // The batch norm of the contract (fp32 parameters and statistics; x/y in dtype). Channel-last
 // views (NHWC, 2-D) with C a multiple of 16 bytes' worth of elements run tiled, vectorised kernels
@@ -115,15 +117,19 @@ struct BatchNormParams {
 void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
-                                 const BatchNormParams& params, void* scratch, cudaStream_t stream);
+                                 const BatchNormParams& params, void* scratch, cudaStream_t stream,
+                                 float* saved_coef = nullptr);
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
                                   const float* gamma, const float* beta, const float* running_mean,
                                   const float* running_var, const BatchNormParams& params,
                                   void* scratch, cudaStream_t stream);
+// relu_coef: where forward_training with saved_coef kept its coefficients (2C floats); dy is then
+// the gradient of the fused ReLU's output. Null: no ReLU.
 void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          const ChannelView& view, const float* gamma, const float* saved_mean,
-                         const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
-                         void* scratch, cudaStream_t stream);
+                         const float* saved_inv_std, float* dgamma, float* dbeta,
+                         const float* relu_coef, bool accumulate, void* scratch,
+                         cudaStream_t stream);
 
 // ---- pooling and LRN (pool_lrn.cu) --------------------------------------------------------------
 struct PoolParams {

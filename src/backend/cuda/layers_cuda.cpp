@@ -198,15 +198,35 @@ class CudaLrn final : public LrnKernel {
 };
 
 // ---- batch norm --------------------------------------------------------------------------------
+// cuDNN normalises NCHW fp32/fp16 and channel counts that do not fill 16-byte packs; the own kernels
+// take the rest, and they alone fuse a ReLU.
+kernels::ChannelView batch_norm_view(const BatchNormDesc& d, Layout layout) {
+  const bool flat = d.h == 1 && d.w == 1;  // N,C,1,1 reads the same in both layouts
+  return kernels::channel_view({d.n, d.c, d.h, d.w, !flat && layout == Layout::kNHWC});
+}
+}  // namespace
+
+bool batch_norm_uses_cudnn(const BatchNormDesc& d, DType dtype, Layout layout) {
+  const bool own_packs = batch_norm_view(d, layout).inner == 1 && kernels::fills_packs(d.c, dtype);
+  return !own_packs && cudnn_takes(dtype) && d.eps >= CUDNN_BN_MIN_EPSILON;
+}
+
+namespace {
+
 class CudaBatchNorm final : public BatchNormKernel {
  public:
   CudaBatchNorm(std::shared_ptr<CudaContext> ctx, const BatchNormDesc& d)
       : ctx_(std::move(ctx)), d_(d), dtype_(ctx_->dtype()), layout_(ctx_->layout()) {
     flat_ = d.h == 1 && d.w == 1;
-    const Layout tensor_layout = flat_ ? Layout::kNCHW : layout_;  // N,C,1,1 reads the same in both
-    view_ = kernels::channel_view({d.n, d.c, d.h, d.w, tensor_layout == Layout::kNHWC});
-    const bool own_packs = view_.inner == 1 && kernels::fills_packs(d.c, dtype_);
-    use_cudnn_ = !own_packs && cudnn_takes(dtype_) && d.eps >= CUDNN_BN_MIN_EPSILON;
+    const Layout tensor_layout = flat_ ? Layout::kNCHW : layout_;
+    view_ = batch_norm_view(d, layout_);
+    use_cudnn_ = batch_norm_uses_cudnn(d, dtype_, layout_);
+    if (d.relu && use_cudnn_)
+      throw NotSupported("batch_norm: a fused ReLU needs the backend's own kernels, and cuDNN takes " +
+                         std::string(dtype_name(dtype_)) + " " + std::string(layout_name(layout_)) +
+                         " with " + std::to_string(d.c) + " channels (ask fuses_batch_norm_relu first)");
+    // A fused ReLU's backward recomputes forward's output from x with forward's own coefficients.
+    if (d.relu) forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
     if (use_cudnn_) {
       // cuDNN's exponentialAverageFactor is the contract's momentum, and it keeps the unbiased
       // variance in the running estimate and 1/sqrt(var + eps) as the saved inverse deviation.
@@ -244,8 +264,8 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_forward_training(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
                                          f32(running_mean), f32(running_var), f32(saved_mean),
-                                         f32(saved_inv_std), {d_.eps, d_.momentum}, scratch->data(),
-                                         ctx_->stream());
+                                         f32(saved_inv_std), {d_.eps, d_.momentum, d_.relu}, scratch->data(),
+                                         ctx_->stream(), forward_coef());
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -271,12 +291,13 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_forward_inference(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
                                           f32(running_mean), f32(running_var),
-                                          {d_.eps, d_.momentum}, scratch->data(), ctx_->stream());
+                                          {d_.eps, d_.momentum, d_.relu}, scratch->data(),
+                                          ctx_->stream());
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                const Tensor& saved_inv_std, const Tensor& dx, const Tensor& dgamma,
-                const Tensor& dbeta, bool accumulate) override {
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& /*beta*/,
+                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
     ctx_->activate();
     check_activation(x, "backward", "x");
     check_activation(dy, "backward", "dy");
@@ -298,11 +319,14 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_backward(x.raw(), dy.raw(), dx.raw(), dtype_, view_, f32(gamma),
                                  f32(saved_mean), f32(saved_inv_std), f32(dgamma), f32(dbeta),
-                                 accumulate, scratch->data(), ctx_->stream());
+                                 forward_coef(), accumulate, scratch->data(), ctx_->stream());
   }
 
  private:
   static float* f32(const Tensor& t) { return static_cast<float*>(t.raw()); }
+  float* forward_coef() const {
+    return forward_coef_ ? static_cast<float*>(forward_coef_->data()) : nullptr;
+  }
 
   // 4-D (N, C, H, W) in the backend's layout; with H = W = 1 also 2-D (N, C) or 4-D in any layout
   // (one value per channel and sample reads the same in both).
@@ -335,6 +359,7 @@ class CudaBatchNorm final : public BatchNormKernel {
   bool use_cudnn_ = false;
   cudnnBatchNormMode_t mode_ = CUDNN_BATCHNORM_SPATIAL;
   TensorDescriptor x_desc_, param_desc_;
+  std::shared_ptr<Buffer> forward_coef_;  // fused ReLU: the latest forward_training's scale, shift
 };
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------
