@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "backend/ops.hpp"
@@ -66,6 +67,10 @@ void declare_common(ArgParser& p) {
   p.flag("fixed-batch",
          "train every step on one random batch put on each GPU once (no loader): compute and "
          "communication alone, as PyTorch benchmarks with data on the GPU; accuracy is meaningless");
+  p.flag("cuda-graph",
+         "replay each step (after the first) as one recorded CUDA graph per GPU: forward, backward "
+         "with the bucket all-reduces, update; only the whole step is timed (no per-bucket "
+         "all-reduce, wait or exposed-communication figures); not with dropout");
   p.option("workers", "data-loader threads per rank", "2");
   p.option("prefetch", "batches prefetched per rank", "3");
   p.option("dataset-size", "synthetic data set size", "0");
@@ -97,6 +102,11 @@ std::string data_spec(const std::string& data, const Graph& graph, std::int64_t 
 Common parse_common(const ArgParser& p) {
   Common c;
   c.backend.device = parse_device(p.get("device"));
+  c.config.cuda_graph = p.get_flag("cuda-graph");
+  if (c.config.cuda_graph && !c.backend.device.is_cuda())  // before any data is opened
+    throw NotSupported(
+        "--cuda-graph records the step as a CUDA graph and needs --device cuda (this run is on " +
+        c.backend.device.str() + ")");
   c.precision = p.get("precision");
   apply_precision(parse_precision(c.precision), c.backend);
   c.backend.layout = parse_layout(p.get("layout"));
@@ -152,6 +162,13 @@ Json report_json(const DataParallelReport& r) {
   j["total_joules"] = opt(r.total_joules);
   j["joules_per_sample"] = opt(r.joules_per_sample);
   j["wait_method"] = r.wait_method;
+  j["cuda_graph"] = r.cuda_graph;
+  j["graph_recordings"] = r.graph_recordings;
+  j["graph_recordings_timed"] = r.graph_recordings_timed;
+  // What a replayed graph hides: the all-reduces run inside it and are not timed apart.
+  j["comm_timing"] = r.cuda_graph
+                         ? "not measured (steps replayed as CUDA graphs: step timed as a whole)"
+                         : "per bucket (" + r.wait_method + ")";
   j["weights_checksum"] = r.weights_checksum;
   j["energy_note"] = r.energy_note;
   Json ranks = Json::array();
@@ -162,10 +179,11 @@ Json report_json(const DataParallelReport& r) {
     x["device"] = k.device;
     x["timed_iterations"] = k.timed_iterations;
     x["seconds"] = k.seconds;
-    x["compute_ms"] = k.compute_ms;
-    x["allreduce_ms"] = k.allreduce_ms;
-    x["wait_ms"] = k.wait_ms;
-    x["exposed_comm_ms"] = k.exposed_comm_ms;
+    x["compute_ms"] = opt(k.compute_ms);  // null: not measured (--cuda-graph)
+    x["allreduce_ms"] = opt(k.allreduce_ms);
+    x["wait_ms"] = opt(k.wait_ms);
+    x["exposed_comm_ms"] = opt(k.exposed_comm_ms);
+    x["step_ms"] = k.step_ms;
     x["load_ms"] = k.load_ms;
     x["loader_wait_ms"] = k.loader_wait_ms;
     x["iteration_ms_median"] = k.iteration_ms.median;
@@ -174,8 +192,8 @@ Json report_json(const DataParallelReport& r) {
     x["average_watts"] = k.average_watts;
     x["energy_source"] = k.energy_source;
     Json phases = Json::object();  // median ms per step
-    for (std::size_t i = 0; i < k.phase_ms.size() && i < dp_phase_names().size(); ++i)
-      phases[dp_phase_names()[i]] = k.phase_ms[i].median;
+    for (std::size_t i = 0; i < k.phase_ms.size() && i < r.phase_names.size(); ++i)
+      phases[r.phase_names[i]] = k.phase_ms[i].median;
     x["phase_ms_median"] = phases;
     ranks.push_back(x);
   }
@@ -196,7 +214,7 @@ Json report_json(const DataParallelReport& r) {
     x["dtype"] = std::string(dtype_name(r.buckets[b].dtype));
     x["parameters"] = r.buckets[b].num_parameters;
     x["first_parameter"] = r.buckets[b].first_parameter;
-    x["transfer_ms"] = b < r.bucket_transfer_ms.size() ? r.bucket_transfer_ms[b] : 0.0;
+    x["transfer_ms"] = b < r.bucket_transfer_ms.size() ? Json(r.bucket_transfer_ms[b]) : Json();
     buckets.push_back(x);
   }
   j["buckets"] = buckets;
@@ -247,22 +265,55 @@ void print_report(const DataParallelReport& r) {
                   *e.top5 * 100, static_cast<long long>(e.eval_samples));
     std::printf("\n");
   }
-  std::printf("\nper rank, ms per timed iteration (%lld timed of %lld steps; wait method: %s):\n",
-              static_cast<long long>(r.timed_iterations), static_cast<long long>(r.iterations),
-              r.wait_method.c_str());
-  std::printf("%4s %-14s %-28s %9s %9s %8s %8s %9s %10s %9s %8s\n", "rank", "host", "device",
-              "compute", "allreduce", "wait", "exposed", "iteration", "joules", "wait J", "watts");
+  if (r.cuda_graph) {
+    std::printf(
+        "\nper rank, ms per timed iteration (%lld timed of %lld steps; each step one replayed CUDA "
+        "graph, %lld recording(s) per rank, %lld of them in the timed windows):\n",
+        static_cast<long long>(r.timed_iterations), static_cast<long long>(r.iterations),
+        static_cast<long long>(r.graph_recordings),
+        static_cast<long long>(r.graph_recordings_timed));
+  } else {
+    std::printf("\nper rank, ms per timed iteration (%lld timed of %lld steps; wait method: %s):\n",
+                static_cast<long long>(r.timed_iterations), static_cast<long long>(r.iterations),
+                r.wait_method.c_str());
+  }
+  std::printf("%4s %-14s %-28s %9s %9s %9s %8s %8s %9s %10s %9s %8s\n", "rank", "host", "device",
+              "step", "compute", "allreduce", "wait", "exposed", "iteration", "joules", "wait J",
+              "watts");
+  // Figures a replayed graph does not give print as n/a.
+  auto cell = [](int width, const std::optional<double>& total, std::int64_t n) {
+    if (total) {
+      std::printf(" %*.3f", width, per_it(*total, n));
+    } else {
+      std::printf(" %*s", width, "n/a");
+    }
+  };
   for (const RankReport& k : r.ranks) {
     const auto n = k.timed_iterations;
-    std::printf("%4d %-14.14s %-28.28s %9.3f %9.3f %8.3f %8.3f %9.3f", k.rank, k.host.c_str(),
-                k.device.c_str(), per_it(k.compute_ms, n), per_it(k.allreduce_ms, n),
-                per_it(k.wait_ms, n), per_it(k.exposed_comm_ms, n), k.iteration_ms.median);
+    std::printf("%4d %-14.14s %-28.28s %9.3f", k.rank, k.host.c_str(), k.device.c_str(),
+                per_it(k.step_ms, n));
+    cell(9, k.compute_ms, n);
+    cell(9, k.allreduce_ms, n);
+    cell(8, k.wait_ms, n);
+    cell(8, k.exposed_comm_ms, n);
+    std::printf(" %9.3f", k.iteration_ms.median);
     if (k.joules) {
-      std::printf(" %10.2f %9.2f %8.1f\n", *k.joules, k.wait_joules.value_or(0), k.average_watts);
+      std::printf(" %10.2f", *k.joules);
+      if (k.wait_joules) {
+        std::printf(" %9.2f", *k.wait_joules);
+      } else {
+        std::printf(" %9s", "n/a");
+      }
+      std::printf(" %8.1f\n", k.average_watts);
     } else {
       std::printf(" %10s %9s %8s\n", "-", "-", "-");
     }
   }
+  if (r.cuda_graph)
+    std::printf(
+        "(CUDA graph: step = forward + backward + all-reduces + update as one replay, timed by "
+        "events around it;\n compute, all-reduce, wait and exposed communication are not "
+        "measured)\n");
   for (const NodeEnergy& n : r.nodes) {
     if (n.joules) {
       std::printf("node %s: %.2f J over %d GPU(s)\n", n.host.c_str(), *n.joules, n.ranks);

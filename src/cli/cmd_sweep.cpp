@@ -72,7 +72,8 @@ int run_sweep(const std::vector<std::string>& args) {
   p.epilog(
       "Knob values: lists (--batch 64,128,256), inclusive ranges start:stop:step (--power-limit 200:700:25),\n"
       "--power-limit all[:STEP] = the device's allowed range, --sm-clock supported[:STEP], 'default' = leave as is.\n"
-      "--cuda-graph off,on: the training step run kernel by kernel or replayed as one CUDA graph (one GPU, no dropout).\n"
+      "--cuda-graph off,on: the training step run kernel by kernel or replayed as one CUDA graph (no dropout; with\n"
+      "--gpus N > 1 each replica replays its data-parallel step, all-reduces included).\n"
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
       "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;

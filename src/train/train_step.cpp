@@ -2,6 +2,7 @@
 #include "train/train_step.hpp"
 
 #include <string>
+#include <utility>
 
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
@@ -20,14 +21,22 @@ void check_graph_step_supported(const Executor& executor) {
   }
 }
 
-TrainStep::TrainStep(Executor& executor, SgdSolver& solver, bool use_graph)
-    : executor_(executor), solver_(solver), use_graph_(use_graph) {
+TrainStep::TrainStep(Executor& executor, SgdSolver& solver, bool use_graph, StepHooks hooks)
+    : executor_(executor), solver_(solver), use_graph_(use_graph), hooks_(std::move(hooks)) {
+  if (!(hooks_.loss_scale_divisor > 0.0f))
+    throw InvalidArgument("TrainStep: the loss-scale divisor must be positive");
   if (use_graph_) check_graph_step_supported(executor_);
+}
+
+void TrainStep::backward(float loss_scale) {
+  if (hooks_.before_backward) hooks_.before_backward();
+  executor_.backward(loss_scale / hooks_.loss_scale_divisor);
+  if (hooks_.after_backward) hooks_.after_backward();
 }
 
 void TrainStep::run_eager() {
   executor_.forward(Phase::kTrain);
-  executor_.backward(solver_.loss_scale());
+  backward(solver_.loss_scale());
   solver_.step();
 }
 
@@ -43,10 +52,11 @@ void TrainStep::run(int input_slot) {
   const double lr = solver_.learning_rate();
   Recording& rec = by_slot_[input_slot];
   if (!rec.work || rec.loss_scale != scale || rec.learning_rate != lr) {
+    if (hooks_.before_recording) hooks_.before_recording();
     rec.work.reset();  // its reserved memory first
     rec.work = executor_.backend().capture([&] {
       executor_.forward(Phase::kTrain);  // advances the executor's iteration, as a replay does below
-      executor_.backward(scale);
+      backward(scale);
       solver_.enqueue_update();
     });
     if (!rec.work) throw NotSupported("--cuda-graph: the " + executor_.backend().name() + " backend records no graphs");

@@ -1,6 +1,7 @@
 // `cnnergy dist-train` and `cnnergy concurrent` run in-process on CPU replicas: the JSON report
 // (ranks, buckets, epochs), scaling against a one-replica baseline run here or read from a file,
-// and bad flags (no batch, a batch that does not split, more GPUs than present).
+// and bad flags (no batch, a batch that does not split, more GPUs than present, --cuda-graph on the
+// CPU, also through the cnnergy binary for its exit code).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,8 +10,9 @@
 #include "cli/cmd_dist_train.hpp"
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
-#include "dist/dist_testing.hpp"
 #include "core/json.hpp"
+#include "dist/dist_testing.hpp"
+#include "train/cli_run.hpp"
 
 namespace cnnergy::cli {
 namespace {
@@ -162,6 +164,46 @@ TEST_F(DistTrainCli, ConcurrentAgainstSequentialSchedules) {
   a.push_back("--job-batch");
   a.push_back("9");  // does not split over the two replicas of the sequential schedule
   EXPECT_THROW(run_concurrent(a), InvalidArgument);
+}
+
+// --cuda-graph records each replica's step as a CUDA graph: with CPU replicas it is refused before
+// anything runs, as NotSupported (exit code 4) naming the flag and what it needs.
+TEST_F(DistTrainCli, CudaGraphOnTheCpuIsNotSupported) {
+  for (const bool concurrent : {false, true}) {
+    SCOPED_TRACE(concurrent ? "concurrent" : "dist-train");
+    std::vector<std::string> a =
+        concurrent ? base({"--jobs", "2", "--job-batch", "8", "--cuda-graph"})
+                   : base({"--gpus", "2", "--global-batch", "16", "--cuda-graph"});
+    if (concurrent)
+      for (std::size_t i = 0; i + 1 < a.size(); ++i)
+        if (a[i] == "--launcher")
+          a.erase(a.begin() + static_cast<std::ptrdiff_t>(i),
+                  a.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    try {
+      if (concurrent) {
+        run_concurrent(a);
+      } else {
+        run_dist_train(a);
+      }
+      FAIL() << "expected NotSupported";
+    } catch (const NotSupported& e) {
+      EXPECT_EQ(e.exit_code(), 4);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--cuda-graph"), std::string::npos) << m;
+      EXPECT_NE(m.find("--device cuda"), std::string::npos) << m;
+    }
+  }
+}
+
+// The same through the binary: the message on stderr and exit code 4 (`cnnergy --help`).
+TEST(DistTrainBinary, CudaGraphOnTheCpuExitsWithCodeFour) {
+  const auto r = cnnergy::testing::run_cli(
+      "dist-train --model lenet5 --data synthetic --dataset-size 64 --device cpu --gpus 2 "
+      "--global-batch 16 --max-iters 2 --no-energy --launcher local --cuda-graph");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("--cuda-graph records the step as a CUDA graph and needs --device cuda"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -13,8 +13,11 @@
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
 #include "dist/dist_testing.hpp"
+#include "net/solver.hpp"
+#include "train/dist/dp_internal.hpp"
 #include "train/dist/dp_trainer.hpp"
 #include "train/dist/grad_buckets.hpp"
+#include "train/train_step.hpp"
 
 namespace cnnergy::dist {
 namespace {
@@ -85,10 +88,13 @@ TEST_F(DataParallelThreads, WeightsAreIdenticalOnEveryReplicaAfterEveryStep) {
   ASSERT_EQ(r.ranks.size(), static_cast<std::size_t>(n));
   for (const RankReport& k : r.ranks) {
     EXPECT_EQ(k.timed_iterations, steps - 1);
-    EXPECT_GT(k.compute_ms, 0);
-    EXPECT_GE(k.allreduce_ms, 0);
-    EXPECT_GE(k.wait_ms, 0);
-    EXPECT_GE(k.exposed_comm_ms, k.allreduce_ms - 1e-9);  // host collectives never overlap compute
+    ASSERT_TRUE(k.compute_ms && k.allreduce_ms && k.wait_ms && k.exposed_comm_ms);
+    EXPECT_GT(*k.compute_ms, 0);
+    EXPECT_GE(*k.allreduce_ms, 0);
+    EXPECT_GE(*k.wait_ms, 0);
+    // Host collectives never overlap compute.
+    EXPECT_GE(*k.exposed_comm_ms, *k.allreduce_ms - 1e-9);
+    EXPECT_GE(k.step_ms, *k.compute_ms);
     EXPECT_EQ(k.phase_ms.size(), 5u);
     EXPECT_FALSE(k.joules);
   }
@@ -102,6 +108,9 @@ TEST_F(DataParallelThreads, WeightsAreIdenticalOnEveryReplicaAfterEveryStep) {
   }
   EXPECT_EQ(bucket_params, 8u);  // weight and bias of conv1, conv2, ip1, ip2
   EXPECT_EQ(r.bucket_transfer_ms.size(), 3u);
+  EXPECT_EQ(r.phase_names, dp_phase_names());
+  EXPECT_FALSE(r.cuda_graph);
+  EXPECT_EQ(r.graph_recordings, 0);
   ASSERT_EQ(r.epochs.size(), 1u);
   EXPECT_TRUE(std::isfinite(r.epochs[0].train_loss));
   ASSERT_TRUE(r.epochs[0].top1);
@@ -145,7 +154,7 @@ TEST_F(DataParallelThreads, BarrierWaitMethodAndNoOverlapGiveTheSameWeights) {
   const auto barrier = run_local_data_parallel(*graph_, data_, cpu(2), c);
   EXPECT_EQ(overlap.weights_checksum, barrier.weights_checksum);
   EXPECT_EQ(barrier.wait_method, "barrier");
-  for (const RankReport& k : barrier.ranks) EXPECT_GE(k.wait_ms, 0);
+  for (const RankReport& k : barrier.ranks) EXPECT_GE(k.wait_ms.value_or(-1), 0);
 }
 
 TEST_F(DataParallelThreads, AReplicaThatFailsStopsTheOthersAtOnce) {
@@ -266,6 +275,167 @@ TEST_F(DataParallelThreads, BucketsRepointGradientsWithoutChangingThem) {
     for (std::size_t k = 0; k < a.size(); ++k)
       ASSERT_EQ(a[k], b[k]) << pa[i]->name << "[" << k << "]";
   }
+}
+
+// --cuda-graph records the step as a CUDA graph: CPU replicas are refused up front (NotSupported,
+// exit code 4) on every rank, and so is the barrier wait method, which exists to time every
+// all-reduce apart (a replayed step is timed as a whole).
+TEST_F(DataParallelThreads, CudaGraphIsRefusedOnCpuReplicasAndWithTheBarrier) {
+  DataParallelConfig c = config(4, 2);
+  c.cuda_graph = true;
+  try {
+    run_local_data_parallel(*graph_, data_, cpu(2), c);
+    FAIL() << "expected NotSupported";
+  } catch (const NotSupported& e) {
+    EXPECT_EQ(e.exit_code(), 4);
+    EXPECT_NE(std::string(e.what()).find("CUDA backend"), std::string::npos) << e.what();
+  }
+  c.wait_method = WaitMethod::kBarrier;
+  try {
+    run_local_data_parallel(*graph_, data_, cpu(2), c);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--wait-method barrier"), std::string::npos) << e.what();
+  }
+}
+
+// TrainStep with the data-parallel hooks (what a recorded data-parallel step records) runs, kernel
+// by kernel, exactly the step the eager loop writes out by hand: forward, arm the buckets, backward
+// with the loss gradient divided by the replica count, launch the rest and join, update. Bit for
+// bit on the CPU backend, with the hooks called once per step, in order.
+TEST_F(DataParallelThreads, TrainStepWithDataParallelHooksIsTheHandWrittenStep) {
+  auto backend = create_backend(BackendOptions{});
+  ExecutorOptions eo;
+  eo.batch_size = 4;
+  Executor by_hand(*graph_, *backend, eo), by_step(*graph_, *backend, eo);
+  by_hand.initialize_parameters(seed_);
+  by_step.initialize_parameters(seed_);
+  SolverOptions so;
+  so.schedule.base_lr = 0.01;
+  SgdSolver solver_a(by_hand, so), solver_b(by_step, so);
+  auto solo_a = make_solo_communicator(CommOptions{});
+  auto solo_b = make_solo_communicator(CommOptions{});
+  BucketOptions bo;
+  bo.cap_bytes = 64 << 10;
+  GradientBuckets buckets_a(by_hand, *solo_a, bo), buckets_b(by_step, *solo_b, bo);
+  std::string calls;
+  StepHooks hooks;
+  hooks.loss_scale_divisor = 3.0f;  // as for 3 replicas
+  hooks.before_backward = [&] {
+    calls += "B";
+    buckets_b.begin_step();
+  };
+  hooks.after_backward = [&] {
+    calls += "E";
+    buckets_b.end_backward();
+  };
+  hooks.before_recording = [&] { calls += "R"; };  // never: nothing is recorded eagerly
+  TrainStep step(by_step, solver_b, /*use_graph=*/false, hooks);
+  Tensor images = test::random_tensor(Shape{4, 1, 28, 28}, rng_);
+  Tensor labels = Tensor::host(Shape{4}, DType::kI32);
+  for (int i = 0; i < 4; ++i)
+    labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng_.next_u32() % 10);
+  by_hand.set_input(images, labels);
+  by_step.set_input(images, labels);
+  for (int i = 0; i < 3; ++i) {
+    by_hand.forward(Phase::kTrain);
+    buckets_a.begin_step();
+    by_hand.backward(solver_a.loss_scale() / 3.0f);
+    buckets_a.end_backward();
+    solver_a.step();
+    step.run(0);
+  }
+  EXPECT_EQ(calls, "BEBEBE");
+  EXPECT_FALSE(step.graphed());
+  EXPECT_EQ(step.recordings(), 0);
+  EXPECT_EQ(solver_b.iteration(), 3);
+  EXPECT_EQ(weights_checksum(by_hand), weights_checksum(by_step));
+  EXPECT_THROW(
+      {
+        TrainStep zero(by_step, solver_b, false, StepHooks{0.0f, {}, {}, {}});
+        (void)zero;
+      },
+      InvalidArgument);
+}
+
+// Untimed buckets (a recorded step: events inside a capture cannot be read back) reduce the same
+// gradients and keep no timings; the wait barrier, which exists to time, needs timed buckets.
+TEST_F(DataParallelThreads, UntimedBucketsReduceTheSameGradientsAndKeepNoTimings) {
+  auto backend = create_backend(BackendOptions{});
+  ExecutorOptions eo;
+  eo.batch_size = 4;
+  Executor timed(*graph_, *backend, eo), untimed(*graph_, *backend, eo);
+  timed.initialize_parameters(seed_);
+  untimed.initialize_parameters(seed_);
+  auto solo = make_solo_communicator(CommOptions{});
+  BucketOptions bo;
+  bo.cap_bytes = 1 << 10;
+  GradientBuckets with_timing(timed, *solo, bo);
+  bo.timed = false;
+  GradientBuckets without_timing(untimed, *solo, bo);
+  EXPECT_EQ(with_timing.buckets().size(), without_timing.buckets().size());
+  Tensor images = test::random_tensor(Shape{4, 1, 28, 28}, rng_);
+  Tensor labels = Tensor::host(Shape{4}, DType::kI32);
+  for (int i = 0; i < 4; ++i)
+    labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng_.next_u32() % 10);
+  for (int step = 0; step < 2; ++step) {
+    for (auto [ex, bk] : {std::pair{&timed, &with_timing}, std::pair{&untimed, &without_timing}}) {
+      ex->set_input(images, labels);
+      ex->forward(Phase::kTrain);
+      bk->begin_step();
+      ex->backward();
+      bk->end_backward();
+    }
+  }
+  with_timing.harvest(true);
+  without_timing.harvest(true);
+  EXPECT_EQ(with_timing.timings().size(), 2u);
+  EXPECT_TRUE(without_timing.timings().empty());
+  const auto pa = timed.parameters(), pb = untimed.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const auto a = pa[i]->grad.f32(), b = pb[i]->grad.f32();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k)
+      ASSERT_EQ(a[k], b[k]) << pa[i]->name << "[" << k << "]";
+  }
+  Executor third(*graph_, *backend, eo);
+  BucketOptions bad;
+  bad.timed = false;
+  bad.wait_barrier = true;
+  EXPECT_THROW(
+      {
+        GradientBuckets refused(third, *solo, bad);
+        (void)refused;
+      },
+      InvalidArgument);
+}
+
+// Figures a replayed graph does not measure travel between ranks as "not measured", not as zero.
+TEST(DataParallelReportCodec, UnmeasuredFiguresStayEmptyAcrossRanks) {
+  RankReport r;
+  r.rank = 1;
+  r.host = "node";
+  r.device = "cuda:1 (test)";
+  r.timed_iterations = 3;
+  r.step_ms = 12.5;
+  r.load_ms = 0.25;
+  r.phase_ms = {Summary{}, Summary{}};
+  const RankReport graphed = decode_rank_report(encode_rank_report(r));
+  EXPECT_FALSE(graphed.compute_ms || graphed.allreduce_ms || graphed.wait_ms ||
+               graphed.exposed_comm_ms);
+  EXPECT_FALSE(graphed.wait_joules);
+  EXPECT_EQ(graphed.step_ms, 12.5);
+  EXPECT_EQ(graphed.phase_ms.size(), 2u);
+  r.compute_ms = 1.0 / 3.0;
+  r.allreduce_ms = 0.0;
+  r.wait_ms = 2.0;
+  r.exposed_comm_ms = 0.5;
+  const RankReport eager = decode_rank_report(encode_rank_report(r));
+  ASSERT_TRUE(eager.compute_ms && eager.allreduce_ms && eager.wait_ms && eager.exposed_comm_ms);
+  EXPECT_EQ(*eager.compute_ms, 1.0 / 3.0);  // exact round trip
+  EXPECT_EQ(*eager.allreduce_ms, 0.0);
+  EXPECT_EQ(*eager.wait_ms, 2.0);
+  EXPECT_EQ(*eager.exposed_comm_ms, 0.5);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // GPU data parallelism in one process (one thread per GPU, NCCL): all-reduce of every dtype across
 // GPUs, LeNet-5 weights identical on both GPUs after every step and matching one GPU with the same
 // global batch, fp16 replicas staying identical, per-GPU energy summed (never one GPU times N), and
-// a stalled replica becoming a timeout error. Every test skips without two GPUs.
+// a stalled replica becoming a timeout error; the same with every step replayed as a CUDA graph
+// (--cuda-graph), whose weights must equal the eager data-parallel run's. Every test skips without
+// two GPUs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -157,6 +159,101 @@ TEST_F(NcclDist, AStalledGpuReplicaIsATimeoutError) {
   EXPECT_THROW(run_local_data_parallel(*graph_, data_, gpus(2, Precision::kFp32, 1.0), c),
                DeviceError);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+}
+
+// --cuda-graph: each replica replays forward, backward with the bucket all-reduces (on the
+// communication stream, forked and joined inside the recording) and the update. Weights stay
+// identical on both GPUs after every step, and equal the eager data-parallel run's within the
+// tolerance that run keeps against one GPU (WeightsIdenticalEveryStepAndEqualToOneGpu). Both input
+// paths: the loader's two input slots (a recording each) and --fixed-batch (one).
+TEST_F(NcclDist, GraphedStepsKeepReplicasIdenticalAndEqualTheEagerRun) {
+  for (const bool fixed : {false, true}) {
+    SCOPED_TRACE(fixed ? "fixed batch" : "loader");
+    test::ScratchDir dir("nccl_graph");
+    std::mutex m;
+    std::map<std::int64_t, std::vector<std::string>> sums;
+    DataParallelConfig graphed = config(8, 6);
+    graphed.fixed_batch = fixed;
+    graphed.cuda_graph = true;
+    graphed.save_path = dir.file("graphed.ckpt");
+    graphed.after_step = [&](int rank, std::int64_t step, Executor& ex) {
+      const std::string s = weights_checksum(ex);
+      std::lock_guard<std::mutex> lock(m);
+      sums[step].resize(2);
+      sums[step][static_cast<std::size_t>(rank)] = s;
+    };
+    const DataParallelReport g = run_local_data_parallel(*graph_, data_, gpus(2), graphed);
+    ASSERT_EQ(sums.size(), 6u);
+    for (const auto& [step, v] : sums) EXPECT_EQ(v[0], v[1]) << "step " << step;
+    EXPECT_TRUE(g.cuda_graph);
+    EXPECT_EQ(g.comm_kind, "nccl");
+    // The first step runs eagerly; then one recording per input slot (the learning rate is fixed).
+    EXPECT_EQ(g.graph_recordings, fixed ? 1 : 2);
+    EXPECT_EQ(g.phase_names, dp_graph_phase_names());
+    EXPECT_TRUE(g.bucket_transfer_ms.empty()) << "per-bucket times are not measured in graph mode";
+    ASSERT_EQ(g.ranks.size(), 2u);
+    for (const RankReport& k : g.ranks) {
+      EXPECT_EQ(k.phase_ms.size(), 2u);
+      EXPECT_FALSE(k.compute_ms || k.allreduce_ms || k.wait_ms || k.exposed_comm_ms);
+      EXPECT_FALSE(k.wait_joules);
+      EXPECT_GT(k.step_ms, 0);
+      EXPECT_EQ(k.timed_iterations, 5);
+    }
+
+    DataParallelConfig eager = graphed;
+    eager.cuda_graph = false;
+    eager.after_step = nullptr;
+    eager.save_path = dir.file("eager.ckpt");
+    const DataParallelReport e = run_local_data_parallel(*graph_, data_, gpus(2), eager);
+    EXPECT_FALSE(e.cuda_graph);
+    EXPECT_LE(test::weight_mismatch(test::checkpoint_weights(*graph_, graphed.save_path),
+                                    test::checkpoint_weights(*graph_, eager.save_path), 1e-4, 1e-3),
+              1.0);
+  }
+}
+
+// fp16 with dynamic loss scaling, graphed: a recording is redone when the scale changes (an
+// overflow at the start scale of 65536 is likely within a few steps), and the replicas stay
+// identical after every step (check_weights_every = 1 throws otherwise).
+TEST_F(NcclDist, GraphedFp16ReplicasStayIdentical) {
+  DataParallelConfig c = config(8, 6, DType::kF16);
+  c.cuda_graph = true;
+  c.fixed_batch = true;
+  c.check_weights_every = 1;
+  const DataParallelReport r =
+      run_local_data_parallel(*graph_, data_, gpus(2, Precision::kFp16), c);
+  EXPECT_TRUE(r.cuda_graph);
+  EXPECT_GE(r.graph_recordings, 1);
+  EXPECT_EQ(r.weights_checksum.size(), 16u);
+}
+
+// A replica that stalls while the other replays its graph (whose all-reduce then waits for the
+// stalled peer inside the graph) is still a timeout error in bounded time, not a hang: the bounded
+// waits cover the compute stream in graph mode, and the failing rank aborts NCCL before its
+// recordings are destroyed (which waits for their replays).
+TEST_F(NcclDist, AStalledReplicaIsATimeoutErrorWithCudaGraphs) {
+  DataParallelConfig c = config(8, 50);
+  c.evaluate = false;
+  c.fixed_batch = true;
+  c.cuda_graph = true;
+  c.after_step = [](int rank, std::int64_t step, Executor&) {
+    if (rank == 1 && step == 3) std::this_thread::sleep_for(std::chrono::seconds(4));
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(run_local_data_parallel(*graph_, data_, gpus(2, Precision::kFp32, 1.0), c),
+               DeviceError);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+}
+
+// The one-GPU baseline of a graphed run (--compare-single) runs graphed too, with no transport.
+TEST_F(NcclDist, OneGraphedReplicaNeedsNoTransport) {
+  DataParallelConfig c = config(16, 4);
+  c.cuda_graph = true;
+  c.fixed_batch = true;
+  const DataParallelReport r = run_local_data_parallel(*graph_, data_, gpus(1), c);
+  EXPECT_TRUE(r.cuda_graph);
+  EXPECT_EQ(r.world_size, 1);
+  EXPECT_EQ(r.graph_recordings, 1);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ struct RankState {
   std::vector<BucketStepTiming> bucket_timings;  // per timed step
   bool host_comm = true;  // collectives synchronous on the host (threads, MPI)
   bool overlap = true;    // buckets launched from the backward hook
+  bool graphed = false;   // steps replayed as CUDA graphs: phases load, step; no bucket timings
+  std::int64_t graph_recordings = 0, graph_recordings_timed = 0;
   std::vector<EpochSummary> epochs;
 };
 

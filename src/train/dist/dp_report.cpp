@@ -1,7 +1,8 @@
 // From raw per-rank measurements to the gathered data-parallel report: transfer vs wait split of
 // the bucket all-reduces (the fastest time of a bucket over all steps and ranks is its transfer
 // time), compute time net of communication, wait energy, per-node and total energy, plus the model
-// signature and weight checksums the ranks compare.
+// signature and weight checksums the ranks compare. Steps replayed as CUDA graphs give the step as
+// a whole only: their compute, all-reduce, wait and exposed-communication figures stay empty.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -115,10 +116,15 @@ std::string encode_rank_report(const RankReport& r) {
   put("iteration_ms", encode_summary(r.iteration_ms));
   for (std::size_t i = 0; i < r.phase_ms.size(); ++i)
     put("phase" + std::to_string(i), encode_summary(r.phase_ms[i]));
-  put("compute_ms", exact_number(r.compute_ms));
-  put("allreduce_ms", exact_number(r.allreduce_ms));
-  put("wait_ms", exact_number(r.wait_ms));
-  put("exposed_comm_ms", exact_number(r.exposed_comm_ms));
+  // Figures not measured (a replayed CUDA graph) are left out and decode as empty.
+  auto put_opt = [&put](const std::string& k, const std::optional<double>& v) {
+    if (v) put(k, exact_number(*v));
+  };
+  put_opt("compute_ms", r.compute_ms);
+  put_opt("allreduce_ms", r.allreduce_ms);
+  put_opt("wait_ms", r.wait_ms);
+  put_opt("exposed_comm_ms", r.exposed_comm_ms);
+  put("step_ms", exact_number(r.step_ms));
   put("load_ms", exact_number(r.load_ms));
   put("loader_wait_ms", exact_number(r.loader_wait_ms));
   if (r.joules) put("joules", exact_number(*r.joules));
@@ -152,10 +158,14 @@ RankReport decode_rank_report(const std::string& text) {
   r.iteration_ms = decode_summary(get("iteration_ms"));
   for (std::size_t i = 0; kv.count("phase" + std::to_string(i)); ++i)
     r.phase_ms.push_back(decode_summary(get("phase" + std::to_string(i))));
-  r.compute_ms = num("compute_ms");
-  r.allreduce_ms = num("allreduce_ms");
-  r.wait_ms = num("wait_ms");
-  r.exposed_comm_ms = num("exposed_comm_ms");
+  auto opt = [&](const std::string& k) {
+    return kv.count(k) ? std::optional<double>(num(k)) : std::nullopt;
+  };
+  r.compute_ms = opt("compute_ms");
+  r.allreduce_ms = opt("allreduce_ms");
+  r.wait_ms = opt("wait_ms");
+  r.exposed_comm_ms = opt("exposed_comm_ms");
+  r.step_ms = num("step_ms");
   r.load_ms = num("load_ms");
   r.loader_wait_ms = num("loader_wait_ms");
   if (kv.count("joules")) r.joules = num("joules");
@@ -204,35 +214,46 @@ DataParallelReport gather_report(Communicator& comm, const RankState& st,
   for (const auto& p : st.phase_ms) r.phase_ms.push_back(summarize(p));
   r.loader_wait_ms = st.loader_wait_ms;
   r.metered = st.metered;
-  const bool barrier = config.wait_method == WaitMethod::kBarrier;
-  double measured_comm = 0;  // every bucket's measured duration, all steps
-  for (const BucketStepTiming& t : st.bucket_timings) {
-    double step_sum = 0;
-    for (std::size_t b = 0; b < nb && b < t.bucket_ms.size(); ++b) step_sum += t.bucket_ms[b];
-    measured_comm += step_sum + t.barrier_ms;
-    if (barrier) {
-      r.wait_ms += std::max(0.0, t.barrier_ms - global_min[nb]);
-      r.allreduce_ms += step_sum + global_min[nb];
-    } else {
-      for (std::size_t b = 0; b < nb && b < t.bucket_ms.size(); ++b) {
-        r.wait_ms += std::max(0.0, t.bucket_ms[b] - global_min[b]);
-        r.allreduce_ms += std::min(t.bucket_ms[b], global_min[b]);
-      }
-    }
-  }
   auto phase_total = [&st](std::size_t i) {
     return i < st.phase_ms.size() ? sum(st.phase_ms[i]) : 0.0;
   };
   r.load_ms = phase_total(0);
-  // Host collectives are synchronous: launched from the backward hook they sit inside the backward
-  // phase, so they are taken out of compute; on a GPU the backward phase holds kernels only.
-  r.compute_ms = phase_total(1) + phase_total(2) + phase_total(4) -
-                 (st.host_comm && st.overlap ? measured_comm : 0.0);
-  r.exposed_comm_ms = st.host_comm ? measured_comm : phase_total(3);
+  if (st.graphed) {
+    // One replayed graph per step: only the step as a whole is timed (events around the replay on
+    // the compute stream). Compute, all-reduce, wait and exposed communication stay empty.
+    r.step_ms = phase_total(1);
+  } else {
+    const bool barrier = config.wait_method == WaitMethod::kBarrier;
+    double measured_comm = 0;  // every bucket's measured duration, all steps
+    double wait = 0, allreduce = 0;
+    for (const BucketStepTiming& t : st.bucket_timings) {
+      double step_sum = 0;
+      for (std::size_t b = 0; b < nb && b < t.bucket_ms.size(); ++b) step_sum += t.bucket_ms[b];
+      measured_comm += step_sum + t.barrier_ms;
+      if (barrier) {
+        wait += std::max(0.0, t.barrier_ms - global_min[nb]);
+        allreduce += step_sum + global_min[nb];
+      } else {
+        for (std::size_t b = 0; b < nb && b < t.bucket_ms.size(); ++b) {
+          wait += std::max(0.0, t.bucket_ms[b] - global_min[b]);
+          allreduce += std::min(t.bucket_ms[b], global_min[b]);
+        }
+      }
+    }
+    r.wait_ms = wait;
+    r.allreduce_ms = allreduce;
+    r.step_ms = phase_total(1) + phase_total(2) + phase_total(3) + phase_total(4);
+    // Host collectives are synchronous: launched from the backward hook they sit inside the
+    // backward phase, so they are taken out of compute; on a GPU the backward phase holds kernels
+    // only.
+    r.compute_ms = phase_total(1) + phase_total(2) + phase_total(4) -
+                   (st.host_comm && st.overlap ? measured_comm : 0.0);
+    r.exposed_comm_ms = st.host_comm ? measured_comm : phase_total(3);
+  }
   if (st.joules && !st.energy_missing) {
     r.joules = st.joules;
     r.average_watts = st.seconds > 0 ? *st.joules / st.seconds : 0;
-    r.wait_joules = r.average_watts * r.wait_ms / 1e3;
+    if (r.wait_ms) r.wait_joules = r.average_watts * *r.wait_ms / 1e3;
     r.energy_source = st.energy_source;
   }
 
@@ -243,9 +264,14 @@ DataParallelReport gather_report(Communicator& comm, const RankState& st,
   rep.global_batch = config.per_replica_batch * comm.size();
   rep.iterations = st.iterations;
   rep.buckets = buckets;
-  rep.bucket_transfer_ms.assign(global_min.begin(),
-                                global_min.begin() + static_cast<std::ptrdiff_t>(nb));
+  if (!st.graphed)
+    rep.bucket_transfer_ms.assign(global_min.begin(),
+                                  global_min.begin() + static_cast<std::ptrdiff_t>(nb));
   rep.epochs = st.epochs;
+  rep.phase_names = st.phase_names;
+  rep.cuda_graph = st.graphed;
+  rep.graph_recordings = st.graph_recordings;
+  rep.graph_recordings_timed = st.graph_recordings_timed;
   rep.wait_method = wait_method_name(config.wait_method);
   for (const std::string& text : comm.all_gather(encode_rank_report(r)))
     rep.ranks.push_back(decode_rank_report(text));

@@ -1,14 +1,18 @@
 // train_data_parallel(): one rank's measured loop. Per step: load (own shard, asynchronous upload),
 // forward, backward with bucket all-reduces launched from the layer hook, the compute stream's wait
 // for the last bucket ("comm_exposed"), update; then Communicator::end_step() keeps the host at
-// most one step ahead so a dead peer is noticed within the timeout. Timed windows start after the
-// warm-up steps; energy comes from this rank's own probe. Aggregation across ranks: dp_report.cpp.
+// most one step ahead so a dead peer is noticed within the timeout. With cuda_graph the step after
+// load is one replayed recording (TrainStep), timed as a whole ("step"). Timed windows start after
+// the warm-up steps; energy comes from this rank's own probe. Aggregation across ranks:
+// dp_report.cpp.
 #include "train/dist/dp_trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <optional>
 
 #include "core/errors.hpp"
@@ -22,6 +26,7 @@
 #include "train/dist/sharding.hpp"
 #include "train/evaluator.hpp"
 #include "train/fixed_batch.hpp"
+#include "train/train_step.hpp"
 
 namespace cnnergy::dist {
 
@@ -33,6 +38,7 @@ double seconds_since(Clock::time_point t0) {
 }
 
 enum PhaseIndex : std::size_t { kLoad = 0, kForward, kBackward, kCommExposed, kUpdate, kNumPhases };
+constexpr std::size_t kGraphStep = 1;  // with cuda_graph: load, step
 
 void validate(const DataParallelConfig& c, const data::DatasetSplits& d, const Graph& g,
               int world) {
@@ -44,6 +50,11 @@ void validate(const DataParallelConfig& c, const data::DatasetSplits& d, const G
   if (c.warmup_iterations < 0 || c.max_iterations_per_epoch < 0 || c.eval_batches < 0 ||
       c.check_weights_every < 0)
     throw InvalidArgument("warm-up, iteration, evaluation and check counts must be >= 0");
+  if (c.cuda_graph && c.wait_method == WaitMethod::kBarrier)
+    throw InvalidArgument(
+        "--wait-method barrier times every all-reduce apart, and a step replayed as a CUDA graph "
+        "(--cuda-graph) is timed only as a whole: use --wait-method estimate (nothing is timed per "
+        "bucket then either) or drop --cuda-graph");
   if (c.expected_world_size > 0 && c.expected_world_size != world)
     throw InvalidArgument("expected " + std::to_string(c.expected_world_size) +
                           " ranks, but the communicator has " + std::to_string(world) +
@@ -74,6 +85,7 @@ std::string run_signature(const Graph& g, const Backend& b, const DataParallelCo
   s += "; lr " + std::to_string(c.solver.schedule.base_lr) + " momentum " +
        std::to_string(c.solver.momentum) + " decay " + std::to_string(c.solver.weight_decay);
   if (c.fixed_batch) s += "; fixed batch";
+  if (c.cuda_graph) s += "; cuda graph";
   s += "; buckets " + std::to_string(c.buckets.cap_bytes) + (c.buckets.overlap ? " overlap" : "") +
        " wait " + wait_method_name(c.wait_method);
   if (!c.signature.empty()) s += "; " + c.signature;
@@ -109,8 +121,10 @@ void average_buffers(Executor& exec, Communicator& comm) {
   }
 }
 
-void check_weights(Executor& exec, Communicator& comm, std::int64_t step, std::string* out) {
-  comm.synchronize();
+// `settle` is a bounded wait for everything this rank enqueued (see train_data_parallel).
+void check_weights(Executor& exec, Communicator& comm, const std::function<void()>& settle,
+                   std::int64_t step, std::string* out) {
+  settle();
   const std::string mine = weights_checksum(exec);
   const auto all = comm.all_gather(mine);
   for (std::size_t r = 1; r < all.size(); ++r)
@@ -128,6 +142,43 @@ const std::vector<std::string>& dp_phase_names() {
                                                  "update"};
   return names;
 }
+
+const std::vector<std::string>& dp_graph_phase_names() {
+  static const std::vector<std::string> names = {"load", "step"};
+  return names;
+}
+
+namespace {
+
+// With cuda_graph, an exception leaving the loop would destroy the recordings, and destroying one
+// first waits for its replays; a replay whose all-reduce waits for a peer that failed never ends
+// unless this rank's communicator is aborted (which makes its collectives return). NCCL (>= 2.26)
+// in turn finishes an abort only once the graphs that captured its collectives are gone, which is
+// why NcclCommunicator aborts on a thread of its own. Declared after the TrainStep, this guard
+// runs before the recordings are destroyed.
+class AbortOnUnwind {
+ public:
+  AbortOnUnwind(Communicator& comm, bool armed)
+      : comm_(comm), armed_(armed), uncaught_(std::uncaught_exceptions()) {}
+  ~AbortOnUnwind() {
+    if (armed_ && std::uncaught_exceptions() > uncaught_) {
+      try {
+        comm_.abort("rank " + std::to_string(comm_.rank()) +
+                    " failed during a data-parallel step recorded as a CUDA graph");
+      } catch (...) {  // never from a destructor
+      }
+    }
+  }
+  AbortOnUnwind(const AbortOnUnwind&) = delete;
+  AbortOnUnwind& operator=(const AbortOnUnwind&) = delete;
+
+ private:
+  Communicator& comm_;
+  bool armed_;
+  int uncaught_;
+};
+
+}  // namespace
 
 DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Communicator& comm,
                                        const data::DatasetSplits& data,
@@ -149,6 +200,9 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   eo.batch_size = b;
   eo.dropout_seed = mix_rank_seed(config.seed, rank);
   Executor exec(graph, backend, eo);
+  const bool graphed = config.cuda_graph;
+  // NotSupported on every rank alike (same backend and model, agreed above), before any collective.
+  if (graphed) check_graph_step_supported(exec);
   exec.initialize_parameters(config.seed);
   broadcast_state(exec, comm);
 
@@ -157,6 +211,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   SgdSolver solver(exec, so);
   BucketOptions bo = config.buckets;
   bo.wait_barrier = config.wait_method == WaitMethod::kBarrier;
+  bo.timed = !graphed;  // events recorded inside a capture cannot be read back
   GradientBuckets buckets(exec, comm, bo);
   // Same buckets everywhere, or the all-reduces would pair different tensors.
   std::string layout_text;
@@ -164,8 +219,17 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
     layout_text += std::to_string(bi.bytes) + std::string(dtype_name(bi.dtype)) + ",";
   agree(comm, "gradient buckets", layout_text);
 
+  // A bounded wait for everything this rank has enqueued. Eagerly the collectives run on the
+  // communication stream, so waiting for it covers them; in a replayed graph they run inside the
+  // graph on the compute stream, so the communication stream first waits for the compute stream.
+  auto settle = [&] {
+    if (graphed) comm.wait_for_compute();
+    comm.synchronize();
+  };
+
   RankState st;  // what dp_report.cpp turns into the reports
-  st.phase_names = dp_phase_names();
+  st.graphed = graphed;
+  st.phase_names = graphed ? dp_graph_phase_names() : dp_phase_names();
   PhaseTimer timer(backend, st.phase_names);
   const Shape& per = data.train->sample_shape();
   const Shape in_shape{b, per[0], per[1], per[2]};
@@ -180,8 +244,18 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   if (config.fixed_batch)
     upload_random_batch(backend, data.train->num_classes(), mix_rank_seed(config.seed, rank), images[0], labels[0]);
   const float backward_scale_divisor = static_cast<float>(world);
+  // The graph-mode step (the eager loop below does the same by hand, timing each phase). Declared
+  // after everything its recordings address, so they are destroyed first.
+  StepHooks hooks;
+  hooks.loss_scale_divisor = backward_scale_divisor;
+  hooks.before_backward = [&] { buckets.begin_step(); };
+  hooks.after_backward = [&] { buckets.end_backward(); };
+  hooks.before_recording = settle;  // replacing a recording waits for its replays: bounded first
+  TrainStep train_step(exec, solver, graphed, hooks);
+  AbortOnUnwind abort_on_unwind(comm, graphed);
 
   std::int64_t step = 0, slot = 0;
+  std::int64_t window_recordings0 = 0;
   for (std::int64_t epoch = 0; epoch < config.epochs; ++epoch) {
     data::LoaderOptions lo;
     lo.batch_size = b;
@@ -209,7 +283,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
     for (std::int64_t it = 0; it < iters_per_epoch; ++it, ++step) {
       if (step >= config.warmup_iterations && !window_open) {
         // Start of a timed window: nothing of the warm-up may leak into it.
-        comm.synchronize();
+        settle();
         backend.synchronize();
         if (step == config.warmup_iterations) {
           timer.flush();
@@ -221,13 +295,16 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
         window_open = true;
         window_t0 = Clock::now();
         window_wait0 = loader_wait_ms();
+        window_recordings0 = train_step.recordings();
       }
       timer.begin_iteration();
+      int input_slot = 0;  // which input buffers this step reads (one recording each)
       if (loader) {
         std::optional<data::Batch> batch = loader->next();
         if (!batch) throw InternalError("the loader ran out of batches before the epoch ended");
-        const Tensor& dev_images = images[slot % 2];
-        const Tensor& dev_labels = labels[slot % 2];
+        input_slot = static_cast<int>(slot % 2);
+        const Tensor& dev_images = images[input_slot];
+        const Tensor& dev_labels = labels[input_slot];
         ++slot;
         backend.upload(batch->images, dev_images, /*async=*/true);
         backend.upload(batch->labels, dev_labels, /*async=*/true);
@@ -243,23 +320,36 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
         exec.set_input(images[0], labels[0]);  // already there: the "load" phase is empty
       }
       timer.end_phase(kLoad);
-      exec.forward(Phase::kTrain);
-      timer.end_phase(kForward);
-      // A dynamic loss scale is read back from the previous update, which waited for the previous
-      // all-reduces: wait for those first, with the timeout, instead of blocking without one.
-      if (so.loss_scale.dynamic) comm.synchronize();
-      buckets.begin_step();
-      exec.backward(solver.loss_scale() / backward_scale_divisor);
-      timer.end_phase(kBackward);
-      buckets.end_backward();
-      timer.end_phase(kCommExposed);
-      solver.step();
-      timer.end_phase(kUpdate);
-      timer.end_iteration();
+      if (graphed) {
+        // The step reads the loss scale before it records or replays; with a dynamic scale that
+        // is a download behind the previous step (all-reduces included): wait for it bounded.
+        if (so.loss_scale.dynamic) settle();
+        train_step.run(input_slot);  // the first step eagerly (untimed per bucket), then replays
+        timer.end_phase(kGraphStep);
+        timer.end_iteration();
+        // The communication stream holds none of a replay's all-reduces: it waits for the compute
+        // stream first, so end_step's fence follows this step's replay and bounds the host's lead.
+        comm.wait_for_compute();
+      } else {
+        exec.forward(Phase::kTrain);
+        timer.end_phase(kForward);
+        // A dynamic loss scale is read back from the previous update, which waited for the
+        // previous all-reduces: wait for those first, with the timeout, instead of blocking
+        // without one.
+        if (so.loss_scale.dynamic) comm.synchronize();
+        buckets.begin_step();
+        exec.backward(solver.loss_scale() / backward_scale_divisor);
+        timer.end_phase(kBackward);
+        buckets.end_backward();
+        timer.end_phase(kCommExposed);
+        solver.step();
+        timer.end_phase(kUpdate);
+        timer.end_iteration();
+      }
       comm.end_step();
 
       if (config.loss_every > 0 && (it % config.loss_every == 0 || it + 1 == iters_per_epoch)) {
-        comm.synchronize();
+        settle();
         const float l = exec.read_loss();
         if (std::isfinite(l)) {
           loss_sum += l;
@@ -267,19 +357,20 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
         }
       }
       if (config.check_weights_every > 0 && (step + 1) % config.check_weights_every == 0)
-        check_weights(exec, comm, step + 1, nullptr);
+        check_weights(exec, comm, settle, step + 1, nullptr);
       if (config.after_step) {
-        comm.synchronize();
+        settle();
         backend.synchronize();
         config.after_step(rank, step + 1, exec);
       }
     }
-    comm.synchronize();
+    settle();
     backend.synchronize();
     in_flight
         .clear();  // only now: an asynchronous upload may read a batch until the device is idle
     if (window_open) {
       st.seconds += seconds_since(window_t0);
+      st.graph_recordings_timed += train_step.recordings() - window_recordings0;
       st.loader_wait_ms += loader_wait_ms() - window_wait0;
       if (energy) {
         if (auto r = energy->end()) {
@@ -318,12 +409,12 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
     st.epochs.push_back(es);
   }
 
-  comm.synchronize();
+  settle();
   backend.synchronize();
   timer.flush();
   buckets.harvest(true);
   std::string checksum;
-  check_weights(exec, comm, step, &checksum);
+  check_weights(exec, comm, settle, step, &checksum);
   if (!config.save_path.empty()) {
     if (rank == 0) save_checkpoint(config.save_path, exec, solver);
     comm.barrier();
@@ -339,6 +430,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   st.bucket_timings = buckets.timings();
   st.host_comm = comm.kind() != "nccl";
   st.overlap = buckets.options().overlap;
+  st.graph_recordings = train_step.recordings();
   const Workload w = graph.total_workload();
 
   DataParallelReport report = gather_report(comm, st, buckets.buckets(), config);

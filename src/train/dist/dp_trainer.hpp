@@ -10,6 +10,11 @@
 // process with the whole batch computes. Batch norm normalises per replica (statistics over the
 // per-replica batch, as every framework's default DDP does); running statistics are averaged over
 // ranks before each evaluation. Dropout masks differ per rank (seed mixed with the rank).
+//
+// With cuda_graph (GPU replicas), every step after the first is one replayed CUDA graph per rank
+// holding forward, backward with its bucket all-reduces (forked onto the communication stream and
+// joined back inside the recording) and the update; the step is then timed only as a whole, and
+// the per-bucket all-reduce, wait and exposed-communication figures are not measured (empty).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +66,10 @@ struct DataParallelConfig {
   // compute and communication alone, as the one-GPU benchmarks and sweep trials measure them.
   // The weights still update and stay identical across replicas; accuracy means nothing then.
   bool fixed_batch = false;
+  // Replay each step (after the first, eager one) as a CUDA graph recorded per input slot, redone
+  // when the learning rate or the fp16 loss scale changes (TrainStep). NotSupported on the CPU and
+  // for networks with dropout; InvalidArgument with WaitMethod::kBarrier (nothing is timed).
+  bool cuda_graph = false;
   int loader_workers = 2;
   int prefetch = 3;
   std::int64_t loss_every = 20;  // read the loss every N steps (a bounded synchronisation)
@@ -78,6 +87,9 @@ struct DataParallelConfig {
 
 // The phases every rank times per step, in order (RankReport::phase_ms).
 const std::vector<std::string>& dp_phase_names();  // load, forward, backward, comm_exposed, update
+// With cuda_graph: load, step (a replayed graph's forward, backward, all-reduces and update cannot
+// be told apart).
+const std::vector<std::string>& dp_graph_phase_names();
 
 struct RankReport {
   int rank = 0;
@@ -86,12 +98,14 @@ struct RankReport {
   std::int64_t timed_iterations = 0;
   double seconds = 0;  // wall time of the timed (metered) windows
   Summary iteration_ms;
-  std::vector<Summary> phase_ms;  // per iteration: load, forward, backward, comm_exposed, update
-  // Totals over the timed iterations (ms):
-  double compute_ms = 0;       // forward + backward + update, communication excluded
-  double allreduce_ms = 0;     // all-reduce transfer time (overlapped or not)
-  double wait_ms = 0;          // waiting for slower ranks
-  double exposed_comm_ms = 0;  // compute idle because of communication (the part not overlapped)
+  std::vector<Summary> phase_ms;  // per iteration, DataParallelReport::phase_names
+  // Totals over the timed iterations (ms). Empty where not measured: with cuda_graph the step is
+  // one replayed graph, timed only as a whole (step_ms).
+  std::optional<double> compute_ms;       // forward + backward + update, communication excluded
+  std::optional<double> allreduce_ms;     // all-reduce transfer time (overlapped or not)
+  std::optional<double> wait_ms;          // waiting for slower ranks
+  std::optional<double> exposed_comm_ms;  // compute idle because of communication (not overlapped)
+  double step_ms = 0;  // the whole step after the load phase (forward to update, all-reduces in)
   double load_ms = 0;
   double loader_wait_ms = 0;          // time the loop blocked on the data loader
   std::optional<double> joules;       // this rank's GPU over the timed windows
@@ -129,9 +143,14 @@ struct DataParallelReport {
   std::vector<NodeEnergy> nodes;
   std::vector<RankReport> ranks;  // by rank
   std::vector<BucketInfo> buckets;
-  std::vector<double>
-      bucket_transfer_ms;  // per bucket: the fastest all-reduce over steps and ranks
+  // Per bucket: the fastest all-reduce over steps and ranks; empty where not measured (cuda_graph).
+  std::vector<double> bucket_transfer_ms;
   std::vector<EpochSummary> epochs;
+  std::vector<std::string> phase_names;     // of RankReport::phase_ms
+  bool cuda_graph = false;                  // steps replayed as CUDA graphs
+  std::int64_t graph_recordings = 0;        // per rank (every rank records at the same steps)
+  std::int64_t graph_recordings_timed = 0;  // of them, made inside the timed windows (host time
+                                            // the device may idle through, counted in the step)
   std::string wait_method;
   std::string weights_checksum;  // FNV-1a of the final master weights, equal on every rank
   double flops_per_sample = 0;

@@ -32,6 +32,10 @@ GradientBuckets::GradientBuckets(Executor& executor, Communicator& comm,
                                  const BucketOptions& options)
     : executor_(executor), comm_(comm), options_(options) {
   if (options_.cap_bytes == 0) throw InvalidArgument("the bucket size must be > 0 bytes");
+  if (options_.wait_barrier && !options_.timed)
+    throw InvalidArgument(
+        "the wait barrier exists to time the all-reduces, and these buckets are untimed (a step "
+        "recorded as a CUDA graph)");
   if (options_.wait_barrier) options_.overlap = false;
   Backend& backend = executor_.backend();
   const std::size_t num_layers = executor_.num_layers();
@@ -117,13 +121,15 @@ GradientBuckets::~GradientBuckets() {
 void GradientBuckets::begin_step() {
   if (in_step_)
     throw InternalError("GradientBuckets::begin_step called twice without end_backward");
-  harvest(false);
-  Slot& slot = *ring_[step_ % kRingDepth];
-  if (slot.pending) harvest_slot(slot);  // cannot happen with end_step's lag; kept for safety
-  slot.step = step_;
-  slot.pending = true;
-  slot.start.resize(buckets_.size());
-  slot.done.resize(buckets_.size());
+  if (options_.timed) {
+    harvest(false);
+    Slot& slot = *ring_[step_ % kRingDepth];
+    if (slot.pending) harvest_slot(slot);  // cannot happen with end_step's lag; kept for safety
+    slot.step = step_;
+    slot.pending = true;
+    slot.start.resize(buckets_.size());
+    slot.done.resize(buckets_.size());
+  }
   std::fill(launched_.begin(), launched_.end(), false);
   in_step_ = true;
 }
@@ -146,8 +152,15 @@ void stamp(Communicator& comm, std::unique_ptr<DeviceEvent>& e) {
 void GradientBuckets::launch(std::size_t b) {
   if (launched_[b]) return;
   launched_[b] = true;
-  Slot& slot = *ring_[step_ % kRingDepth];
+  // The communication stream waits for an event recorded on the compute stream. Under a CUDA
+  // graph capture of the compute stream that wait is what draws the communication stream into
+  // the capture (the fork); end_backward's compute_wait_for_comm is the join.
   comm_.wait_for_compute();
+  if (!options_.timed) {
+    comm_.all_reduce_sum(buckets_[b]->flat);
+    return;
+  }
+  Slot& slot = *ring_[step_ % kRingDepth];
   stamp(comm_, slot.start[b]);
   comm_.all_reduce_sum(buckets_[b]->flat);
   stamp(comm_, slot.done[b]);
@@ -180,6 +193,7 @@ void GradientBuckets::harvest_slot(Slot& slot) {
 void GradientBuckets::harvest(bool all) {
   // Steps [0, step_) were launched; without `all`, only those at least two steps old are certainly
   // complete (end_step waited for the one before the last).
+  if (!options_.timed) return;
   std::vector<Slot*> ready;
   for (auto& s : ring_)
     if (s->pending && (all || s->step + 2 <= step_)) ready.push_back(s.get());

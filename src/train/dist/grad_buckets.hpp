@@ -5,7 +5,8 @@
 // the bucket's lowest layer), its all-reduce is launched, so communication overlaps the rest of
 // backward; the update waits for all buckets (Communicator::compute_wait_for_comm). Each bucket's
 // all-reduce is bracketed by communication-stream events, read back lazily, for the all-reduce and
-// wait-for-the-slowest figures.
+// wait-for-the-slowest figures; untimed (BucketOptions::timed = false) when the step is recorded
+// as a CUDA graph, whose capture turns those events into dependencies that cannot be read back.
 #pragma once
 
 #include <cstddef>
@@ -27,8 +28,12 @@ struct BucketOptions {
   std::size_t cap_bytes = std::size_t{25} << 20;  // close a bucket once it holds this much
   bool overlap = true;  // launch each bucket from the backward hook (false: all after backward)
   // Diagnostic: after backward, a one-element all-reduce before the buckets absorbs the wait for
-  // the slowest rank, so the bucket timings are pure transfers. Implies no overlap.
+  // the slowest rank, so the bucket timings are pure transfers. Implies no overlap; needs timed.
   bool wait_barrier = false;
+  // Bracket every bucket's all-reduce with communication-stream events (timings()). Off for a step
+  // recorded as a CUDA graph: an event recorded during the capture is a dependency inside the
+  // graph, not a timestamp, and cannot be read back after a replay.
+  bool timed = true;
 };
 
 struct BucketInfo {
@@ -63,9 +68,9 @@ class GradientBuckets {
   void begin_step();
   void end_backward();
 
-  // Timings of finished steps, oldest first. harvest() collects the steps that are certainly done
-  // (Communicator::end_step keeps the host at most one step ahead); pass all = true after
-  // Communicator::synchronize() to collect every step.
+  // Timings of finished steps, oldest first (none when untimed). harvest() collects the steps that
+  // are certainly done (Communicator::end_step keeps the host at most one step ahead); pass
+  // all = true after Communicator::synchronize() to collect every step.
   void harvest(bool all);
   const std::vector<BucketStepTiming>& timings() const { return timings_; }
   void clear_timings() { timings_.clear(); }

@@ -4,12 +4,16 @@
 // stuck waiting for a dead peer) and tells the peers through the control plane.
 #include "train/dist/nccl_comm.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "core/errors.hpp"
+#include "core/log.hpp"
 
 #ifdef CNNERGY_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -108,17 +112,39 @@ class StreamHandle {
 
 // The NCCL communicator handle: finalize (flushing outstanding work) when healthy, bounded, and
 // abort otherwise; a dead peer would make a plain finalize wait forever.
+//
+// The abort runs on a thread of its own. ncclCommAbort raises the communicator's abort flags at
+// once (kernels waiting for a dead peer return), then, since NCCL 2.26, does not return before
+// every CUDA graph that captured one of its collectives is destroyed. With `--cuda-graph` those
+// graphs belong to the training step of the very thread that aborts, which destroys them only
+// while unwinding after the abort: done inline, the abort would wait for ever. The destructor
+// waits for the abort thread (bounded; a thread still stuck after that is left behind).
 class CommHandle {
  public:
   CommHandle() = default;
-  ~CommHandle() { reset(); }
+  ~CommHandle() {
+    reset();
+    join_aborter();
+  }
   CommHandle(const CommHandle&) = delete;
   CommHandle& operator=(const CommHandle&) = delete;
   ncclComm_t get() const { return c_; }
   ncclComm_t* out() { return &c_; }
   void abort() {
-    if (c_) (void)ncclCommAbort(c_);
+    if (!c_) return;
+    ncclComm_t c = c_;
     c_ = nullptr;
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    aborter_done_ = done;
+    try {
+      aborter_ = std::thread([c, done] {
+        (void)ncclCommAbort(c);
+        done->store(true);
+      });
+    } catch (const std::system_error&) {  // no thread to be had: abort here, inline
+      (void)ncclCommAbort(c);
+      done->store(true);
+    }
   }
   void reset() {
     if (!c_) return;
@@ -143,7 +169,25 @@ class CommHandle {
   }
 
  private:
+  void join_aborter() {
+    if (!aborter_.joinable()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto limit = std::chrono::seconds(60);
+    while (!aborter_done_->load() && std::chrono::steady_clock::now() - t0 < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (aborter_done_->load()) {
+      aborter_.join();
+    } else {
+      log_warn(
+          "ncclCommAbort has not returned after 60 s (a CUDA graph holding this communicator's "
+          "collectives still alive?): leaving it behind");
+      aborter_.detach();
+    }
+  }
+
   ncclComm_t c_ = nullptr;
+  std::thread aborter_;
+  std::shared_ptr<std::atomic<bool>> aborter_done_;
 };
 
 class NcclCommunicator final : public Communicator {

@@ -1,6 +1,7 @@
 // Trials with more than one GPU (the --gpus knob): the model trains data-parallel over N devices of
 // this node (N CPU replicas on the CPU), the batch knob being the global batch split over them (seed
-// 000 Section 5). Each repetition is one timed data-parallel run, every GPU metered and summed.
+// 000 Section 5). Each repetition is one timed data-parallel run, every GPU metered and summed. With
+// the cuda_graph knob on, every replica replays its step as one recorded CUDA graph.
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -12,7 +13,7 @@
 namespace cnnergy::tune {
 
 TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOptions& backend_options, std::int64_t gpus,
-                                         std::int64_t global_batch, const MeasureSettings& settings) {
+                                         std::int64_t global_batch, bool cuda_graph, const MeasureSettings& settings) {
   if (global_batch % gpus != 0)
     throw InvalidArgument("global batch " + std::to_string(global_batch) + " does not split evenly over " +
                           std::to_string(gpus) + " GPUs");
@@ -33,6 +34,7 @@ TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOption
     // As the one-GPU trials (FixedBatchWorkload): compute and communication, no data loading, so
     // the trials of different GPU counts compare like with like.
     c.fixed_batch = true;
+    c.cuda_graph = cuda_graph;  // NotSupported (the trial fails with the reason) on the CPU or with dropout
     c.solver.loss_scale = SolverOptions::loss_scale_for(backend_options.dtype);
     const std::int64_t size = global_batch * (c.max_iterations_per_epoch + 1);
     const auto data = data::open_dataset("synthetic:" + std::to_string(in[0]) + "x" + std::to_string(in[1]) + "x" +

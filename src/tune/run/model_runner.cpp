@@ -45,7 +45,7 @@ void cool_down(const MeasureSettings& s, const std::shared_ptr<telemetry::Sample
 }  // namespace
 
 TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOptions& backend_options, std::int64_t gpus,
-                                         std::int64_t global_batch, const MeasureSettings& settings);
+                                         std::int64_t global_batch, bool cuda_graph, const MeasureSettings& settings);
 
 // Turns measured windows into the store's repetitions.
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source) {
@@ -85,9 +85,8 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     if (gpus > 1) {
       if (workload.accuracy_epochs > 0)
         throw NotSupported("accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1");
-      if (cuda_graph)
-        throw NotSupported("--cuda-graph on: the data-parallel step (--gpus > 1) is not recorded as a CUDA graph");
-      return run_data_parallel_trial(*graph, bo, gpus, batch, settings);
+      // --cuda-graph on: every replica replays its step (all-reduces included) as one CUDA graph.
+      return run_data_parallel_trial(*graph, bo, gpus, batch, cuda_graph, settings);
     }
     auto backend = create_backend(bo);
 
