@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|dist|focus   (results under $OUT)
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|dist|train_dist|focus   (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 : "${OUT:=/tmp/out}"; mkdir -p "$OUT"
+# At most 8 files come back from $OUT: everything is written under /tmp/cnnergy_results and packed into one archive.
+FINAL_OUT=$OUT; OUT=/tmp/cnnergy_results; rm -rf "$OUT"; mkdir -p "$OUT"
+trap 'tar -czf "$FINAL_OUT/results.tgz" -C "$OUT" .' EXIT; trap 'exit 143' TERM
+# Issue 7's matrix on nvidia-h200-x2: resnet50 and alexnet, bf16, data on the GPUs, global batch
+# 64/128/256 (strong) and per-GPU 256 (weak) on 2 GPUs against 1, every GPU metered, DDP peer.
+run_dist() {
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    for m in resnet50 alexnet; do
+      for spec in "--global-batch 64" "--global-batch 128" "--global-batch 256" "--per-gpu-batch 256"; do
+        tag="${m}_$(echo "$spec" | tr -d ' -')"
+        timeout 50 cnnergy dist-train --device cuda --gpus 2 --model "$m" --precision bf16 --layout nhwc \
+          --data synthetic:3x224x224 $spec --max-iters 30 --fixed-batch --no-eval --compare-single \
+          --json "$OUT/dist_$tag.json" 2>&1 | tee "$OUT/dist_$tag.log" | grep -E "strong scaling|weak scaling|^total|energy per sample|img/s" | sed "s/^/$tag: /"
+      done
+      timeout 110 python3 "$CARRY/peer_pytorch_ddp.py" --model "$m" --configs 1:64,2:32,1:128,2:64,1:256,2:128,2:256 \
+        --iters 20 --warmup 5 --out "$OUT/ddp_$m.json" 2>&1 | grep "img/s"
+    done
+}
+
 case "${1:-tests}" in
   tests)
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
@@ -30,19 +49,86 @@ case "${1:-tests}" in
     cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
     timeout 120 bash "$CARRY/accuracy_vs_batch.sh" "$OUT" fashion-mnist:/tmp/fmnist 3 2>&1 | tail -6
     ;;
-  dist)  # issue 7's matrix on nvidia-h200-x2: resnet50 and alexnet, bf16, data on the GPUs, global batch
-         # 64/128/256 (strong) and per-GPU 256 (weak) on 2 GPUs against 1, every GPU metered, DDP peer
+  train_dist)  # nvidia-h200-x2: the GPU training and NCCL tests, then issue 7's matrix
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 150 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|SKIPPED|PASSED|  OK) |Failure|error" "$OUT/test_train_cuda.log" | tail -24
+    timeout 90 test_dist --gtest_filter="*Nccl*:*nccl*:*Gpu*" > "$OUT/test_dist_gpu.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_dist_gpu.log" | tail -8
+    which mpirun orterun 2>&1 | head -2; ls /usr/lib/x86_64-linux-gnu/openmpi 2>&1 | head -2; cat /etc/os-release | head -2
+    run_dist
+    ;;
+  single)  # nvidia-h200: the fused batch norm + ReLU checked, then measured against PyTorch in the
+            # same call (fused and unfused cells), then every GPU test
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
-    for m in resnet50 alexnet; do
-      for spec in "--global-batch 64" "--global-batch 128" "--global-batch 256" "--per-gpu-batch 256"; do
-        tag="${m}_$(echo "$spec" | tr -d ' -')"
-        timeout 60 cnnergy dist-train --device cuda --gpus 2 --model "$m" --precision bf16 --layout nhwc \
-          --data synthetic:3x224x224 $spec --max-iters 40 --fixed-batch --no-eval --compare-single \
-          --json "$OUT/dist_$tag.json" 2>&1 | grep -E "strong scaling|weak scaling|^total|energy per sample" | sed "s/^/$tag: /"
-      done
-      timeout 150 python3 "$CARRY/peer_pytorch_ddp.py" --model "$m" --configs 1:64,2:32,1:128,2:64,1:256,2:128,2:256 \
-        --iters 20 --warmup 5 --out "$OUT/ddp_$m.json" 2>&1 | grep "img/s"
+    timeout 60 test_backend_cuda --gtest_filter="*BatchNorm*:*Relu*" > "$OUT/test_bn.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_bn.log" | head -12
+    timeout 150 bench_train_throughput --models resnet50,resnet34 --batches 64,256 --precisions bf16 --fuse-relu both \
+      --out "$OUT/ours_bf16.json" 2>&1 | tail -9
+    timeout 60 bench_train_throughput --models resnet50,resnet34 --batches 64 --precisions bf16 --cuda-graph on \
+      --out "$OUT/ours_graph.json" 2>&1 | tail -2
+    timeout 50 bench_train_throughput --models resnet50 --batches 256 --precisions tf32 --layout nhwc \
+      --out "$OUT/ours_tf32_nhwc.json" 2>&1 | tail -1
+    timeout 50 bench_train_throughput --models resnet50 --batches 256 --precisions tf32 \
+      --out "$OUT/ours_tf32.json" 2>&1 | tail -1
+    timeout 60 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions tf32 --compile "" \
+      --out "$OUT/pytorch_tf32.json" 2>&1 | tail -1
+    timeout 200 python3 "$CARRY/peer_pytorch.py" --models resnet50,resnet34 --batches 64,256 --precisions bf16 \
+      --compile resnet50:256:bf16 --out "$OUT/pytorch.json" 2>&1 | tail -6
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 60 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure|NOTE" "$OUT/test_train_cuda.log" | head -12
+    timeout 100 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_backend_cuda.log" | tail -8
+    ;;
+  fusecheck)  # one short call: fused against separate ReLU layers on the GPU, and how the b64
+               # cells move with the algorithm choice (find, heuristic)
+    timeout 60 test_backend_cuda --gtest_filter="*FusedRelu*:*AddMatches*" > "$OUT/test_bn.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure|apart|Which|in fused" "$OUT/test_bn.log" | head -20
+    timeout 90 test_train_cuda --gtest_filter="*Fused*:*WholeNetwork*" > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |apart|actual|parameter" "$OUT/test_train_cuda.log" | head -30
+    for algo in heuristic find; do
+      timeout 60 bench_train_throughput --models resnet34,resnet50 --batches 64 --precisions bf16 --fuse-relu both \
+        --algo $algo --out "$OUT/ours_b64_$algo.json" 2>&1 | tail -4
     done
+    ;;
+  final_a)  # nvidia-h200: kernels and network checks, then our cells and PyTorch's in one call
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 60 test_backend_cuda --gtest_filter="*BatchNorm*:*AddMatches*" > "$OUT/test_bn.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_bn.log" | head -8
+    timeout 80 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |apart|actual" "$OUT/test_train_cuda.log" | head -12
+    timeout 120 bench_train_throughput --models resnet50,resnet34 --batches 64,256 --precisions bf16 --fuse-relu both \
+      --out "$OUT/ours_bf16.json" 2>&1 | tail -9
+    timeout 40 bench_train_throughput --models resnet50,resnet34 --batches 64 --precisions bf16 --cuda-graph on \
+      --out "$OUT/ours_graph.json" 2>&1 | tail -2
+    timeout 70 bench_train_throughput --models resnet50,vgg16 --batches 256 --precisions fp32,tf32 --layout nhwc \
+      --out "$OUT/ours_nhwc.json" 2>&1 | tail -4
+    timeout 170 python3 "$CARRY/peer_pytorch.py" --models resnet50,resnet34 --batches 64,256 --precisions bf16 \
+      --compile resnet50:256:bf16 --out "$OUT/pytorch.json" 2>&1 | tail -6
+    timeout 60 python3 "$CARRY/peer_pytorch.py" --models resnet50,vgg16 --batches 256 --precisions fp32,tf32 \
+      --compile "" --out "$OUT/pytorch_fp32.json" 2>&1 | tail -4
+    ;;
+  final_b)  # nvidia-h200-x2: NCCL tests, the data-parallel step eager and recorded, under mpirun, DDP
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 90 test_dist --gtest_filter="*Nccl*" > "$OUT/test_dist_gpu.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_dist_gpu.log" | tail -6
+    for spec in "--global-batch 256" "--global-batch 256 --cuda-graph" "--global-batch 128 --cuda-graph" \
+                "--per-gpu-batch 256 --cuda-graph"; do
+      tag="resnet50_$(echo "$spec" | tr -d ' -')"
+      timeout 60 cnnergy dist-train --device cuda --gpus 2 --model resnet50 --precision bf16 --layout nhwc \
+        --data synthetic:3x224x224 --dataset-size 40000 $spec --max-iters 60 --warmup 3 --fixed-batch --no-eval \
+        --compare-single --json "$OUT/dist_$tag.json" 2>&1 | tee "$OUT/dist_$tag.log" | \
+        grep -E "strong scaling|weak scaling|^total|energy per sample" | sed "s/^/$tag: /"
+    done
+    source "$(dirname "$0")/device_mpi_env.sh"
+    timeout 60 mpirun -np 2 cnnergy dist-train --launcher mpi --device cuda --gpus 2 --model resnet50 --precision bf16 \
+      --layout nhwc --data synthetic:3x224x224 --dataset-size 40000 --global-batch 256 --max-iters 60 --warmup 3 \
+      --fixed-batch --no-eval --cuda-graph --json "$OUT/dist_mpi.json" > "$OUT/dist_mpi.log" 2>&1
+    echo "mpirun exit $?"; grep -E "MPI rank|^total|weights identical|error" "$OUT/dist_mpi.log" | head -6
+    timeout 150 python3 "$CARRY/peer_pytorch_ddp.py" --model resnet50 --configs 1:256,2:128,2:256,1:128,2:64 \
+      --iters 20 --warmup 5 --out "$OUT/ddp_resnet50.json" 2>&1 | grep "img/s"
+    ;;
+  dist)  # issue 7's matrix (see run_dist)
+    run_dist
     ;;
   focus)  # one short call on nvidia-h200-x2: GPU training tests, 2-GPU strong scaling with the DDP
            # peer, CUDA-graph and memory cells with the PyTorch peer (each step bounded)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds for Hopper and packs what a lent GPU machine needs into .carry/ (git-ignored): the binaries,
-# the shared libraries the device image lacks (OpenBLAS, SQLite, ...), Fashion-MNIST and the peer
-# script. Usage: scripts/pack_device.sh [build-dir]. Then run scripts/device_run.sh there.
+# the shared libraries the device image lacks (OpenBLAS, SQLite, ...), Fashion-MNIST, the peer
+# scripts and an Open MPI runtime (scripts/pack_openmpi.sh). Usage: scripts/pack_device.sh
+# [build-dir]; CNNERGY_PACK_DATA=0 / CNNERGY_PACK_MPI=0 leave the data set / Open MPI out.
+# Then run scripts/device_run.sh there.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$repo/build/device}
@@ -22,8 +24,11 @@ for b in "$out"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/=> \//{print $3}' |
   esac
 done
 [ -f "$build/lib/libnvidia-ml-fake.so" ] && cp "$build/lib/libnvidia-ml-fake.so" "$out/lib/" || true
-cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/" 2>/dev/null || true
+# Fashion-MNIST (30 MB) for the GPU training tests; CNNERGY_PACK_DATA=0 leaves it out (the tree that
+# travels is capped at 64 MiB, and the Open MPI runtime below needs room too).
+[ "${CNNERGY_PACK_DATA:-1}" = 1 ] && cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/" 2>/dev/null || true
 cp "$repo"/bench/*.py "$repo"/bench/*.sh "$out/"; cp "$repo"/scripts/device_*.sh "$out/" 2>/dev/null || true
 # OpenBLAS alone is 36 MB: the libraries travel xz-compressed (the tree that travels is capped at 64 MiB).
 tar -cJf "$out/lib.tar.xz" -C "$out/lib" . && rm -rf "$out/lib"
 du -sh "$out"; du -sh "$out"/*
+[ "${CNNERGY_PACK_MPI:-1}" = 0 ] || "$repo/scripts/pack_openmpi.sh" || echo "pack_device: scripts/pack_openmpi.sh failed: no .carry/openmpi.tar.xz (mpirun)" >&2
