@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|dist|train_dist|focus   (results under $OUT)
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus   (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 : "${OUT:=/tmp/out}"; mkdir -p "$OUT"
@@ -126,6 +126,18 @@ case "${1:-tests}" in
     echo "mpirun exit $?"; grep -E "MPI rank|^total|weights identical|error" "$OUT/dist_mpi.log" | head -6
     timeout 150 python3 "$CARRY/peer_pytorch_ddp.py" --model resnet50 --configs 1:256,2:128,2:256,1:128,2:64 \
       --iters 20 --warmup 5 --out "$OUT/ddp_resnet50.json" 2>&1 | grep "img/s"
+    ;;
+  final_c)  # nvidia-h200-x2, short: the ResNet-34 gradient bounds, and the recorded data-parallel
+            # step with its kernels' stream priorities kept, against DDP in the same call
+    CNNERGY_FASHION_MNIST_DIR=/nonexistent timeout 60 test_train_cuda --gtest_filter="*WholeNetwork*" \
+      > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |actual" "$OUT/test_train_cuda.log" | head -6
+    timeout 60 cnnergy dist-train --device cuda --gpus 2 --model resnet50 --precision bf16 --layout nhwc \
+      --data synthetic:3x224x224 --global-batch 256 --max-iters 60 --warmup 3 --fixed-batch --no-eval \
+      --cuda-graph --compare-single --json "$OUT/dist_graph_priority.json" 2>&1 | tee "$OUT/dist.log" | \
+      grep -E "strong scaling|^total|energy per sample|^ +[01] "
+    timeout 70 python3 "$CARRY/peer_pytorch_ddp.py" --model resnet50 --configs 2:128,1:256 --iters 20 --warmup 5 \
+      --out "$OUT/ddp.json" 2>&1 | grep "img/s"
     ;;
   dist)  # issue 7's matrix (see run_dist)
     run_dist

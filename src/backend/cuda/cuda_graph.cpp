@@ -82,7 +82,10 @@ void CudaGraph::capture(const std::function<void()>& work) {
   CNNERGY_CUDA_CALL(cudaGraphGetNodes(graph, nullptr, &nodes));
   node_count_ = nodes;
   cudaGraphExec_t exec = nullptr;
-  CNNERGY_CUDA_CALL(cudaGraphInstantiate(&exec, graph, 0));
+  // Each kernel keeps the priority of the stream it was captured from (a data-parallel step's
+  // all-reduces were enqueued on a high-priority stream so that they run ahead of backward kernels);
+  // without the flag every node would run at the priority of the stream the graph is launched into.
+  CNNERGY_CUDA_CALL(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
   exec_ = exec;
 }
 
