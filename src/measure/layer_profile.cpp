@@ -56,6 +56,7 @@ LayerProfile profile_layers(Executor& ex, EnergyProbe* probe, const LayerProfile
     LayerTiming t;
     t.name = layer.name();
     t.type = layer.type();
+    t.fused_into = layer.absorbed_into();
     t.category = std::string(category_name(layer.category()));
     const Summary f = summarize(fwd[i]), g = summarize(bwd[i]);
     t.forward_ms = f.median;

@@ -17,6 +17,7 @@ class Executor;
 
 struct LayerTiming {
   std::string name, type, category;
+  std::string fused_into;  // an absorbed ReLU: the layer whose time includes it ("" otherwise)
   double forward_ms = 0, backward_ms = 0;            // medians
   double forward_spread_ms = 0, backward_spread_ms = 0;
   std::optional<double> forward_joules, backward_joules;  // isolated repetition, per call

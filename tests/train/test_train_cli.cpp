@@ -79,6 +79,26 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"train --model lenet5 --data synthetic --device cpu --cuda-graph", 4, "needs the CUDA backend"},
                       BadInput{"nosuchcommand", 2, "train"}));
 
+// Per-layer profiles say where a fused ReLU went; --fuse-relu off measures every layer on its own.
+TEST(ProfileCli, FusedReluLayersSayWhereTheyWent) {
+  const std::string args = "profile resnet34 --device cpu --input 3x32x32 --classes 10 --batch 2 --reps 1 "
+                           "--energy-top 0 --no-phases --format json";
+  for (const bool fused : {true, false}) {
+    const auto r = run_cli(args + (fused ? "" : " --fuse-relu off"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto report = cnnergy::Json::parse(r.output.substr(r.output.find('{')));
+    int relus = 0, absorbed = 0;
+    for (const auto& layer : report.at("layers").items()) {
+      if (layer.at("type").as_string() != "relu") continue;
+      ++relus;
+      absorbed += layer.at("fused_into").is_string();
+    }
+    EXPECT_GT(relus, 30);
+    // ResNet-34: every ReLU follows a batch norm or an add.
+    EXPECT_EQ(absorbed, fused ? relus : 0) << r.output.substr(0, 2000);
+  }
+}
+
 TEST(TrainCli, TruncatedAndWrongMagicIdxFilesAreDataErrorsNamingTheFile) {
   const auto dir = temp_dir("idx");
   // A labels file with a wrong magic number and an images file cut short.
