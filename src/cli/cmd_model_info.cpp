@@ -281,6 +281,9 @@ int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) 
   }
   std::fputs(t.str().c_str(), stdout);
   for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  const std::size_t fused = work.executor().memory().fused_relus;
+  if (fused > 0)
+    std::printf("fused: %zu ReLU layer(s) run inside the batch norm or add before them (no pass of their own)\n", fused);
   return 0;
 }
 
