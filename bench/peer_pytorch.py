@@ -6,6 +6,8 @@ Measures, for torchvision models on synthetic data, training throughput (images/
 in fp32 (TF32 off), tf32 and bf16 (autocast + channels-last), plus torch.compile for chosen cells.
 Writes one JSON object per cell to --out (a JSON list) and prints a table. Run on the same GPU, in
 the same call, as cnnergy's own benchmark so the two are comparable.
+--profile-range brackets each cell's last timed iteration with torch.cuda.profiler.start()/stop()
+(after the warm-up: torch.compile and cudnn.benchmark are done), for ncu --profile-from-start off.
 """
 import argparse
 import json
@@ -13,6 +15,7 @@ import sys
 import time
 
 import torch
+import torch.cuda.profiler  # start()/stop() for --profile-range
 import torchvision
 
 
@@ -21,7 +24,7 @@ def build(name, classes):
     return ctor(num_classes=classes)
 
 
-def run_cell(name, batch, precision, compiled, iters, warmup, image):
+def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_range=False):
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -51,6 +54,10 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image):
         t0 = time.perf_counter()
         for i in range(iters):
             e = ev[i]
+            profiled = profile_range and i + 1 == iters
+            if profiled:  # synchronized on both sides: the range holds exactly this step's kernels
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
             e[0].record()
             opt.zero_grad(set_to_none=True)
             loss = forward()
@@ -59,6 +66,9 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image):
             e[2].record()
             opt.step()
             e[3].record()
+            if profiled:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     except torch.OutOfMemoryError as exc:
@@ -85,12 +95,14 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--profile-range", action="store_true",
+                    help="bracket each cell's last timed iteration with torch.cuda.profiler.start()/stop()")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     cells = []
-    for m in a.models.split(","):
-        for b in map(int, a.batches.split(",")):
-            for p in a.precisions.split(","):
+    for m in filter(None, a.models.split(",")):  # --precisions "" leaves only the --compile cells
+        for b in map(int, filter(None, a.batches.split(","))):
+            for p in filter(None, a.precisions.split(",")):
                 cells.append((m, b, p, False))
     for c in filter(None, a.compile.split(",")):
         m, b, p = c.split(":")
@@ -99,8 +111,10 @@ def main():
     print(f"{'model':10} {'batch':>5} {'prec':6} {'compile':7} {'img/s':>9} {'fwd ms':>8} {'bwd ms':>8} {'upd ms':>8} {'peak MiB':>9}")
     for m, b, p, comp in cells:
         r = {"framework": "pytorch " + torch.__version__, "model": m, "batch": b, "precision": p, "compiled": comp}
+        if a.profile_range:
+            r["profile_range"] = True
         try:
-            r.update(run_cell(m, b, p, comp, a.iters, a.warmup, a.image))
+            r.update(run_cell(m, b, p, comp, a.iters, a.warmup, a.image, a.profile_range))
         except Exception as exc:  # record and go on: one failing cell must not lose the others
             r.update({"status": "failed", "error": repr(exc)[:300]})
         results.append(r)

@@ -2,6 +2,8 @@
 // synthetic data already on the device and reports images/s, per-phase time (forward, backward,
 // update; device events) and peak device memory. Prints a table and writes JSON (--out).
 // The PyTorch peer (bench/peer_pytorch.py) measures the same cells in the same call.
+// --profile-range brackets each cell's last timed iteration with the profiler range (for
+// `ncu --profile-from-start off`: that one step's kernels, not cuDNN's search or the warm-up).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +34,7 @@ struct Cell {
   std::string layout;
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
+  bool profile_range = false;  // the last timed iteration ran inside the profiler range
   std::string status = "ok";
   std::string error;
   double images_per_s = 0, iter_ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0, peak_mem_mib = 0;
@@ -72,7 +75,19 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
   backend->synchronize();
   timer.clear();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) step();
+  for (int i = 0; i < iters; ++i) {
+    // Synchronized on both sides, so the range holds exactly this step's kernels.
+    const bool profiled = cell.profile_range && i + 1 == iters;
+    if (profiled) {
+      backend->synchronize();
+      backend->profiler_range(true);
+    }
+    step();
+    if (profiled) {
+      backend->synchronize();
+      backend->profiler_range(false);
+    }
+  }
   backend->synchronize();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   timer.flush();
@@ -117,6 +132,9 @@ int main(int argc, char** argv) {
              {"off", "on", "both"});
     p.option("fuse-relu", "batch norms take the ReLU after them: on, off, or both (a cell each)", "on",
              {"off", "on", "both"});
+    p.flag("profile-range",
+           "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
+           "--profile-from-start off)");
     p.option("out", "JSON output file", "train_throughput.json");
     if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
     const int iters = static_cast<int>(p.get_int("iters", 1, 100000));
@@ -137,6 +155,7 @@ int main(int argc, char** argv) {
             c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "fp32" ? "nchw" : "nhwc");
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
+            c.profile_range = p.get_flag("profile-range");
             cells.push_back(c);
           }
     std::printf("%-10s %5s %-5s %-4s %-5s %-4s %9s %8s %8s %8s %9s\n", "model", "batch", "prec", "lay", "graph", "fuse",
@@ -150,6 +169,7 @@ int main(int argc, char** argv) {
         out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
             << "\", \"layout\": \"" << c.layout << "\", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
+            << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
             << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms

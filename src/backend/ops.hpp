@@ -283,6 +283,9 @@ class Backend {
   // Versions of the libraries this backend runs on, for the results store ("" where none).
   virtual std::string cuda_runtime_version() const { return {}; }
   virtual std::string cudnn_version() const { return {}; }
+  // Opens (true) or closes (false) the range a profiler started with capture off records (Nsight
+  // Compute's --profile-from-start off): cudaProfilerStart/Stop on CUDA, nothing elsewhere.
+  virtual void profiler_range(bool active) { (void)active; }
 
   // Kernels (throw NotSupported naming the operation and the backend if absent).
   virtual std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc, const ConvAlgoChoice& algo) = 0;

@@ -3,6 +3,7 @@
 // stream, layer kernels come from cuda_ops.hpp. Also device_count() and create_cuda_backend().
 #include "backend/cuda/cuda_backend.hpp"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
@@ -94,6 +95,10 @@ class CudaBackend final : public Backend {
   std::string cudnn_version() const override {
     const std::size_t v = cudnnGetVersion();  // e.g. 91900 for 9.19.0
     return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+  }
+  void profiler_range(bool active) override {
+    ctx_->activate();
+    CNNERGY_CUDA_CALL(active ? cudaProfilerStart() : cudaProfilerStop());
   }
   std::string pci_bus_id() const override {
     char id[32] = {};
