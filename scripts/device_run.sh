@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus   (results under $OUT)
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile
+# (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 : "${OUT:=/tmp/out}"; mkdir -p "$OUT"
@@ -22,6 +23,44 @@ run_dist() {
       timeout 110 python3 "$CARRY/peer_pytorch_ddp.py" --model "$m" --configs 1:64,2:32,1:128,2:64,1:256,2:128,2:256 \
         --iters 20 --warmup 5 --out "$OUT/ddp_$m.json" 2>&1 | grep "img/s"
     done
+}
+
+# Nsight Compute on one training step of each cell (--profile-range: the last timed iteration, after
+# cuDNN's search, cudnn.benchmark and torch.compile): every kernel's gpu__time_duration.sum, clocks
+# left alone (nsys does not run here). KPROF_CACHE=none (default) keeps each kernel's cache as the
+# step left it; ncu's own default, all, flushes every cache before each kernel. Report kprof_TAG.ncu-rep,
+# its CSV kprof_TAG.csv (raw page, ns), the program's output kprof_TAG.log.
+kprof() {  # tag limit_s command...
+    local tag=$1 limit=$2; shift 2
+    timeout "$limit" "$NCU" --clock-control none --cache-control "${KPROF_CACHE:-none}" --profile-from-start off \
+      --target-processes all --metrics gpu__time_duration.sum -f -o "$OUT/kprof_$tag" "$@" > "$OUT/kprof_$tag.log" 2>&1
+    echo "kprof $tag: exit $? after ${SECONDS}s (script time)"
+    "$NCU" --import "$OUT/kprof_$tag.ncu-rep" --csv --page raw --print-units base --metrics gpu__time_duration.sum \
+      > "$OUT/kprof_$tag.csv" 2>> "$OUT/kprof_$tag.log" || echo "kprof $tag: no report to import"
+}
+kprof_summary() {  # name csv_a csv_b: both tables and A - B to a file; categories and a short top list shown
+    local ks=$CARRY/kernel_summary.py; [ -f "$ks" ] || ks=bench/kernel_summary.py
+    python3 "$ks" "$OUT/kprof_$2.csv" "$OUT/kprof_$3.csv" --json "$OUT/kprof_$1.json" > "$OUT/kprof_$1.txt" 2>&1
+    python3 "$ks" "$OUT/kprof_$2.csv" "$OUT/kprof_$3.csv" --top 6 2>&1
+}
+run_kprofile() {
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
+    [ -n "$NCU" ] || NCU=/usr/local/cuda/bin/ncu
+    "$NCU" --version | tail -1 | tee "$OUT/ncu_version.txt"
+    local ours peer="$CARRY/peer_pytorch.py" it="--iters 3 --warmup 3 --profile-range"
+    ours=$(command -v bench_train_throughput)
+    kprof ours_bf16 100 "$ours" --models resnet50 --batches 256 --precisions bf16 --layout nhwc --algo find \
+      --fuse-relu on $it --out "$OUT/kprof_ours_bf16.json"
+    kprof ours_fp32 100 "$ours" --models resnet50 --batches 256 --precisions fp32 --layout nchw --algo find \
+      --fuse-relu on $it --out "$OUT/kprof_ours_fp32.json"
+    kprof eager_fp32 110 python3 "$peer" --models resnet50 --batches 256 --precisions fp32 --compile "" $it \
+      --out "$OUT/kprof_eager_fp32.json"
+    kprof_summary fp32 ours_fp32 eager_fp32
+    # Last: the compile (a minute or two) is the part most likely to run out of time.
+    kprof compile_bf16 230 python3 "$peer" --precisions "" \
+      --compile resnet50:256:bf16 $it --out "$OUT/kprof_compile_bf16.json"
+    kprof_summary bf16 ours_bf16 compile_bf16
 }
 
 case "${1:-tests}" in
@@ -138,6 +177,9 @@ case "${1:-tests}" in
       grep -E "strong scaling|^total|energy per sample|^ +[01] "
     timeout 70 python3 "$CARRY/peer_pytorch_ddp.py" --model resnet50 --configs 2:128,1:256 --iters 20 --warmup 5 \
       --out "$OUT/ddp.json" 2>&1 | grep "img/s"
+    ;;
+  kprofile)  # nvidia-h200 or h100, one call: kernel time by category, ours against PyTorch (run_kprofile)
+    run_kprofile
     ;;
   dist)  # issue 7's matrix (see run_dist)
     run_dist
