@@ -117,7 +117,8 @@ class Layer {
   // Whether the gradient of input `i` may share memory with the output gradient: backward computes
   // it element by element from the output gradient at the same index (ReLU), or hands the output
   // gradient on unchanged (add, which then copies nothing). The executor shares them only when
-  // this layer is the input's sole consumer, so nothing else writes or reads that gradient.
+  // this layer is the input's sole consumer, or its last one and the other consumers' accumulations
+  // overlap no other use of the shared buffer (net/gradient_groups.hpp).
   virtual bool gradient_in_place(std::size_t input) const {
     (void)input;
     return false;

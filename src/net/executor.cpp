@@ -8,6 +8,7 @@
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
+#include "net/gradient_groups.hpp"
 
 namespace cnnergy {
 namespace {
@@ -182,38 +183,25 @@ void Executor::plan_and_allocate() {
       it.bytes = std::max(it.bytes, bytes);
     }
   }
-  // Gradient storage groups: an input's gradient shares its layer's output gradient where the layer
-  // allows it (Layer::gradient_in_place: ReLU, add) and the layer is the input's sole consumer.
+  // Gradient storage groups (gradient_groups.hpp): an input's gradient shares its layer's output
+  // gradient where the layer allows it (Layer::gradient_in_place: ReLU, add) and the plan stays
+  // exact: the layer is the input's sole consumer, or its last one (the residual shortcut).
   auto has_grad = [&](int t) {
     const GraphTensor& gt = graph_.tensor(t);
     return t != graph_.input_tensor() && gt.needs_grad && !gt.consumers.empty();
   };
   std::vector<int> grad_group(num_tensors);
   std::iota(grad_group.begin(), grad_group.end(), 0);
-  auto grad_root = [&](int t) {
-    while (grad_group[static_cast<std::size_t>(t)] != t) t = grad_group[static_cast<std::size_t>(t)];
-    return t;
-  };
   if (train) {
-    for (int i = 0; i < num_layers; ++i) {
-      const Layer& l = *layers_[static_cast<std::size_t>(i)];
-      const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
-      const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
-      if (outs.size() != 1 || !has_grad(outs[0])) continue;
-      if (l.absorbed()) {  // the producer's output gradient, fused: one tensor in every plan
-        if (has_grad(ins[0])) grad_group[static_cast<std::size_t>(ins[0])] = grad_root(outs[0]);
-        continue;
-      }
-      if (!reuse) continue;
-      for (std::size_t j = 0; j < ins.size(); ++j) {
-        const int t = ins[j];
-        if (!l.gradient_in_place(j) || !has_grad(t) || std::count(ins.begin(), ins.end(), t) != 1 ||
-            graph_.tensor(t).consumers.size() != 1 || shape_of(t) != shape_of(outs[0]))
-          continue;
-        grad_group[static_cast<std::size_t>(t)] = grad_root(outs[0]);
-      }
-    }
+    GradientGroupInputs gi;
+    gi.graph = &graph_;
+    gi.layers = &layers_;
+    gi.reuse = reuse;
+    gi.has_grad = has_grad;
+    gi.same_shape = [&](int a, int b) { return shape_of(a) == shape_of(b); };
+    grad_group = plan_gradient_groups(gi);
   }
+  auto grad_root = [&](int t) { return grad_group[static_cast<std::size_t>(t)]; };
   // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
   // producer's backward, united over a storage group.
   std::vector<int> grad_item(num_tensors, -1);

@@ -15,7 +15,10 @@
 //   backward. Tensors sharing storage form one group whose interval is the union of theirs.
 // * an input's gradient shares its layer's output gradient when the layer allows it
 //   (Layer::gradient_in_place: ReLU computes it in place, add hands it on) and is the input's
-//   sole consumer; such gradients form one group too.
+//   sole consumer, or its last consumer where the input's other consumers (a residual block's
+//   first convolution) can accumulate into the shared buffer without any other tensor of the group
+//   being read or written meanwhile (gradient_groups.hpp); such gradients form one group too. A
+//   ResNet's identity shortcut thus costs no gradient copy.
 // * ReLU fusion (ExecutorOptions::fuse_relu, on by default): a ReLU that is the sole consumer of a
 //   layer's only output is offered to that layer (Layer::fuse_relu, batch norm where the backend's
 //   kernels can); if taken, the ReLU is absorbed and its output and input gradient are the

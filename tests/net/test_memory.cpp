@@ -185,11 +185,41 @@ TEST_F(MemoryPlan, AddAndReluGradientsShareTheOutputGradient) {
   // also the gradient the following ReLU writes in place.
   EXPECT_EQ(ex.gradient(out("b0_bn2")).raw(), ex.gradient(out("b0_add")).raw());
   EXPECT_EQ(ex.gradient(out("b0_add")).raw(), ex.gradient(out("b0_r2")).raw());
-  // The shortcut (stem_relu's output) also feeds b0_c1, whose backward accumulates into it: its own.
-  EXPECT_NE(ex.gradient(out("stem_relu")).raw(), ex.gradient(out("b0_add")).raw());
+  // The shortcut (stem_relu's output) also feeds b0_c1, which comes before the add: the add writes
+  // its gradient first (in place: it is the add's output gradient) and b0_c1 accumulates into it
+  // after every other reader of that buffer is done.
+  EXPECT_EQ(ex.gradient(out("stem_relu")).raw(), ex.gradient(out("b0_add")).raw());
+  EXPECT_EQ(ex.gradient(out("b0_r2")).raw(), ex.gradient(out("b1_add")).raw());
   o.reuse_memory = false;
   Executor plain(*graph, *backend, o);
   EXPECT_NE(plain.gradient(out("b0_bn2")).raw(), plain.gradient(out("b0_add")).raw());
+}
+
+// A shortcut whose other consumers' backward would run while another tensor of the add's gradient
+// group is still being read or written keeps its own gradient: here x feeds conv_p, conv_c and add1;
+// add1's other input (bn_p's output) and add2's (conv_c's) are read in backward between conv_c's and
+// conv_p's accumulations into x's gradient. Training stays bit-identical to the plan without reuse.
+std::unique_ptr<Graph> crossed_shortcut_graph() {
+  GraphBuilder g("crossed", Shape{3, 8, 8}, 4);
+  auto x = g.relu(g.conv(g.input(), "stem", ConvSpec::make(4, 3, 1, 1)), "stem_relu");
+  auto p = g.batch_norm(g.conv(x, "conv_p", ConvSpec::make(4, 3, 1, 1, 1, false)), "bn_p");
+  auto q = g.conv(x, "conv_c", ConvSpec::make(4, 3, 1, 1, 1, false));
+  auto s = g.add(p, x, "add1");
+  auto r = g.relu(g.add(s, q, "add2"), "relu2");
+  g.softmax_loss(g.fc(g.max_pool(r, "pool", PoolSpec::make(2, 2)), "fc", 4));
+  return g.build();
+}
+
+TEST_F(MemoryPlan, ShortcutGradientSharesOnlyWhereThePlanStaysExact) {
+  auto backend = cpu_backend();
+  auto graph = crossed_shortcut_graph();
+  ExecutorOptions o;
+  o.batch_size = 2;
+  Executor ex(*graph, *backend, o);
+  auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
+  EXPECT_NE(ex.gradient(out("stem_relu")).raw(), ex.gradient(out("add1")).raw());
+  EXPECT_EQ(ex.gradient(out("bn_p")).raw(), ex.gradient(out("add1")).raw());  // its sole consumer
+  compare(*graph, 3);
 }
 
 // The arena lands on the lower bound (the most bytes live at one step) on the papers' networks,
