@@ -1,12 +1,13 @@
 // Convolution through cuDNN's legacy API, forward and both backwards, NCHW and NHWC, fp32 / tf32 /
 // fp16 / bf16. The algorithm of each direction comes from the layer's choice or the run's policy:
-// "find" (time them all once per problem, cached in the backend), "heuristic" (cuDNN's ranking) or
+// "find" (time them all per problem, twice, each by its faster pass; cached in the backend), "heuristic" (cuDNN's ranking) or
 // a named algorithm, which falls back to the heuristic with a note (or throws) where cuDNN rejects
 // it. cuDNN takes symmetric padding only: asymmetric padding runs on an explicitly zero-padded
 // copy.
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -277,6 +278,26 @@ class CudnnConv final : public ConvKernel {
     }
   }
 
+  // One algorithm's fastest successful run over find's passes.
+  struct FindTiming {
+    float ms = 0.0f;
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+    std::size_t memory = 0;
+  };
+  static constexpr int kFindPasses = 2;
+  template <class Perf>
+  static void merge_timings(const std::vector<Perf>& perfs, int returned, std::size_t offer,
+                            std::map<std::pair<int, int>, FindTiming>& timings) {
+    for (int i = 0; i < returned; ++i) {
+      const Perf& p = perfs[static_cast<std::size_t>(i)];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > offer || !(p.time >= 0.0f)) continue;
+      const std::pair<int, int> key{static_cast<int>(p.algo), static_cast<int>(p.mathType)};
+      auto it = timings.find(key);
+      if (it == timings.end() || p.time < it->second.ms)
+        timings[key] = FindTiming{p.time, p.mathType, p.memory};
+    }
+  }
+
   template <typename Perf>
   static std::vector<Perf> perf_buffer(int count) {
     return std::vector<Perf>(static_cast<std::size_t>(std::max(count, 1)));
@@ -389,8 +410,8 @@ class CudnnConv final : public ConvKernel {
     return key;
   }
 
-  // Times every algorithm (cudnnFind*AlgorithmEx) within the largest workspace any of them needs up
-  // to the cap, picks the fastest that succeeded, and caches it for identical problems.
+  // Times every algorithm (cudnnFind*AlgorithmEx, kFindPasses times) within the largest workspace
+  // any of them needs up to the cap, picks the fastest that succeeded, and caches it for identical problems.
   void use_find(Dir dir, const void* in1, const void* in2, void* out) const {
     const std::string key = cache_key(dir);
     if (auto hit = ctx_->conv_algo_cache().lookup(key)) {
@@ -440,45 +461,51 @@ class CudnnConv final : public ConvKernel {
     }
     cudnnHandle_t h = ctx_->cudnn();
     cudnnConvolutionDescriptor_t cd = conv_desc_[index(dir)];
-    int max_count = 0, returned = 0;
-    auto pick = [&](const auto& perfs) -> std::optional<CachedConvAlgo> {
-      for (int i = 0; i < returned; ++i) {  // sorted by time
-        const auto& p = perfs[static_cast<std::size_t>(i)];
-        if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= offer)
-          return CachedConvAlgo{static_cast<int>(p.algo), p.mathType, p.memory};
-      }
-      return std::nullopt;
-    };
-    std::optional<CachedConvAlgo> best;
-    switch (dir) {
-      case Dir::kForward: {
-        CNNERGY_CUDA_CALL(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
-        auto perfs = perf_buffer<cudnnConvolutionFwdAlgoPerf_t>(max_count);
-        CNNERGY_CUDA_CALL(cudnnFindConvolutionForwardAlgorithmEx(h, x_desc_, a, w_desc_, b, cd,
-                                                                 y_desc_, c, max_count, &returned,
-                                                                 perfs.data(), ws->data(), offer));
-        best = pick(perfs);
-        break;
-      }
-      case Dir::kBackwardData: {
-        CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
-        auto perfs = perf_buffer<cudnnConvolutionBwdDataAlgoPerf_t>(max_count);
-        CNNERGY_CUDA_CALL(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, w_desc_, a, y_desc_, b, cd, x_desc_, c, max_count, &returned, perfs.data(),
-            ws->data(), offer));
-        best = pick(perfs);
-        break;
-      }
-      case Dir::kBackwardFilter: {
-        CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
-        auto perfs = perf_buffer<cudnnConvolutionBwdFilterAlgoPerf_t>(max_count);
-        CNNERGY_CUDA_CALL(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            h, x_desc_, a, y_desc_, b, cd, w_desc_, c, max_count, &returned, perfs.data(),
-            ws->data(), offer));
-        best = pick(perfs);
-        break;
+    // Two timing passes, each algorithm judged by its faster one: the first pass also pays for
+    // loading kernels on first use (CUDA's lazy module loading) and for cold caches, which made
+    // single-pass find pick a 17x slower backward-filter kernel for one ResNet-50 layer on an H200.
+    std::map<std::pair<int, int>, FindTiming> timings;  // by (algorithm, math type)
+    for (int pass = 0; pass < kFindPasses; ++pass) {
+      switch (dir) {
+        case Dir::kForward: {
+          int max_count = 0, returned = 0;
+          CNNERGY_CUDA_CALL(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
+          auto perfs = perf_buffer<cudnnConvolutionFwdAlgoPerf_t>(max_count);
+          CNNERGY_CUDA_CALL(cudnnFindConvolutionForwardAlgorithmEx(h, x_desc_, a, w_desc_, b, cd,
+                                                                   y_desc_, c, max_count, &returned,
+                                                                   perfs.data(), ws->data(), offer));
+          merge_timings(perfs, returned, offer, timings);
+          break;
+        }
+        case Dir::kBackwardData: {
+          int max_count = 0, returned = 0;
+          CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
+          auto perfs = perf_buffer<cudnnConvolutionBwdDataAlgoPerf_t>(max_count);
+          CNNERGY_CUDA_CALL(cudnnFindConvolutionBackwardDataAlgorithmEx(
+              h, w_desc_, a, y_desc_, b, cd, x_desc_, c, max_count, &returned, perfs.data(),
+              ws->data(), offer));
+          merge_timings(perfs, returned, offer, timings);
+          break;
+        }
+        case Dir::kBackwardFilter: {
+          int max_count = 0, returned = 0;
+          CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
+          auto perfs = perf_buffer<cudnnConvolutionBwdFilterAlgoPerf_t>(max_count);
+          CNNERGY_CUDA_CALL(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              h, x_desc_, a, y_desc_, b, cd, w_desc_, c, max_count, &returned, perfs.data(),
+              ws->data(), offer));
+          merge_timings(perfs, returned, offer, timings);
+          break;
+        }
       }
     }
+    std::optional<CachedConvAlgo> best;
+    float best_ms = 0.0f;
+    for (const auto& [algo_math, t] : timings)
+      if (!best || t.ms < best_ms) {
+        best = CachedConvAlgo{algo_math.first, t.math, t.memory};
+        best_ms = t.ms;
+      }
     if (!best) {  // nothing ran within the workspace that could be had: cuDNN's ranking instead
       use_heuristic(dir);
       notes_.push_back(std::string(direction_name(dir)) + ": find timed no algorithm within " +
