@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a
 # (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -145,6 +145,23 @@ case "${1:-tests}" in
       --compile resnet50:256:bf16 --out "$OUT/pytorch.json" 2>&1 | tail -6
     timeout 60 python3 "$CARRY/peer_pytorch.py" --models resnet50,vgg16 --batches 256 --precisions fp32,tf32 \
       --compile "" --out "$OUT/pytorch_fp32.json" 2>&1 | tail -4
+    ;;
+  s4_a)  # nvidia-h200: kernel checks, the ResNet step checks, algorithm choices, bf16 matrix and peers
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 70 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_backend_cuda.log" | head -8
+    timeout 40 test_train_cuda --gtest_filter="*FusedRelu*:*WholeNetwork*" > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |apart|actual" "$OUT/test_train_cuda.log" | head -8
+    timeout 25 cnnergy model-info resnet50 --device cuda --show-algos --batch 256 --precision bf16 --layout nhwc \
+      > "$OUT/algos_resnet50_bf16.txt" 2>&1; grep -E "layer1.0.conv1|fused" "$OUT/algos_resnet50_bf16.txt" | head -4
+    timeout 150 bench_train_throughput --models resnet50,resnet34,vgg16,alexnet --batches 64,128,256 --precisions bf16 \
+      --out "$OUT/ours_bf16.json" 2>&1 | tail -13
+    timeout 50 bench_train_throughput --models resnet50 --batches 256 --precisions fp32,tf32 \
+      --out "$OUT/ours_fp32.json" 2>&1 | tail -3
+    timeout 230 python3 "$CARRY/peer_pytorch.py" --models resnet50,resnet34,vgg16,alexnet --batches 64,128,256 \
+      --precisions bf16 --compile resnet50:256:bf16 --out "$OUT/pytorch.json" 2>&1 | tail -14
+    timeout 40 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions fp32,tf32 \
+      --compile "" --out "$OUT/pytorch_fp32.json" 2>&1 | tail -3
     ;;
   final_b)  # nvidia-h200-x2: NCCL tests, the data-parallel step eager and recorded, under mpirun, DDP
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"

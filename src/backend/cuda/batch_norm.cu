@@ -1,11 +1,13 @@
 // The CUDA backend's per-channel reductions (bias gradient, batch-norm statistics) and batch norm.
 // Channel-last tensors (NHWC, 2-D) whose channel count fills 16-byte packs take the fast path: a
 // block owns up to 32 channel packs x a slice of rows, reads coalesced packs, accumulates in fp32
-// registers and writes one partial per (slice, channel); a small kernel adds the partials in fp64
-// in a fixed order (deterministic). Statistics are sums about a per-channel shift (the channel's
+// registers and writes one partial per (slice, channel), with one full wave of blocks (as many as
+// the kernel's occupancy lets every SM hold); a finishing kernel adds the partials in fp64, 32
+// lanes per channel and a fixed-order tree (deterministic). Statistics are sums about a per-channel shift (the channel's
 // first value), which keeps E[x^2] - E[x]^2 free of cancellation when |mean| >> std. The
 // normalisation and dx passes are tiled the same way, so each thread keeps its channels'
-// coefficients in registers. Everything else (NCHW, odd channel counts) takes the generic path:
+// coefficients in registers; the dx pass runs one wave of blocks that stride over the rows, so the
+// coefficients are loaded once per block, not once per few rows. Everything else (NCHW, odd channel counts) takes the generic path:
 // runtime-dispatched loads and fp64 sums.
 // A fused ReLU (BatchNormParams::relu) clamps the stored output at 0; its backward zeroes dy where
 // that output was not positive, recomputing it from x with the very coefficients forward used
@@ -13,6 +15,7 @@
 // kept or read than without the ReLU.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -28,7 +31,7 @@ constexpr int kTile = 32;     // channels per block in the generic channel-last 
 constexpr int kTileRows = 8;  // rows per pass in the generic channel-last kernel
 constexpr std::int64_t kMaxSplits = 256;
 constexpr int kRowUnroll = 4;  // rows in flight per thread in the fast kernels
-constexpr int kReduceBlocksPerSm = 4;
+constexpr int kMaxBlocksPerSm = 2048 / kBlock;  // the most any kernel here can have resident
 
 struct ReducePlan {  // generic path
   bool channel_last;
@@ -63,15 +66,32 @@ TilePlan tile_plan(const ChannelView& v, DType dtype) {
   const std::int64_t groups = (packs + p.bx - 1) / p.bx;
   if (groups > 0x7fffffff) return p;
   p.groups = static_cast<unsigned>(groups);
-  // Enough row slices to put kReduceBlocksPerSm blocks on every SM, each thread summing at least
-  // kRowUnroll rows.
+  // At most enough row slices to fill every SM with resident blocks (launch_tile_reduce takes one
+  // full wave of the kernel's actual occupancy), each thread summing at least kRowUnroll rows.
   const std::int64_t want =
-      (static_cast<std::int64_t>(sm_count()) * kReduceBlocksPerSm + groups - 1) / groups;
+      (static_cast<std::int64_t>(sm_count()) * kMaxBlocksPerSm + groups - 1) / groups;
   const std::int64_t most = std::max<std::int64_t>(1, v.outer / (p.by * kRowUnroll));
   p.splits =
       static_cast<unsigned>(std::clamp<std::int64_t>(want, 1, std::min<std::int64_t>(most, 65535)));
   p.usable = true;
   return p;
+}
+
+// Blocks of `kernel` (kBlock threads) that one SM holds at once: its registers and shared memory
+// decide. Asked once per kernel (the callers keep it in a static).
+template <class Kernel>
+int resident_blocks(Kernel kernel) {
+  int resident = 0;
+  CNNERGY_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kBlock, 0));
+  return std::max(resident, 1);
+}
+
+// Row slices (grid.y) for one full wave of a kernel with `resident` blocks per SM, spread over the
+// plan's channel groups; at least 1, at most `most`.
+unsigned wave_slices(int resident, const TilePlan& p, std::int64_t most) {
+  const std::int64_t blocks = static_cast<std::int64_t>(sm_count()) * resident;
+  return static_cast<unsigned>(std::clamp<std::int64_t>((blocks + p.groups - 1) / p.groups, 1,
+                                                        std::max<std::int64_t>(most, 1)));
 }
 
 // Scratch, generic: [splits * C * 2 doubles of partials][4 * C floats of coefficients].
@@ -128,19 +148,40 @@ __device__ __forceinline__ bool relu_passes(DType dt, float x, const Affine& f) 
   }
 }
 
+// The finishing kernels run blocks of 32 channels x kFinishLanes threads: lane ty adds splits ty,
+// ty + kFinishLanes, ... of its channel in fp64, then a fixed-order tree over the lanes (the sums
+// are deterministic). Every thread of the block must call it; lanes of channels >= C add nothing.
+constexpr int kFinishLanes = 32;
 __device__ __forceinline__ void channel_totals(const Partials& p, std::int64_t c, double& s1,
                                                double& s2) {
+  __shared__ double red[2][kFinishLanes][33];
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
   s1 = 0.0;
   s2 = 0.0;
-  for (std::int64_t s = 0; s < p.splits; ++s) {
-    if (p.fast != nullptr) {
-      s1 += p.fast[(s * 2) * p.channels + c];
-      s2 += p.fast[(s * 2 + 1) * p.channels + c];
-    } else {
-      s1 += p.generic[(s * p.channels + c) * 2];
-      s2 += p.generic[(s * p.channels + c) * 2 + 1];
+  if (c < p.channels) {
+#pragma unroll 4
+    for (std::int64_t s = ty; s < p.splits; s += kFinishLanes) {
+      if (p.fast != nullptr) {
+        s1 += p.fast[(s * 2) * p.channels + c];
+        s2 += p.fast[(s * 2 + 1) * p.channels + c];
+      } else {
+        s1 += p.generic[(s * p.channels + c) * 2];
+        s2 += p.generic[(s * p.channels + c) * 2 + 1];
+      }
     }
   }
+  red[0][ty][tx] = s1;
+  red[1][ty][tx] = s2;
+  __syncthreads();
+  for (unsigned step = kFinishLanes / 2; step > 0; step /= 2) {
+    if (ty < step) {
+      red[0][ty][tx] += red[0][ty + step][tx];
+      red[1][ty][tx] += red[1][ty + step][tx];
+    }
+    __syncthreads();
+  }
+  s1 = red[0][0][tx];
+  s2 = red[1][0][tx];
 }
 
 // ---- generic reductions -------------------------------------------------------------------------
@@ -342,9 +383,12 @@ Partials launch_tile_reduce(const void* a, const void* b, DType dt, const Channe
                             cudaStream_t stream, const ReluMask& relu = {}) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
+  unsigned splits = 1;
   dispatch_float(dt, "channel reduction", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, p.splits), dim3(p.bx, p.by), 0, stream>>>(
+    static const int resident = resident_blocks(tile_reduce_kernel<T, kMode, kRelu>);
+    splits = wave_slices(resident, p, p.splits);  // one full wave: no half-empty second one
+    tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, splits), dim3(p.bx, p.by), 0, stream>>>(
         static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
         partial, shift);
   });
@@ -352,18 +396,21 @@ Partials launch_tile_reduce(const void* a, const void* b, DType dt, const Channe
   Partials out;
   out.fast = partial;
   out.shift = kMode == 1 ? shift : nullptr;
-  out.splits = p.splits;
+  out.splits = splits;
   out.channels = v.channels;
   return out;
 }
 
 // ---- finishing kernels (one thread per channel) -------------------------------------------------
+__device__ __forceinline__ std::int64_t finish_channel() {
+  return static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
+}
+
 __global__ void bias_grad_finish_kernel(Partials p, void* db, DType db_dtype) {
-  CNNERGY_GRID_STRIDE(c, p.channels) {
-    double s1, s2;
-    channel_totals(p, c, s1, s2);
-    store(db, db_dtype, c, static_cast<float>(s1));
-  }
+  const std::int64_t c = finish_channel();
+  double s1, s2;
+  channel_totals(p, c, s1, s2);
+  if (threadIdx.y == 0 && c < p.channels) store(db, db_dtype, c, static_cast<float>(s1));
 }
 
 // Batch statistics -> saved mean / inverse std, running estimates (unbiased variance), and the
@@ -373,9 +420,10 @@ __global__ void bn_stats_finish_kernel(Partials p, std::int64_t m, const float* 
                                        float* saved_mean, float* saved_inv_std, BatchNormParams bp,
                                        float* coef) {
   const std::int64_t channels = p.channels;
-  CNNERGY_GRID_STRIDE(c, channels) {
-    double s1, s2;
-    channel_totals(p, c, s1, s2);
+  const std::int64_t c = finish_channel();
+  double s1, s2;
+  channel_totals(p, c, s1, s2);
+  if (threadIdx.y == 0 && c < channels) {
     const double count = static_cast<double>(m);
     const double centred_mean = s1 / count;  // mean - shift
     const double mean = (p.shift != nullptr ? p.shift[c] : 0.0) + centred_mean;
@@ -410,9 +458,10 @@ __global__ void bn_backward_finish_kernel(Partials p, std::int64_t m, const floa
                                           const float* saved_inv_std, float* dgamma, float* dbeta,
                                           float* coef) {
   const std::int64_t channels = p.channels;
-  CNNERGY_GRID_STRIDE(c, channels) {
-    double s1, s2;
-    channel_totals(p, c, s1, s2);
+  const std::int64_t c = finish_channel();
+  double s1, s2;
+  channel_totals(p, c, s1, s2);
+  if (threadIdx.y == 0 && c < channels) {
     const double inv_std = saved_inv_std[c];
     const double dg = s2 * inv_std;
     dbeta[c] = static_cast<float>(s1);
@@ -485,8 +534,13 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// Rows in flight per thread in tile_backward_apply_kernel; two resident blocks per SM keep
+// 2 x kBlock x kBackwardRows x 2 packs of loads in flight (the coefficients stay in registers).
+// bf16's mask recomputation needs more registers: fewer rows there, so that nothing spills.
 template <typename T, bool kRelu>
-__global__ void __launch_bounds__(kBlock)
+constexpr int kBackwardRows = std::is_same_v<T, __nv_bfloat16> ? (kRelu ? 2 : 3) : 4;
+template <typename T, bool kRelu>
+__global__ void __launch_bounds__(kBlock, 2)
     tile_backward_apply_kernel(const T* x, const T* dy, T* dx, std::int64_t rows,
                                std::int64_t channels, const float* coef, const float* mean,
                                ReluMask relu, bool accumulate) {
@@ -504,7 +558,7 @@ __global__ void __launch_bounds__(kBlock)
     if constexpr (kRelu) f[k] = relu.at(c0 + k);
   }
   const std::int64_t by = blockDim.y;
-  constexpr int kU = kRowUnroll / 2;  // three streams per row: fewer rows in flight
+  constexpr int kU = kBackwardRows<T, kRelu>;
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kU * by + threadIdx.y; r < rows;
        r += static_cast<std::int64_t>(gridDim.y) * kU * by) {
     Pack<T, K> vx[kU], vdy[kU], vdx[kU];
@@ -540,7 +594,9 @@ dim3 apply_grid(const TilePlan& p, std::int64_t rows, std::int64_t rows_per_bloc
   return dim3(p.groups, static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, 65535)));
 }
 
-unsigned grid_for_channels(std::int64_t channels) { return grid_for(channels); }
+// Finishing kernels: a block per 32 channels (channel_totals).
+unsigned finish_grid(std::int64_t channels) { return static_cast<unsigned>((channels + 31) / 32); }
+const dim3 kFinishBlock(32, kFinishLanes);
 
 float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
   const TilePlan t = tile_plan(v, dtype);
@@ -591,7 +647,7 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
       t.usable && aligned_for(16, dy)
           ? launch_tile_reduce<0>(dy, nullptr, dtype, view, t, nullptr, scratch, stream)
           : launch_generic_reduce(dy, nullptr, dtype, view, Reduce::kSum, nullptr, scratch, stream);
-  bias_grad_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(p, db, db_dtype);
+  bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
   CNNERGY_CUDA_LAUNCH_CHECK("bias_grad_finish");
 }
 
@@ -607,7 +663,7 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
       fast ? launch_tile_reduce<1>(x, nullptr, dtype, view, t, nullptr, scratch, stream)
            : launch_generic_reduce(x, nullptr, dtype, view, Reduce::kSumSquares, nullptr, scratch,
                                    stream);
-  bn_stats_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
+  bn_stats_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(
       p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
       params, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_stats_finish");
@@ -620,7 +676,7 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
                                   void* scratch, cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   float* coef = coefficients(scratch, view, dtype);
-  bn_inference_coef_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
+  bn_inference_coef_kernel<<<grid_for(view.channels), kBlock, 0, stream>>>(
       view.channels, gamma, beta, running_mean, running_var, params.eps, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_inference_coef");
   launch_apply(x, y, dtype, view, t, t.usable && aligned_for(16, x, y), coef, params.relu, stream);
@@ -642,23 +698,31 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                                      scratch, stream, mask)
       : relu ? launch_tile_reduce<2, true>(dy, x, dtype, view, t, saved_mean, scratch, stream, mask)
              : launch_tile_reduce<2, false>(dy, x, dtype, view, t, saved_mean, scratch, stream);
-  bn_backward_finish_kernel<<<grid_for_channels(view.channels), kBlock, 0, stream>>>(
+  bn_backward_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(
       p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_finish");
   const std::int64_t count = view.outer * view.channels * view.inner;
   if (fast) {
     dispatch_float(dtype, "batch_norm_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const dim3 grid = apply_grid(t, view.outer, kRowUnroll / 2 * t.by), block(t.bx, t.by);
+      // One wave of blocks that stay and stride over the rows: each loads its coefficients once.
+      auto row_blocks = [&](int rows_per_thread) {
+        const std::int64_t per_block = static_cast<std::int64_t>(rows_per_thread) * t.by;
+        return (view.outer + per_block - 1) / per_block;
+      };
       const auto* xt = static_cast<const T*>(x);
       const auto* dyt = static_cast<const T*>(dy);
       auto* dxt = static_cast<T*>(dx);
-      if (relu)
-        tile_backward_apply_kernel<T, true><<<grid, block, 0, stream>>>(
+      const dim3 block(t.bx, t.by);
+      if (relu) {
+        static const int resident = resident_blocks(tile_backward_apply_kernel<T, true>);
+        tile_backward_apply_kernel<T, true><<<dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, true>))), block, 0, stream>>>(
             xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
-      else
-        tile_backward_apply_kernel<T, false><<<grid, block, 0, stream>>>(
+      } else {
+        static const int resident = resident_blocks(tile_backward_apply_kernel<T, false>);
+        tile_backward_apply_kernel<T, false><<<dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, false>))), block, 0, stream>>>(
             xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
+      }
     });
   } else {
     bn_backward_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(
