@@ -6,9 +6,12 @@
 // (fp16/bf16) or 4 (fp32) channels per access. Max-pool backward runs in two gather passes: the
 // window argmax of every output (one byte per output) from x, then for every input the windows that
 // hold it, summing dy where the input is the argmax. No atomics (deterministic, exact in fp16/bf16)
-// and no dependence on a previous forward call.
+// and no dependence on a previous forward call. The pooling index math runs in 32-bit ints
+// (division by multiply-shift) where the call's coordinates and offsets fit, in 64 bits otherwise.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -21,80 +24,221 @@ constexpr int kNoArgmax = 255;                  // argmax byte of an empty windo
 constexpr std::int64_t kMaxArgmaxWindow = 255;  // larger windows recompute the argmax in backward
 
 // ---- pooling -----------------------------------------------------------------------------------
+// The index math runs in the index type I: int where every coordinate, item index and memory
+// offset of the call fits (index_fits_int), std::int64_t otherwise. The GPU has no integer divide:
+// a 64-bit division or remainder is a software routine (tens of instructions even on its 32-bit
+// fast path, a hundred-odd off it), and these kernels made dozens per item. In 32 bits a division
+// by a per-call divisor is a multiply-high, an add and a shift (Divisor<int>), and the backward
+// walks its windows with counters instead of dividing a window index.
+
+// Quotients x / d of non-negative x by a divisor fixed per call.
+template <typename I>
+struct Divisor;
+
+template <>
+struct Divisor<std::int64_t> {
+  std::int64_t d = 1;
+  Divisor() = default;
+  explicit Divisor(std::int64_t divisor) : d(divisor) {}
+  __device__ __forceinline__ std::int64_t div(std::int64_t x) const { return x / d; }
+};
+
+// Round-up multiply-shift division (Granlund-Montgomery), exact for 0 <= x < 2^31 and
+// 1 <= d < 2^31: with 2^(shift-1) < d <= 2^shift, x / d = (umulhi(x, magic) + x) >> shift, where
+// magic = floor(2^32 (2^shift - d) / d) + 1 < 2^32. The sum cannot wrap (umulhi(x, magic) <= x).
+template <>
+struct Divisor<int> {
+  int d = 1;
+  unsigned magic = 1, shift = 0;
+  Divisor() = default;
+  explicit Divisor(std::int64_t divisor) : d(static_cast<int>(divisor)) {
+    while ((std::int64_t{1} << shift) < divisor) ++shift;
+    const auto ud = static_cast<std::uint64_t>(divisor);
+    magic = static_cast<unsigned>(
+        (std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - ud) / ud + 1);
+  }
+  __device__ __forceinline__ int div(int x) const {
+    const auto u = static_cast<unsigned>(x);
+    return static_cast<int>((__umulhi(u, magic) + u) >> shift);
+  }
+};
+
+// A call's geometry (Dims and PoolParams) in the index type, with the divisors the kernels use.
+template <typename I>
+struct Geometry {
+  I n, c, h, w;  // the input
+  I out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  int mode;
+  bool nhwc;
+  // The digits of an item index of the kernel's item tensor (the input or the output, in packs of
+  // K channels), fastest first: NHWC channel pack, w, h (then n); NCHW w, h, c (then n).
+  Divisor<I> item[3];
+  Divisor<I> stride_h_div, stride_w_div;
+};
+
+// True when the call's index math fits in int: every element count and offset of the input and
+// output, and every window bound, padding included (window starts reach
+// (out - 1) * stride - pad, ends start + kernel, and the backward adds a stride to round up).
+bool index_fits_int(const Dims& x, const PoolParams& p) {
+  constexpr std::int64_t lim = std::numeric_limits<int>::max();
+  for (const std::int64_t v : {x.n, x.c, x.h, x.w, p.out_h, p.out_w, p.kernel_h, p.kernel_w,
+                               p.stride_h, p.stride_w, p.pad_h, p.pad_w})
+    if (v < 0 || v > lim) return false;  // then a product of two values up to lim fits in int64
+  const auto fits = [](std::int64_t a, std::int64_t b) { return a * b <= lim; };
+  return fits(x.n, x.c) && fits(x.h, x.w) && fits(p.out_h, p.out_w) && fits(x.n * x.c, x.h * x.w) &&
+         fits(x.n * x.c, p.out_h * p.out_w) && fits(p.kernel_h, p.kernel_w) &&
+         x.h + 2 * p.pad_h + p.kernel_h + (p.out_h + 1) * p.stride_h <= lim &&
+         x.w + 2 * p.pad_w + p.kernel_w + (p.out_w + 1) * p.stride_w <= lim;
+}
+
+// Items are packs of k channels (k = 1 for single elements) of the output (forward and argmax
+// kernels) or of the input (backward).
+template <typename I>
+Geometry<I> geometry(const Dims& x, const PoolParams& p, int k, bool output_items) {
+  Geometry<I> g{};
+  const auto cast = [](std::int64_t v) { return static_cast<I>(v); };
+  g.n = cast(x.n);
+  g.c = cast(x.c);
+  g.h = cast(x.h);
+  g.w = cast(x.w);
+  g.out_h = cast(p.out_h);
+  g.out_w = cast(p.out_w);
+  g.kernel_h = cast(p.kernel_h);
+  g.kernel_w = cast(p.kernel_w);
+  g.stride_h = cast(p.stride_h);
+  g.stride_w = cast(p.stride_w);
+  g.pad_h = cast(p.pad_h);
+  g.pad_w = cast(p.pad_w);
+  g.mode = p.mode;
+  g.nhwc = x.nhwc;
+  // An empty dimension leaves no items to divide: divisor 1 keeps the construction defined.
+  const auto divisor = [](std::int64_t d) { return Divisor<I>(std::max<std::int64_t>(d, 1)); };
+  const std::int64_t h = output_items ? p.out_h : x.h, w = output_items ? p.out_w : x.w;
+  if (x.nhwc) {
+    g.item[0] = divisor(x.c / k);
+    g.item[1] = divisor(w);
+    g.item[2] = divisor(h);
+  } else {
+    g.item[0] = divisor(w);
+    g.item[1] = divisor(h);
+    g.item[2] = divisor(x.c);
+  }
+  g.stride_h_div = divisor(p.stride_h);
+  g.stride_w_div = divisor(p.stride_w);
+  return g;
+}
+
+template <typename I>
+struct Location {
+  I n, c, h, w;
+};
+
+// Item q of the kernel's item tensor: (n, first channel, h, w). Item q starts at memory offset
+// q * k in either layout.
+template <typename I>
+__device__ __forceinline__ Location<I> item_location(const Geometry<I>& g, int k, I q) {
+  I digit[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const I rest = g.item[i].div(q);
+    digit[i] = q - rest * g.item[i].d;
+    q = rest;
+  }
+  return g.nhwc ? Location<I>{q, digit[0] * k, digit[2], digit[1]}
+                : Location<I>{q, digit[2], digit[1], digit[0]};
+}
+
+// Memory offsets of (n, c, h, w) in the input and the output; with K > 1 (NHWC only) c is the
+// first channel of a pack.
+template <typename I>
+__device__ __forceinline__ I offset(const Geometry<I>& g, I rows, I cols, I n, I c, I h, I w) {
+  return g.nhwc ? ((n * rows + h) * cols + w) * g.c + c : ((n * g.c + c) * rows + h) * cols + w;
+}
+template <typename I>
+__device__ __forceinline__ I x_at(const Geometry<I>& g, I n, I c, I h, I w) {
+  return offset(g, g.h, g.w, n, c, h, w);
+}
+template <typename I>
+__device__ __forceinline__ I y_at(const Geometry<I>& g, I n, I c, I h, I w) {
+  return offset(g, g.out_h, g.out_w, n, c, h, w);
+}
+
+template <typename I>
 struct Window {
-  std::int64_t hs, ws;          // start, padding included
-  std::int64_t h0, h1, w0, w1;  // clipped to the input
+  I hs, ws;          // start, padding included
+  I h0, h1, w0, w1;  // clipped to the input
   float divisor;
 };
 
-__device__ __forceinline__ Window pool_window(const Dims& d, const PoolParams& p, std::int64_t oh,
-                                              std::int64_t ow) {
-  const std::int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
-  const std::int64_t he_pad = min(hs + p.kernel_h, d.h + p.pad_h);
-  const std::int64_t we_pad = min(ws + p.kernel_w, d.w + p.pad_w);
-  Window win{hs,
-             ws,
-             max(hs, std::int64_t{0}),
-             min(he_pad, d.h),
-             max(ws, std::int64_t{0}),
-             min(we_pad, d.w),
-             1.0f};
-  const std::int64_t count =
-      p.mode == 1 ? (he_pad - hs) * (we_pad - ws) : (win.h1 - win.h0) * (win.w1 - win.w0);
+template <typename I>
+__device__ __forceinline__ Window<I> pool_window(const Geometry<I>& g, I oh, I ow) {
+  const I hs = oh * g.stride_h - g.pad_h, ws = ow * g.stride_w - g.pad_w;
+  const I he_pad = min(hs + g.kernel_h, g.h + g.pad_h);
+  const I we_pad = min(ws + g.kernel_w, g.w + g.pad_w);
+  Window<I> win{hs, ws, max(hs, I{0}), min(he_pad, g.h), max(ws, I{0}), min(we_pad, g.w), 1.0f};
+  // In 64 bits: each extent fits in I, their product need not (an empty window's two negative
+  // extents).
+  const std::int64_t count = g.mode == 1
+                                 ? static_cast<std::int64_t>(he_pad - hs) * (we_pad - ws)
+                                 : static_cast<std::int64_t>(win.h1 - win.h0) * (win.w1 - win.w0);
   win.divisor = static_cast<float>(count);
   return win;
 }
 
-// Memory offset of (n, c, h, w); with K > 1 (NHWC only) c is the first channel of a pack.
-__device__ __forceinline__ std::int64_t at(const Dims& d, std::int64_t n, std::int64_t c,
-                                           std::int64_t h, std::int64_t w) {
-  return d.nhwc ? ((n * d.h + h) * d.w + w) * d.c + c : ((n * d.c + c) * d.h + h) * d.w + w;
+// Packs that a kernel holds while loads are in flight, kept as 32-bit words where they fill them:
+// split into its 16-bit or 8-bit lanes, a pack would take a register per lane.
+template <int Bytes>
+struct alignas(Bytes) Words {
+  unsigned w[Bytes / 4];
+};
+template <typename T, int K>
+using Held = std::conditional_t<sizeof(T) * K % 4 == 0, Words<sizeof(T) * K>, Pack<T, K>>;
+
+template <typename T, int K>
+__device__ __forceinline__ Held<T, K> load_held(const T* p) {
+  return *reinterpret_cast<const Held<T, K>*>(p);
 }
 
-// Item q of a tensor of `d`'s geometry in packs of K channels: (n, first channel, h, w). Item q
-// starts at memory offset q * K in either layout.
-__device__ __forceinline__ Coord item_coord(const Dims& d, int k, std::int64_t q) {
-  Coord r{};
-  if (d.nhwc) {
-    const std::int64_t packs = d.c / k;
-    r.c = (q % packs) * k;
-    q /= packs;
-    r.w = q % d.w;
-    q /= d.w;
-    r.h = q % d.h;
-    r.n = q / d.h;
+// Lane k of a held pack of T: as float, and (argmax bytes) as int.
+template <typename T, int K>
+__device__ __forceinline__ float lane_float(const Pack<T, K>& p, int k) {
+  return to_float(p.v[k]);
+}
+template <typename T, int Bytes>
+__device__ __forceinline__ float lane_float(const Words<Bytes>& p, int k) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(p.w[k]);
   } else {
-    r.w = q % d.w;
-    q /= d.w;
-    r.h = q % d.h;
-    q /= d.h;
-    r.c = q % d.c;
-    r.n = q / d.c;
+    const auto bits = static_cast<unsigned short>(p.w[k / 2] >> (16 * (k % 2)));
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      return to_float(__ushort_as_bfloat16(bits));
+    else
+      return to_float(__ushort_as_half(bits));
   }
-  return r;
+}
+template <int K>
+__device__ __forceinline__ int lane_byte(const Pack<std::uint8_t, K>& p, int k) {
+  return p.v[k];
+}
+template <int Bytes>
+__device__ __forceinline__ int lane_byte(const Words<Bytes>& p, int k) {
+  return static_cast<int>((p.w[k / 4] >> (8 * (k % 4))) & 0xffu);
 }
 
-__device__ __forceinline__ Dims output_dims(const Dims& x, const PoolParams& p) {
-  Dims y = x;
-  y.h = p.out_h;
-  y.w = p.out_w;
-  return y;
-}
-
-// Calls f(pack, h, w) for the window's elements in scan order (rows, then columns), loading
+// Calls f(held pack, h, w) for the window's elements in scan order (rows, then columns), loading
 // kWindowLoads elements of a row before using them: a window scan is a chain of dependent
 // accumulations, and without loads in flight it would wait out the memory latency per element.
 constexpr int kWindowLoads = 4;
 
-template <typename T, int K, class F>
-__device__ __forceinline__ void scan_window(const T* x, const Dims& d, std::int64_t n,
-                                            std::int64_t c0, const Window& win, F&& f) {
-  for (std::int64_t h = win.h0; h < win.h1; ++h)
-    for (std::int64_t w0 = win.w0; w0 < win.w1; w0 += kWindowLoads) {
-      Pack<T, K> v[kWindowLoads];
+template <typename T, int K, typename I, class F>
+__device__ __forceinline__ void scan_window(const T* x, const Geometry<I>& g, I n, I c0,
+                                            const Window<I>& win, F&& f) {
+  for (I h = win.h0; h < win.h1; ++h)
+    for (I w0 = win.w0; w0 < win.w1; w0 += kWindowLoads) {
+      Held<T, K> v[kWindowLoads];
 #pragma unroll
       for (int i = 0; i < kWindowLoads; ++i)
-        if (w0 + i < win.w1) v[i] = load_pack<T, K>(x + at(d, n, c0, h, w0 + i));
+        if (w0 + i < win.w1) v[i] = load_held<T, K>(x + x_at(g, n, c0, h, w0 + i));
 #pragma unroll
       for (int i = 0; i < kWindowLoads; ++i)
         if (w0 + i < win.w1) f(v[i], h, w0 + i);
@@ -103,21 +247,21 @@ __device__ __forceinline__ void scan_window(const T* x, const Dims& d, std::int6
 
 // Per lane: the window-relative position ((h - hs) * kernel_w + (w - ws)) of the first maximum in
 // scan order, a NaN winning; -1 for an empty window. best gets the maximum (0 when empty).
-template <typename T, int K>
-__device__ __forceinline__ void window_argmax(const T* x, const Dims& d, const PoolParams& p,
-                                              std::int64_t n, std::int64_t c0, const Window& win,
-                                              float (&best)[K], int (&pos)[K]) {
+template <typename T, int K, typename I>
+__device__ __forceinline__ void window_argmax(const T* x, const Geometry<I>& g, I n, I c0,
+                                              const Window<I>& win, float (&best)[K],
+                                              int (&pos)[K]) {
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     best[k] = 0.0f;
     pos[k] = -1;
   }
   bool first = true;
-  scan_window<T, K>(x, d, n, c0, win, [&](const Pack<T, K>& v, std::int64_t h, std::int64_t w) {
-    const int here = static_cast<int>((h - win.hs) * p.kernel_w + (w - win.ws));
+  scan_window<T, K>(x, g, n, c0, win, [&](const Held<T, K>& v, I h, I w) {
+    const int here = static_cast<int>((h - win.hs) * g.kernel_w + (w - win.ws));
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const float f = to_float(v.v[k]);
+      const float f = lane_float<T>(v, k);
       if (first || f > best[k] || (isnan(f) && !isnan(best[k]))) {
         best[k] = f;
         pos[k] = here;
@@ -127,23 +271,25 @@ __device__ __forceinline__ void window_argmax(const T* x, const Dims& d, const P
   });
 }
 
-template <typename T, int K>
+// The kernels take one thread per item (exact_grid); the grid-stride loop runs in 64 bits, the
+// item index in I.
+template <typename T, int K, typename I>
 __global__ void __launch_bounds__(kBlock)
-    pool_forward_kernel(const T* x, T* y, Dims xd, PoolParams p, std::int64_t items) {
-  const Dims yd = output_dims(xd, p);
-  CNNERGY_GRID_STRIDE(q, items) {
-    const Coord o = item_coord(yd, K, q);
-    const Window win = pool_window(xd, p, o.h, o.w);
+    pool_forward_kernel(const T* x, T* y, Geometry<I> g, std::int64_t items) {
+  CNNERGY_GRID_STRIDE(item, items) {
+    const I q = static_cast<I>(item);
+    const Location<I> o = item_location(g, K, q);
+    const Window<I> win = pool_window(g, o.h, o.w);
     float out[K];
-    if (p.mode == 0) {
+    if (g.mode == 0) {
       int pos[K];
-      window_argmax<T, K>(x, xd, p, o.n, o.c, win, out, pos);
+      window_argmax<T, K>(x, g, o.n, o.c, win, out, pos);
     } else {
 #pragma unroll
       for (int k = 0; k < K; ++k) out[k] = 0.0f;
-      scan_window<T, K>(x, xd, o.n, o.c, win, [&](const Pack<T, K>& v, std::int64_t, std::int64_t) {
+      scan_window<T, K>(x, g, o.n, o.c, win, [&](const Held<T, K>& v, I, I) {
 #pragma unroll
-        for (int k = 0; k < K; ++k) out[k] += to_float(v.v[k]);
+        for (int k = 0; k < K; ++k) out[k] += lane_float<T>(v, k);
       });
 #pragma unroll
       for (int k = 0; k < K; ++k) out[k] /= win.divisor;
@@ -156,16 +302,15 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // One byte per output: the window-relative argmax position (kNoArgmax for an empty window).
-template <typename T, int K>
+template <typename T, int K, typename I>
 __global__ void __launch_bounds__(kBlock)
-    pool_argmax_kernel(const T* x, std::uint8_t* argmax, Dims xd, PoolParams p,
-                       std::int64_t items) {
-  const Dims yd = output_dims(xd, p);
-  CNNERGY_GRID_STRIDE(q, items) {
-    const Coord o = item_coord(yd, K, q);
+    pool_argmax_kernel(const T* x, std::uint8_t* argmax, Geometry<I> g, std::int64_t items) {
+  CNNERGY_GRID_STRIDE(item, items) {
+    const I q = static_cast<I>(item);
+    const Location<I> o = item_location(g, K, q);
     float best[K];
     int pos[K];
-    window_argmax<T, K>(x, xd, p, o.n, o.c, pool_window(xd, p, o.h, o.w), best, pos);
+    window_argmax<T, K>(x, g, o.n, o.c, pool_window(g, o.h, o.w), best, pos);
     Pack<std::uint8_t, K> r;
 #pragma unroll
     for (int k = 0; k < K; ++k) r.v[k] = static_cast<std::uint8_t>(pos[k] < 0 ? kNoArgmax : pos[k]);
@@ -173,68 +318,80 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Gather: one thread per input item loops over the windows that hold it, loading kWindowLoads
-// windows' dy (and argmax bytes) before using them. Max mode reads the argmax bytes; without them
-// (windows beyond a byte: the host then runs K = 1) it recomputes each window's argmax.
-template <typename T, int K>
+// Gather: one thread per input item walks the windows that hold it, (oh0, ow0) to (oh1, ow1) in
+// scan order, loading kWindowLoads windows' dy (and argmax bytes) before using them. Max mode reads
+// the argmax bytes; without them (windows beyond a byte: the host then runs K = 1) it recomputes
+// each window's argmax.
+template <typename T, int K, typename I>
 __global__ void __launch_bounds__(kBlock)
-    pool_backward_kernel(const T* x, const T* dy, const std::uint8_t* argmax, T* dx, Dims xd,
-                         PoolParams p, bool accumulate, std::int64_t items) {
-  const Dims yd = output_dims(xd, p);
-  CNNERGY_GRID_STRIDE(q, items) {
-    const Coord in = item_coord(xd, K, q);
-    // windows with oh*stride - pad <= h < oh*stride - pad + kernel
-    const std::int64_t nh = in.h + p.pad_h - p.kernel_h + 1, nw = in.w + p.pad_w - p.kernel_w + 1;
-    const std::int64_t oh0 = nh <= 0 ? 0 : (nh + p.stride_h - 1) / p.stride_h;
-    const std::int64_t ow0 = nw <= 0 ? 0 : (nw + p.stride_w - 1) / p.stride_w;
-    const std::int64_t oh1 = min(p.out_h - 1, (in.h + p.pad_h) / p.stride_h);
-    const std::int64_t ow1 = min(p.out_w - 1, (in.w + p.pad_w) / p.stride_w);
-    const std::int64_t rows = max(oh1 - oh0 + 1, std::int64_t{0});
-    const std::int64_t cols = max(ow1 - ow0 + 1, std::int64_t{0}), windows = rows * cols;
-    float g[K];
+    pool_backward_kernel(const T* x, const T* dy, const std::uint8_t* argmax, T* dx, Geometry<I> g,
+                         bool accumulate, std::int64_t items) {
+  CNNERGY_GRID_STRIDE(item, items) {
+    const I q = static_cast<I>(item);
+    const Location<I> in = item_location(g, K, q);
+    // windows with oh * stride - pad <= h < oh * stride - pad + kernel
+    const I nh = in.h + g.pad_h - g.kernel_h + 1, nw = in.w + g.pad_w - g.kernel_w + 1;
+    const I oh0 = nh <= 0 ? I{0} : g.stride_h_div.div(nh + g.stride_h - 1);
+    const I ow0 = nw <= 0 ? I{0} : g.stride_w_div.div(nw + g.stride_w - 1);
+    const I oh1 = min(g.out_h - 1, g.stride_h_div.div(in.h + g.pad_h));
+    const I ow1 = min(g.out_w - 1, g.stride_w_div.div(in.w + g.pad_w));
+    float acc[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) g[k] = 0.0f;
-    for (std::int64_t t0 = 0; t0 < windows; t0 += kWindowLoads) {
-      Pack<T, K> d[kWindowLoads];
-      Pack<std::uint8_t, K> a[kWindowLoads];
+    for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+    // (oh, ow): the next window; oh > oh1 once they are all taken (at once without columns).
+    I oh = ow0 <= ow1 ? oh0 : oh1 + 1, ow = ow0;
+    while (oh <= oh1) {
+      I wh[kWindowLoads], ww[kWindowLoads];  // this round's windows; wh > oh1: none
+      Held<T, K> d[kWindowLoads];
+      Held<std::uint8_t, K> a[kWindowLoads];
 #pragma unroll
       for (int i = 0; i < kWindowLoads; ++i) {
-        if (t0 + i >= windows) continue;
-        const std::int64_t out = at(yd, in.n, in.c, oh0 + (t0 + i) / cols, ow0 + (t0 + i) % cols);
-        d[i] = load_pack<T, K>(dy + out);
-        if (p.mode == 0 && argmax != nullptr) a[i] = load_pack<std::uint8_t, K>(argmax + out);
+        wh[i] = oh;
+        ww[i] = ow;
+        if (oh > oh1) continue;
+        const I out = y_at(g, in.n, in.c, oh, ow);
+        d[i] = load_held<T, K>(dy + out);
+        if (g.mode == 0 && argmax != nullptr) a[i] = load_held<std::uint8_t, K>(argmax + out);
+        if (ow < ow1) {
+          ++ow;
+        } else {
+          ow = ow0;
+          ++oh;
+        }
       }
 #pragma unroll
       for (int i = 0; i < kWindowLoads; ++i) {
-        if (t0 + i >= windows) continue;
-        const Window win = pool_window(xd, p, oh0 + (t0 + i) / cols, ow0 + (t0 + i) % cols);
-        if (p.mode != 0) {
+        if (wh[i] > oh1) continue;
+        if (g.mode != 0) {
+          const float divisor = pool_window(g, wh[i], ww[i]).divisor;
 #pragma unroll
-          for (int k = 0; k < K; ++k) g[k] += to_float(d[i].v[k]) / win.divisor;
+          for (int k = 0; k < K; ++k) acc[k] += lane_float<T>(d[i], k) / divisor;
           continue;
         }
-        const int mine = static_cast<int>((in.h - win.hs) * p.kernel_w + (in.w - win.ws));
+        const I hs = wh[i] * g.stride_h - g.pad_h, ws = ww[i] * g.stride_w - g.pad_w;
+        const int mine = static_cast<int>((in.h - hs) * g.kernel_w + (in.w - ws));
         int pos[K];
         if constexpr (K == 1) {
           if (argmax == nullptr) {
             float best[K];
-            window_argmax<T, K>(x, xd, p, in.n, in.c, win, best, pos);
+            window_argmax<T, K>(x, g, in.n, in.c, pool_window(g, wh[i], ww[i]), best, pos);
           } else {
-            pos[0] = a[i].v[0];
+            pos[0] = lane_byte(a[i], 0);
           }
         } else {
 #pragma unroll
-          for (int k = 0; k < K; ++k) pos[k] = a[i].v[k];
+          for (int k = 0; k < K; ++k) pos[k] = lane_byte(a[i], k);
         }
 #pragma unroll
         for (int k = 0; k < K; ++k)
-          if (pos[k] == mine) g[k] += to_float(d[i].v[k]);
+          if (pos[k] == mine) acc[k] += lane_float<T>(d[i], k);
       }
     }
     Pack<T, K> r;
     if (accumulate) r = load_pack<T, K>(dx + q * K);
 #pragma unroll
-    for (int k = 0; k < K; ++k) r.v[k] = from_float<T>(accumulate ? g[k] + to_float(r.v[k]) : g[k]);
+    for (int k = 0; k < K; ++k)
+      r.v[k] = from_float<T>(accumulate ? acc[k] + to_float(r.v[k]) : acc[k]);
     store_pack<T, K>(dx + q * K, r);
   }
 }
@@ -243,6 +400,15 @@ __global__ void __launch_bounds__(kBlock)
 template <typename T>
 bool pool_packs(const Dims& d, const void* a, const void* b, const void* c) {
   return d.nhwc && d.c % kVec<T> == 0 && aligned_for(16, a, b, c);
+}
+
+// Calls f(I{}) with the call's index type.
+template <class F>
+void dispatch_index(const Dims& x, const PoolParams& p, F&& f) {
+  if (index_fits_int(x, p))
+    f(int{});
+  else
+    f(std::int64_t{});
 }
 
 // ---- LRN across channels (Caffe: window [c - pre, c - pre + size - 1], alpha divided by size) ---
@@ -307,11 +473,15 @@ void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const
     constexpr int K = kVec<T>;
     const auto* xt = static_cast<const T*>(x);
     auto* yt = static_cast<T*>(y);
-    if (pool_packs<T>(x_dims, x, y, nullptr))
-      pool_forward_kernel<T, K>
-          <<<exact_grid(count / K), kBlock, 0, stream>>>(xt, yt, x_dims, p, count / K);
-    else
-      pool_forward_kernel<T, 1><<<exact_grid(count), kBlock, 0, stream>>>(xt, yt, x_dims, p, count);
+    dispatch_index(x_dims, p, [&](auto index) {
+      using I = decltype(index);
+      if (pool_packs<T>(x_dims, x, y, nullptr))
+        pool_forward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
+            xt, yt, geometry<I>(x_dims, p, K, true), count / K);
+      else
+        pool_forward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
+            xt, yt, geometry<I>(x_dims, p, 1, true), count);
+    });
   });
   CNNERGY_CUDA_LAUNCH_CHECK("pool_forward");
 }
@@ -334,19 +504,25 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
     // Max windows beyond a byte recompute their argmax: element by element (rare; it keeps the
     // packed kernel's registers down).
     const bool recompute = p.mode == 0 && argmax == nullptr;
-    if (!recompute && pool_packs<T>(x_dims, x, dy, dx)) {
-      if (argmax != nullptr && out_count > 0)
-        pool_argmax_kernel<T, K><<<exact_grid(out_count / K), kBlock, 0, stream>>>(
-            xt, argmax, x_dims, p, out_count / K);
-      pool_backward_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(
-          xt, dyt, argmax, dxt, x_dims, p, accumulate, count / K);
-    } else {
-      if (argmax != nullptr && out_count > 0)
-        pool_argmax_kernel<T, 1>
-            <<<exact_grid(out_count), kBlock, 0, stream>>>(xt, argmax, x_dims, p, out_count);
-      pool_backward_kernel<T, 1><<<exact_grid(count), kBlock, 0, stream>>>(
-          xt, dyt, argmax, dxt, x_dims, p, accumulate, count);
-    }
+    const int k = !recompute && pool_packs<T>(x_dims, x, dy, dx) ? K : 1;
+    dispatch_index(x_dims, p, [&](auto index) {
+      using I = decltype(index);
+      const Geometry<I> outputs = geometry<I>(x_dims, p, k, true);
+      const Geometry<I> inputs = geometry<I>(x_dims, p, k, false);
+      if (k == K) {
+        if (argmax != nullptr && out_count > 0)
+          pool_argmax_kernel<T, K, I><<<exact_grid(out_count / K), kBlock, 0, stream>>>(
+              xt, argmax, outputs, out_count / K);
+        pool_backward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
+            xt, dyt, argmax, dxt, inputs, accumulate, count / K);
+      } else {
+        if (argmax != nullptr && out_count > 0)
+          pool_argmax_kernel<T, 1, I>
+              <<<exact_grid(out_count), kBlock, 0, stream>>>(xt, argmax, outputs, out_count);
+        pool_backward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
+            xt, dyt, argmax, dxt, inputs, accumulate, count);
+      }
+    });
   });
   CNNERGY_CUDA_LAUNCH_CHECK("pool_backward");
 }
