@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a|s4_b|s4_c|s4_d|s4_e
 # (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -146,6 +146,19 @@ case "${1:-tests}" in
     timeout 60 python3 "$CARRY/peer_pytorch.py" --models resnet50,vgg16 --batches 256 --precisions fp32,tf32 \
       --compile "" --out "$OUT/pytorch_fp32.json" 2>&1 | tail -4
     ;;
+  s4_b)  # nvidia-h200: ResNet-50 bf16 at batch 128 and 64 under Nsight Compute (the b128 step is slow), find vs heuristic
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
+    ks=$CARRY/kernel_summary.py
+    for b in 128 64; do
+      kprof "ours_b$b" 90 "$(command -v bench_train_throughput)" --models resnet50 --batches $b --precisions bf16 \
+        --iters 3 --warmup 3 --profile-range --out "$OUT/kprof_ours_b$b.json"
+      rm -f "$OUT/kprof_ours_b$b.ncu-rep"
+      python3 "$ks" "$OUT/kprof_ours_b$b.csv" --top 12 --json "$OUT/kprof_b$b.json" | tee "$OUT/kprof_b$b.txt" | head -40
+    done
+    timeout 60 bench_train_throughput --models resnet50 --batches 64,128 --precisions bf16 --algo heuristic \
+      --out "$OUT/ours_heuristic.json" 2>&1 | tail -2
+    ;;
   s4_a)  # nvidia-h200: kernel checks, the ResNet step checks, algorithm choices, bf16 matrix and peers
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
     timeout 70 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1
@@ -162,6 +175,45 @@ case "${1:-tests}" in
       --precisions bf16 --compile resnet50:256:bf16 --out "$OUT/pytorch.json" 2>&1 | tail -14
     timeout 40 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions fp32,tf32 \
       --compile "" --out "$OUT/pytorch_fp32.json" 2>&1 | tail -3
+    ;;
+  s4_d)  # nvidia-h200-x2, short: the recorded strong-scaling run again with 4x the steps, and the eager
+          # run whose per-phase report shows the all-reduces behind backward
+    for spec in "--global-batch 256 --cuda-graph --max-iters 160" "--global-batch 256 --max-iters 60"; do
+      tag="resnet50_$(echo "$spec" | tr -d ' -')"
+      timeout 90 cnnergy dist-train --device cuda --gpus 2 --model resnet50 --precision bf16 --layout nhwc \
+        --data synthetic:3x224x224 --dataset-size 40000 $spec --warmup 3 --fixed-batch --no-eval \
+        --compare-single --json "$OUT/dist_$tag.json" > "$OUT/dist_$tag.log" 2>&1
+      grep -E "^ +[01] |strong scaling|^total|bucket" "$OUT/dist_$tag.log" | sed "s/^/$tag: /" | head -8
+    done
+    ;;
+  s4_e)  # nvidia-h200: the fp32 (TF32 off) and tf32 cells of every model, ours then PyTorch's per model
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    for m in "resnet50 80 60" "resnet34 60 45" "vgg16 110 75" "alexnet 35 30"; do
+      set -- $m
+      timeout "$2" bench_train_throughput --models "$1" --batches 64,128,256 --precisions fp32,tf32 --iters 10 \
+        --warmup 3 --out "$OUT/ours_$1.json" 2>&1 | grep -E "^$1 "
+      timeout "$3" python3 "$CARRY/peer_pytorch.py" --models "$1" --batches 64,128,256 --precisions fp32,tf32 \
+        --compile "" --iters 10 --warmup 3 --out "$OUT/pytorch_$1.json" 2>&1 | grep -E "^$1 "
+    done
+    ;;
+  s4_c)  # nvidia-h200-x2: NCCL tests, recorded data-parallel ResNet-50 strong and weak against DDP, and
+          # on GPU 0 the b128 step eager (find, heuristic) against recorded (host overhead or not)
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 90 test_dist --gtest_filter="*Nccl*" > "$OUT/test_dist_gpu.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_dist_gpu.log" | tail -6
+    for spec in "--global-batch 256 --cuda-graph" "--per-gpu-batch 256 --cuda-graph"; do
+      tag="resnet50_$(echo "$spec" | tr -d ' -')"
+      timeout 75 cnnergy dist-train --device cuda --gpus 2 --model resnet50 --precision bf16 --layout nhwc \
+        --data synthetic:3x224x224 --dataset-size 40000 $spec --max-iters 60 --warmup 3 --fixed-batch --no-eval \
+        --compare-single --json "$OUT/dist_$tag.json" 2>&1 | tee "$OUT/dist_$tag.log" | \
+        grep -E "strong scaling|weak scaling|^total|energy per sample|img/s" | sed "s/^/$tag: /" | head -8
+    done
+    timeout 120 python3 "$CARRY/peer_pytorch_ddp.py" --model resnet50 --configs 1:256,2:128,2:256 \
+      --iters 20 --warmup 5 --out "$OUT/ddp_resnet50.json" 2>&1 | grep "img/s"
+    export CUDA_VISIBLE_DEVICES=0
+    timeout 40 bench_train_throughput --models resnet50 --batches 128,256 --precisions bf16 --out "$OUT/b128_find.json" 2>&1 | tail -2
+    timeout 40 bench_train_throughput --models resnet50 --batches 128,256 --precisions bf16 --cuda-graph on --out "$OUT/b128_graph.json" 2>&1 | tail -2
+    timeout 40 bench_train_throughput --models resnet50 --batches 128,256 --precisions bf16 --algo heuristic --out "$OUT/b128_heur.json" 2>&1 | tail -2
     ;;
   final_b)  # nvidia-h200-x2: NCCL tests, the data-parallel step eager and recorded, under mpirun, DDP
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
