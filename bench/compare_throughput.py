@@ -8,8 +8,9 @@ import json
 
 def load(paths):
     """Cells by (model, batch, precision, variant). The peer's variant is "compiled" (torch.compile)
-    or ""; ours names what differs from the eager default: the layout where it is not the
-    precision's default, a replayed CUDA graph, ReLUs left unfused."""
+    or ""; ours names what differs from the eager default: the convolution policy where it is not
+    find, the layout where it is not the precision's default, a replayed CUDA graph, ReLUs left
+    unfused."""
     cells = {}
     for p in paths:
         for r in json.load(open(p))["results"]:
@@ -21,6 +22,8 @@ def variant(r):
     if "compiled" in r:
         return "compiled" if r["compiled"] else ""
     parts = []
+    if r.get("algo", "find") not in ("find", "auto"):
+        parts.append(r["algo"])
     default_layout = "nchw" if r["precision"] == "fp32" else "nhwc"  # the benchmark's auto layout
     if r.get("layout", default_layout) != default_layout:
         parts.append(r["layout"].upper())

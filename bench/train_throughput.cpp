@@ -1,13 +1,20 @@
 // Training-throughput benchmark (issue: CUDA backend): for each model x batch x precision, trains on
 // synthetic data already on the device and reports images/s, per-phase time (forward, backward,
 // update; device events) and peak device memory. Prints a table and writes JSON (--out).
+// Host time (steady_clock, medians, no added synchronisation) is what the CPU spends enqueueing each
+// phase: forward_host_ms, backward_host_ms, update_host_ms (eager cells) or step_host_ms (CUDA-graph
+// cells); a phase whose host time is close to its device time is host-bound (the GPU waits on the CPU).
+// --host-layers adds, for eager cells, host time per layer category and pass (Executor::set_hook).
 // The PyTorch peer (bench/peer_pytorch.py) measures the same cells in the same call.
 // --profile-range brackets each cell's last timed iteration with the profiler range (for
 // `ncu --profile-from-start off`: that one step's kernels, not cuDNN's search or the warm-up).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,25 +34,109 @@ using namespace cnnergy;
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// --host-layers: host time inside one pass's calls of one layer category, per timed iteration.
+struct LayerHostTime {
+  std::string pass;      // "forward" or "backward"
+  std::string category;  // category_name() of the layers, or "total" (the whole pass)
+  std::int64_t calls = 0;  // layer calls per iteration (fused ReLUs and no-op backwards included)
+  double host_us_per_iter = 0;
+};
+
+// Sums the host time between the executor's before- and after-layer hook calls, per layer and pass,
+// while alive (the hook is installed on construction and removed on destruction).
+class LayerHostClock {
+ public:
+  explicit LayerHostClock(Executor& exec) : exec_(exec), us_{}, calls_{} {
+    for (int p = 0; p < 2; ++p) {
+      us_[p].assign(exec.num_layers(), 0.0);
+      calls_[p].assign(exec.num_layers(), 0);
+    }
+    exec_.set_hook([this](std::size_t layer, Pass pass, bool after) {
+      const auto now = Clock::now();
+      if (!after) {
+        start_ = now;
+        return;
+      }
+      const int p = pass == Pass::kForward ? 0 : 1;
+      us_[p][layer] += 1e3 * ms_between(start_, now);
+      ++calls_[p][layer];
+    });
+  }
+  ~LayerHostClock() { exec_.set_hook(LayerHook{}); }
+  LayerHostClock(const LayerHostClock&) = delete;
+  LayerHostClock& operator=(const LayerHostClock&) = delete;
+
+  // Per pass: categories by host time (most first), then the pass total.
+  std::vector<LayerHostTime> summary(int iters) const {
+    std::vector<LayerHostTime> rows;
+    for (int p = 0; p < 2; ++p) {
+      const std::string pass = p == 0 ? "forward" : "backward";
+      std::map<std::string, LayerHostTime> by_category;
+      LayerHostTime total{pass, "total"};
+      for (std::size_t i = 0; i < us_[p].size(); ++i) {
+        auto& row = by_category[std::string(category_name(exec_.layer(i).category()))];
+        row.calls += calls_[p][i];
+        row.host_us_per_iter += us_[p][i];
+        total.calls += calls_[p][i];
+        total.host_us_per_iter += us_[p][i];
+      }
+      std::vector<LayerHostTime> pass_rows;
+      for (auto& [category, row] : by_category) {
+        if (row.calls == 0) continue;
+        row.pass = pass;
+        row.category = category;
+        pass_rows.push_back(row);
+      }
+      std::sort(pass_rows.begin(), pass_rows.end(), [](const LayerHostTime& a, const LayerHostTime& b) {
+        return a.host_us_per_iter > b.host_us_per_iter;
+      });
+      pass_rows.push_back(total);
+      for (auto& row : pass_rows) {
+        row.calls /= iters;
+        row.host_us_per_iter /= iters;
+        rows.push_back(row);
+      }
+    }
+    return rows;
+  }
+
+ private:
+  Executor& exec_;
+  std::vector<double> us_[2];           // summed host microseconds, per pass and layer
+  std::vector<std::int64_t> calls_[2];  // calls, per pass and layer
+  Clock::time_point start_;
+};
+
 struct Cell {
   std::string model;
   std::int64_t batch = 0;
   std::string precision;
   std::string layout;
+  std::string algo;  // the convolution algorithm policy (find, graph_find, ...)
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
+  bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::string status = "ok";
   std::string error;
   double images_per_s = 0, iter_ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0, peak_mem_mib = 0;
+  // Host (enqueue) time medians: the three phases in eager cells, the whole step in graph cells; 0 otherwise.
+  double forward_host_ms = 0, backward_host_ms = 0, update_host_ms = 0, step_host_ms = 0;
+  std::vector<LayerHostTime> layer_host;  // --host-layers, eager cells
 };
 
-void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy, const std::vector<std::int64_t>& image) {
+void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>& image) {
   BackendOptions opt;
   opt.device = parse_device("cuda");
   apply_precision(parse_precision(cell.precision), opt);
   opt.layout = parse_layout(cell.layout);
-  opt.conv_algo_policy = algo_policy;
+  opt.conv_algo_policy = cell.algo;
   auto backend = create_backend(opt);
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
@@ -56,17 +147,28 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
 
   PhaseTimer timer(*backend, cell.cuda_graph ? std::vector<std::string>{"step"}
                                              : std::vector<std::string>{"forward", "backward", "update"});
+  // Host time per phase and iteration: the calls alone (they return once their work is enqueued).
+  std::vector<std::vector<double>> host_ms(timer.phase_names().size());
   auto step = [&]() {
     timer.begin_iteration();
+    const auto h0 = Clock::now();
     if (cell.cuda_graph) {
       work.step();
+      host_ms[0].push_back(ms_between(h0, Clock::now()));
       timer.end_phase(0);
     } else {
       exec.forward(Phase::kTrain);
+      const auto h1 = Clock::now();
+      host_ms[0].push_back(ms_between(h0, h1));
       timer.end_phase(0);
+      const auto h2 = Clock::now();
       exec.backward(solver.loss_scale());
+      const auto h3 = Clock::now();
+      host_ms[1].push_back(ms_between(h2, h3));
       timer.end_phase(1);
+      const auto h4 = Clock::now();
       solver.step();
+      host_ms[2].push_back(ms_between(h4, Clock::now()));
       timer.end_phase(2);
     }
     timer.end_iteration();
@@ -74,7 +176,10 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
   for (int i = 0; i < warmup; ++i) step();
   backend->synchronize();
   timer.clear();
-  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& h : host_ms) h.clear();
+  std::optional<LayerHostClock> layer_clock;
+  if (cell.host_layers && !cell.cuda_graph) layer_clock.emplace(exec);
+  const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) {
     // Synchronized on both sides, so the range holds exactly this step's kernels.
     const bool profiled = cell.profile_range && i + 1 == iters;
@@ -89,7 +194,11 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
     }
   }
   backend->synchronize();
-  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double wall_ms = ms_between(t0, Clock::now());
+  if (layer_clock) {
+    cell.layer_host = layer_clock->summary(iters);
+    layer_clock.reset();  // removes the hook
+  }
   timer.flush();
   cell.iter_ms = wall_ms / iters;
   cell.images_per_s = static_cast<double>(cell.batch) * iters / (wall_ms / 1e3);
@@ -97,6 +206,11 @@ void run_cell(Cell& cell, int iters, int warmup, const std::string& algo_policy,
     cell.forward_ms = summarize(timer.phase_ms()[0]).median;
     cell.backward_ms = summarize(timer.phase_ms()[1]).median;
     cell.update_ms = summarize(timer.phase_ms()[2]).median;
+    cell.forward_host_ms = summarize(host_ms[0]).median;
+    cell.backward_host_ms = summarize(host_ms[1]).median;
+    cell.update_host_ms = summarize(host_ms[2]).median;
+  } else {
+    cell.step_host_ms = summarize(host_ms[0]).median;
   }
   cell.peak_mem_mib = static_cast<double>(backend->memory_stats().peak_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
@@ -124,7 +238,10 @@ int main(int argc, char** argv) {
              "activation layout: auto (NHWC for fp16, bf16 and tf32, NCHW for fp32: the faster one for "
              "each on an H200), nchw or nhwc",
              "auto");
-    p.option("algo", "convolution algorithm policy", "find");
+    p.option("algo",
+             "comma-separated convolution algorithm policies, a cell each (find, heuristic, graph_find, "
+             "graph_heuristic, auto or an algorithm name)",
+             "auto");
     p.option("iters", "timed iterations per cell", "20");
     p.option("warmup", "warm-up iterations per cell", "5");
     p.option("image", "square input size override (0 = model default)", "0");
@@ -135,6 +252,10 @@ int main(int argc, char** argv) {
     p.flag("profile-range",
            "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
            "--profile-from-start off)");
+    p.flag("host-layers",
+           "eager cells: also time the host per layer call (Executor hook) and print/write it by layer "
+           "category and pass; the hook's own cost (two clock reads and a call per layer) inflates the "
+           "host times a little");
     p.option("out", "JSON output file", "train_throughput.json");
     if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
     const int iters = static_cast<int>(p.get_int("iters", 1, 100000));
@@ -144,6 +265,7 @@ int main(int argc, char** argv) {
     for (const auto& m : cli::split_list(p.get("models"), "model"))
       for (const auto& b : cli::split_list(p.get("batches"), "batch"))
         for (const auto& pr : cli::split_list(p.get("precisions"), "precision"))
+          for (const auto& algo : cli::split_list(p.get("algo"), "algorithm policy"))
           for (const bool graphed : {false, true})
             for (const bool fused : {true, false}) {
             if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
@@ -152,14 +274,17 @@ int main(int argc, char** argv) {
             c.model = m;
             c.batch = std::stoll(b);
             c.precision = pr;
+            c.algo = algo;
             c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "fp32" ? "nchw" : "nhwc");
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
             c.profile_range = p.get_flag("profile-range");
+            c.host_layers = p.get_flag("host-layers");
             cells.push_back(c);
           }
-    std::printf("%-10s %5s %-5s %-4s %-5s %-4s %9s %8s %8s %8s %9s\n", "model", "batch", "prec", "lay", "graph", "fuse",
-                "img/s", "fwd ms", "bwd ms", "upd ms", "peak MiB");
+    // Device phase times, then host (enqueue) times; a CUDA-graph cell has one host time, its step's.
+    std::printf("%-10s %5s %-5s %-4s %-10s %-5s %-4s %9s %8s %8s %8s %9s %8s %8s %8s\n", "model", "batch", "prec", "lay",
+                "algo", "graph", "fuse", "img/s", "fwd ms", "bwd ms", "upd ms", "peak MiB", "fwd host", "bwd host", "upd host");
     // The whole file is rewritten after every cell, so a run cut off by a time limit keeps valid JSON.
     auto write_json = [&](std::size_t done) {
       std::ofstream out(p.get("out"));
@@ -167,21 +292,32 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < done; ++i) {
         const Cell& c = cells[i];
         out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
-            << "\", \"layout\": \"" << c.layout << "\", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
+            << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
             << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms
-            << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib << "}"
-            << (i + 1 < done ? ",\n" : "\n");
+            << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib
+            << ", \"forward_host_ms\": " << c.forward_host_ms << ", \"backward_host_ms\": " << c.backward_host_ms
+            << ", \"update_host_ms\": " << c.update_host_ms << ", \"step_host_ms\": " << c.step_host_ms;
+        if (!c.layer_host.empty()) {
+          out << ", \"host_layers\": [";
+          for (std::size_t k = 0; k < c.layer_host.size(); ++k) {
+            const LayerHostTime& h = c.layer_host[k];
+            out << (k ? ", " : "") << "{\"pass\": \"" << h.pass << "\", \"category\": \"" << h.category
+                << "\", \"calls\": " << h.calls << ", \"host_us_per_iter\": " << h.host_us_per_iter << "}";
+          }
+          out << "]";
+        }
+        out << "}" << (i + 1 < done ? ",\n" : "\n");
       }
       out << "]}\n";
     };
     for (std::size_t i = 0; i < cells.size(); ++i) {
       Cell& c = cells[i];
       try {
-        run_cell(c, iters, warmup, p.get("algo"), image ? std::vector<std::int64_t>{image} : std::vector<std::int64_t>{});
+        run_cell(c, iters, warmup, image ? std::vector<std::int64_t>{image} : std::vector<std::int64_t>{});
       } catch (const OutOfMemory& e) {
         c.status = "does_not_fit";
         c.error = e.what();
@@ -192,14 +328,22 @@ int main(int argc, char** argv) {
         c.status = "failed";
         c.error = e.what();
       }
-      if (c.status == "ok")
-        std::printf("%-10s %5lld %-5s %-4s %-5s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f\n", c.model.c_str(),
-                    static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.cuda_graph ? "on" : "off",
+      if (c.status == "ok") {
+        std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f", c.model.c_str(),
+                    static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.algo.c_str(), c.cuda_graph ? "on" : "off",
                     c.fuse_relu ? "on" : "off", c.images_per_s,
                     c.forward_ms, c.backward_ms, c.update_ms, c.peak_mem_mib);
-      else
-        std::printf("%-10s %5lld %-5s %-4s %-5s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
-                    c.precision.c_str(), c.layout.c_str(), c.cuda_graph ? "on" : "off", c.fuse_relu ? "on" : "off",
+        if (c.cuda_graph)
+          std::printf(" %17s %8.2f\n", "step host", c.step_host_ms);
+        else
+          std::printf(" %8.2f %8.2f %8.2f\n", c.forward_host_ms, c.backward_host_ms, c.update_host_ms);
+        if (!c.layer_host.empty()) std::printf("    %-8s %-8s %5s %12s\n", "pass", "category", "calls", "host us/iter");
+        for (const auto& h : c.layer_host)
+          std::printf("    %-8s %-8s %5lld %12.1f\n", h.pass.c_str(), h.category.c_str(),
+                      static_cast<long long>(h.calls), h.host_us_per_iter);
+      } else
+        std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
+                    c.precision.c_str(), c.layout.c_str(), c.algo.c_str(), c.cuda_graph ? "on" : "off", c.fuse_relu ? "on" : "off",
                     c.status.c_str(), c.error.c_str());
       std::fflush(stdout);
       write_json(i + 1);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a|s4_b|s4_c|s4_d|s4_e
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a|s4_b|s4_c|s4_d|s4_e|s5_a|s5_b|s5_c|s5_d|s5_e
 # (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -175,6 +175,82 @@ case "${1:-tests}" in
       --precisions bf16 --compile resnet50:256:bf16 --out "$OUT/pytorch.json" 2>&1 | tail -14
     timeout 40 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions fp32,tf32 \
       --compile "" --out "$OUT/pytorch_fp32.json" 2>&1 | tail -3
+    ;;
+  s5_a)  # nvidia-h200: convolution tests (the graph-API policies), then ResNet-50 with the legacy find
+          # against graph_find (host time per phase and per layer category), PyTorch eager beside
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 110 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure|tests ran" "$OUT/test_backend_cuda.log" | head -12
+    timeout 110 bench_train_throughput --models resnet50 --batches 64,128 --precisions bf16 --algo find,graph_find \
+      --host-layers --out "$OUT/ours_bf16.json" 2>&1 | grep -vE "^    (forward|backward) +(relu|loss|flatten|pool|add|fc)"
+    timeout 75 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 64,128 --precisions bf16 --compile "" \
+      --out "$OUT/pytorch_bf16.json" 2>&1 | grep -E "^resnet50 "
+    timeout 120 bench_train_throughput --models resnet50 --batches 64,128,256 --precisions fp32 --algo find,graph_find \
+      --iters 10 --warmup 3 --out "$OUT/ours_fp32.json" 2>&1 | tail -6
+    timeout 75 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 64,128,256 --precisions fp32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_fp32.json" 2>&1 | grep -E "^resnet50 "
+    timeout 45 bench_train_throughput --models resnet50 --batches 64 --precisions bf16 --algo graph_find \
+      --cuda-graph on --out "$OUT/ours_bf16_graphed.json" 2>&1 | tail -1
+    timeout 30 cnnergy model-info resnet50 --device cuda --show-algos --batch 128 --precision bf16 --layout nhwc \
+      --conv-algo graph_find > "$OUT/algos_resnet50_bf16_graph.txt" 2>&1; grep -E "layer1.0.conv1|note|rror" "$OUT/algos_resnet50_bf16_graph.txt" | head -4
+    ;;
+  s5_b)  # nvidia-h200: GPU tests (training now on the "auto" policy), then ResNet-50 in bf16, fp32 and tf32
+          # with auto against PyTorch in the same call (eager everywhere, torch.compile at bf16 b256)
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 60 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_backend_cuda.log" | head -8
+    timeout 150 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED) |Failure|accuracy" "$OUT/test_train_cuda.log" | head -8
+    timeout 30 cnnergy model-info resnet50 --device cuda --show-algos --batch 64 --precision bf16 --layout nhwc \
+      > "$OUT/algos_resnet50_bf16_auto.txt" 2>&1; grep -cE "graph:" "$OUT/algos_resnet50_bf16_auto.txt"
+    timeout 100 bench_train_throughput --models resnet50 --batches 64,128,256 --precisions bf16 \
+      --out "$OUT/ours_bf16.json" 2>&1 | grep -E "^resnet50 "
+    timeout 130 bench_train_throughput --models resnet50 --batches 64,128,256 --precisions fp32,tf32 --iters 10 \
+      --warmup 3 --out "$OUT/ours_fp32_tf32.json" 2>&1 | grep -E "^resnet50 "
+    timeout 110 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 64,128,256 --precisions bf16 \
+      --compile resnet50:256:bf16 --out "$OUT/pytorch_bf16.json" 2>&1 | grep -E "^resnet50 "
+    timeout 100 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 64,128,256 --precisions fp32,tf32 \
+      --compile "" --iters 10 --warmup 3 --out "$OUT/pytorch_fp32_tf32.json" 2>&1 | grep -E "^resnet50 "
+    ;;
+  s5_c)  # nvidia-h200: the GPU training tests with Fashion-MNIST, ResNet-50 bf16 b256 (against eager and
+          # torch.compile), then every ResNet-34 and AlexNet cell; ours ("auto") then PyTorch's per model
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 60 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|LeNet" "$OUT/test_train_cuda.log" | head -8
+    timeout 75 bench_train_throughput --models resnet50 --batches 256 --precisions bf16 \
+      --out "$OUT/ours_resnet50_b256.json" 2>&1 | grep -E "^resnet50 "
+    timeout 130 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions bf16 \
+      --compile resnet50:256:bf16 --out "$OUT/pytorch_resnet50_b256.json" 2>&1 | grep -E "^resnet50 "
+    for m in "resnet34 110 90" "alexnet 60 50"; do
+      set -- $m
+      timeout "$2" bench_train_throughput --models "$1" --batches 64,128,256 --precisions bf16,fp32,tf32 --iters 10 \
+        --warmup 3 --out "$OUT/ours_$1.json" 2>&1 | grep -E "^$1 "
+      timeout "$3" python3 "$CARRY/peer_pytorch.py" --models "$1" --batches 64,128,256 --precisions bf16,fp32,tf32 \
+        --compile "" --iters 10 --warmup 3 --out "$OUT/pytorch_$1.json" 2>&1 | grep -E "^$1 "
+    done
+    ;;
+  s5_d)  # nvidia-h200: the cells s5_c's time limits cut (ResNet-50 b256, ResNet-34 b256 fp32/tf32, AlexNet
+          # b128 tf32 and b256), ours ("auto") then PyTorch's in this call
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 150 bench_train_throughput --models resnet50 --batches 256 --precisions bf16,fp32,tf32 --iters 10 \
+      --warmup 3 --out "$OUT/ours_resnet50_b256.json" 2>&1 | grep -E "^resnet50 "
+    timeout 160 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions bf16,fp32,tf32 \
+      --compile resnet50:256:bf16 --iters 10 --warmup 3 --out "$OUT/pytorch_resnet50_b256.json" 2>&1 | grep -E "^resnet50 "
+    timeout 80 bench_train_throughput --models resnet34 --batches 256 --precisions fp32,tf32 --iters 10 --warmup 3 \
+      --out "$OUT/ours_resnet34_b256.json" 2>&1 | grep -E "^resnet34 "
+    timeout 50 python3 "$CARRY/peer_pytorch.py" --models resnet34 --batches 256 --precisions fp32,tf32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_resnet34_b256.json" 2>&1 | grep -E "^resnet34 "
+    timeout 60 bench_train_throughput --models alexnet --batches 128,256 --precisions bf16,fp32,tf32 --iters 10 \
+      --warmup 3 --out "$OUT/ours_alexnet.json" 2>&1 | grep -E "^alexnet "
+    timeout 40 python3 "$CARRY/peer_pytorch.py" --models alexnet --batches 128,256 --precisions bf16,fp32,tf32 \
+      --compile "" --iters 10 --warmup 3 --out "$OUT/pytorch_alexnet.json" 2>&1 | grep -E "^alexnet "
+    ;;
+  s5_e)  # nvidia-h200: every VGG-16 cell, ours ("auto") then PyTorch's
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 250 bench_train_throughput --models vgg16 --batches 64,128,256 --precisions bf16,fp32,tf32 --iters 10 \
+      --warmup 3 --out "$OUT/ours_vgg16.json" 2>&1 | grep -E "^vgg16 "
+    timeout 300 python3 "$CARRY/peer_pytorch.py" --models vgg16 --batches 64,128,256 --precisions bf16,fp32,tf32 \
+      --compile "" --iters 10 --warmup 3 --out "$OUT/pytorch_vgg16.json" 2>&1 | grep -E "^vgg16 "
     ;;
   s4_d)  # nvidia-h200-x2, short: the recorded strong-scaling run again with 4x the steps, and the eager
           # run whose per-phase report shows the all-reduces behind backward

@@ -45,7 +45,8 @@ struct Conv2dDesc {
 };
 
 // Which algorithm a convolution uses. Empty strings mean "the run's policy" (BackendOptions).
-// Names: CPU "reference" | "im2col_gemm"; CUDA "find" | "heuristic" | a cuDNN algorithm name.
+// Names: CPU "reference" | "im2col_gemm"; CUDA "auto" | "find" | "heuristic" | "graph_find" |
+// "graph_heuristic" | a cuDNN algorithm name.
 struct ConvAlgoChoice {
   std::string forward;
   std::string backward_data;
@@ -192,7 +193,7 @@ struct BackendOptions {
   bool allow_tf32 = false;            // fp32 math on tensor cores (precision "tf32")
   Layout layout = Layout::kNCHW;      // layout of 4-D activations
   std::size_t workspace_limit_bytes = std::size_t{4} << 30;  // cap for convolution workspaces
-  std::string conv_algo_policy = "find";  // CUDA: find | heuristic | <algorithm name>; CPU ignores
+  std::string conv_algo_policy = "auto";  // CUDA: auto | find | heuristic | graph_find | graph_heuristic | <algorithm name>; CPU ignores
   bool conv_algo_fallback = true;     // a named algorithm that cannot run a shape falls back (else error)
 };
 

@@ -44,8 +44,8 @@ void declare_common(ArgParser& p) {
   p.option("precision", "fp32 (TF32 off), tf32, fp16 (loss scaling), bf16", "fp32",
            precision_names());
   p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
-  p.option("conv-algo", "GPU convolution algorithm policy: find, heuristic or an algorithm name",
-           "find");
+  p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name",
+           "auto");
   p.option("epochs", "epochs", "1");
   p.option("max-iters", "steps per epoch at most (0 = whole epoch of global batches)", "0");
   p.option("warmup", "first steps trained but neither timed nor metered", "2");

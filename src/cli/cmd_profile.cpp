@@ -54,7 +54,7 @@ int run_profile(const std::vector<std::string>& args) {
   p.option("device", "cpu, cuda or cuda:N", "cuda");
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
   p.option("layout", "activation layout", "nchw", {"nchw", "nhwc"});
-  p.option("conv-algo", "GPU convolution algorithm policy: find, heuristic or an algorithm name", "find");
+  p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name", "auto");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
   p.option("reps", "timed passes for per-layer times", "10");

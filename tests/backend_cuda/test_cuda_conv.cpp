@@ -1,7 +1,8 @@
 // cuDNN convolution against the CPU reference: forward, backward data (overwrite and accumulate),
 // backward filter with bias, in every precision and layout, on awkward shapes (stride, groups,
 // depthwise, asymmetric padding, non-square input and kernel, odd channels, dilation); every named
-// forward algorithm; the heuristic; the find cache; bad names; fallback notes against errors.
+// forward algorithm; the heuristic; the find cache; the graph-API policies (graph_find,
+// graph_heuristic) and their plan cache; bad names; fallback notes against errors.
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -115,6 +116,37 @@ TEST_P(CudaConvShapes, HeuristicPolicyMatchesCpu) {
           std::string(c.name) + " heuristic");
 }
 
+// The graph API's plans: graph_find in every precision and layout, graph_heuristic in two.
+TEST_P(CudaConvShapes, GraphPoliciesMatchCpu) {
+  const ConvCase& c = GetParam();
+  for (const Precision& p : kAllPrecisions)
+    for (const Layout l : kAllLayouts)
+      compare(c.desc, p, l, "graph_find", {}, p.tol,
+              std::string(c.name) + " graph_find " + label(p, l));
+  compare(c.desc, kFp32, Layout::kNCHW, "graph_heuristic", {}, kFp32.tol,
+          std::string(c.name) + " graph_heuristic");
+  compare(c.desc, kBf16, Layout::kNHWC, "graph_heuristic", {}, kBf16.tol,
+          std::string(c.name) + " graph_heuristic");
+  // auto: whichever of the two APIs it picks per direction
+  compare(c.desc, kFp32, Layout::kNCHW, "auto", {}, kFp32.tol, std::string(c.name) + " auto");
+  compare(c.desc, kBf16, Layout::kNHWC, "auto", {}, kBf16.tol, std::string(c.name) + " auto");
+}
+
+// auto decides once per problem: an identical layer runs what the first one chose, in every
+// direction, and says which API it is (a graph engine tag or a legacy algorithm name).
+TEST_F(CudaConv, AutoDecidesOncePerProblem) {
+  auto g = gpu(kBf16, Layout::kNHWC, "auto");
+  if (!g) GTEST_SKIP() << "no bf16 on this GPU";
+  const Conv2dDesc d = make_desc(8, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false);
+  const ConvAlgoInfo first = g->make_conv(d, {})->info();
+  const ConvAlgoInfo second = g->make_conv(d, {})->info();
+  EXPECT_EQ(second.forward, first.forward);
+  EXPECT_EQ(second.backward_data, first.backward_data);
+  EXPECT_EQ(second.backward_filter, first.backward_filter);
+  for (const std::string& a : {first.forward, first.backward_data, first.backward_filter})
+    EXPECT_FALSE(a.empty() || a.rfind("algo#", 0) == 0) << a;
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaConvShapes, ::testing::ValuesIn(conv_cases()),
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return std::string(i.param.name);
@@ -214,6 +246,38 @@ TEST_F(CudaConv, FindRunsOncePerProblemAndIsCached) {
   EXPECT_FALSE(info.backward_data.empty());
   EXPECT_FALSE(info.backward_filter.empty());
   EXPECT_EQ(info.math_type, "fp32");
+}
+
+// graph_find searches once per problem: an identical layer reuses the plan (the same engine), every
+// direction reports a graph engine, and fp32 stays off tensor cores on a reduction long enough
+// (64 x 3 x 3 = 576 products) that TF32's 10-bit mantissa would break the fp32 tolerance.
+TEST_F(CudaConv, GraphFindSharesPlansAndKeepsFp32Exact) {
+  for (const Layout layout : kAllLayouts) {
+    auto g = gpu(kFp32, layout, "graph_find");
+    ASSERT_TRUE(g);
+    const Conv2dDesc d = make_desc(4, 64, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false);
+    const Tensor x = random(d.input_shape(), DType::kF32), w = random(d.weight_shape(), DType::kF32);
+    Tensor y_ref = Tensor::host(d.output_shape());
+    cpu_->make_conv(d, {})->forward(x, w, Tensor{}, y_ref);
+    const Tensor xd = upload(*g, x, DType::kF32, layout), wd = upload(*g, w, DType::kF32, layout);
+    Tensor y = g->alloc(d.output_shape(), DType::kF32, layout);
+    const auto before = cuda::conv_algo_cache_stats(*g);
+    auto first = g->make_conv(d, {});
+    first->forward(xd, wd, Tensor{}, y);
+    EXPECT_TRUE(close(download(*g, y), y_ref, kFp32.tol, "graph_find fp32 forward"));
+    const auto after_first = cuda::conv_algo_cache_stats(*g);
+    EXPECT_EQ(after_first.find_runs, before.find_runs + 1);
+    auto second = g->make_conv(d, {});
+    second->forward(xd, wd, Tensor{}, y);
+    const auto after_second = cuda::conv_algo_cache_stats(*g);
+    EXPECT_EQ(after_second.find_runs, after_first.find_runs) << "searched again for one problem";
+    EXPECT_EQ(after_second.cache_hits, after_first.cache_hits + 1);
+    const ConvAlgoInfo info = first->info();
+    EXPECT_EQ(second->info().forward, info.forward);
+    for (const std::string& a : {info.forward, info.backward_data, info.backward_filter})
+      EXPECT_EQ(a.rfind("graph:eng", 0), 0u) << a << " (notes: " << info.notes.size() << ")";
+    EXPECT_TRUE(info.notes.empty()) << info.notes.front();
+  }
 }
 
 TEST_F(CudaConv, MathTypeNamesThePrecision) {

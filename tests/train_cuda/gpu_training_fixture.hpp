@@ -17,7 +17,7 @@ namespace cnnergy::test {
 class GpuTraining : public ::testing::Test {
  public:
   static std::unique_ptr<Backend> gpu(DType dtype = DType::kF32, Layout layout = Layout::kNCHW,
-                                      const std::string& policy = "find") {
+                                      const std::string& policy = "auto") {
     BackendOptions o;
     o.device = Device{DeviceKind::kCuda, 0};
     o.dtype = dtype;

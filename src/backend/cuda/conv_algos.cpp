@@ -77,14 +77,22 @@ std::string conv_algo_name(ConvDirection d, int value) {
   return "algo#" + std::to_string(value);
 }
 
+bool is_search_policy(const std::string& policy) {
+  return policy == "auto" || policy == "find" || policy == "heuristic" || is_graph_policy(policy);
+}
+
+bool is_graph_policy(const std::string& policy) {
+  return policy == "graph_find" || policy == "graph_heuristic";
+}
+
 std::string valid_conv_algo_names(ConvDirection d) {
-  std::string s = "find, heuristic";
+  std::string s = "auto, find, heuristic, graph_find, graph_heuristic";
   for (const NamedConvAlgo& a : conv_algos(d)) s += std::string(", ") + a.name;
   return s;
 }
 
 void validate_conv_algo_policy(const std::string& policy) {
-  if (policy == "find" || policy == "heuristic") return;
+  if (is_search_policy(policy)) return;
   for (ConvDirection d : kDirections)
     if (find_conv_algo(d, policy)) return;
   std::string all;

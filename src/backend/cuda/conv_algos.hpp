@@ -20,9 +20,16 @@ std::span<const NamedConvAlgo> conv_algos(ConvDirection d);
 const char* direction_name(ConvDirection d);  // "forward", "backward_data", "backward_filter"
 const NamedConvAlgo* find_conv_algo(ConvDirection d, const std::string& name);  // null if unknown
 std::string conv_algo_name(ConvDirection d, int value);
-std::string valid_conv_algo_names(ConvDirection d);  // "find, heuristic, implicit_gemm, ..."
+std::string valid_conv_algo_names(ConvDirection d);  // "find, heuristic, ..., implicit_gemm, ..."
 
-// "find" | "heuristic" | an algorithm name of any direction; InvalidArgument listing every valid
+// The policies that choose for themselves: "find" and "heuristic" (the legacy API's
+// cudnnFind*AlgorithmEx and cudnnGet*Algorithm_v7), "graph_find" and "graph_heuristic" (the graph
+// API's engines: conv_graph_plan.hpp), and "auto" (find's algorithm or graph_find's plan,
+// whichever costs less device plus host time per call).
+bool is_search_policy(const std::string& policy);
+bool is_graph_policy(const std::string& policy);  // graph_find | graph_heuristic
+
+// A search policy or an algorithm name of any direction; InvalidArgument listing every valid
 // name otherwise.
 void validate_conv_algo_policy(const std::string& policy);
 

@@ -1,12 +1,16 @@
-// Convolution through cuDNN's legacy API, forward and both backwards, NCHW and NHWC, fp32 / tf32 /
-// fp16 / bf16. The algorithm of each direction comes from the layer's choice or the run's policy:
-// "find" (time them all per problem, twice, each by its faster pass; cached in the backend), "heuristic" (cuDNN's ranking) or
-// a named algorithm, which falls back to the heuristic with a note (or throws) where cuDNN rejects
-// it. cuDNN takes symmetric padding only: asymmetric padding runs on an explicitly zero-padded
-// copy.
+// Convolution through cuDNN, forward and both backwards, NCHW and NHWC, fp32 / tf32 / fp16 / bf16.
+// The algorithm of each direction comes from the layer's choice or the run's policy. Legacy API:
+// "find" (time them all per problem, twice, each by its faster pass; cached in the backend),
+// "heuristic" (cuDNN's ranking) or a named algorithm, which falls back to the heuristic with a note
+// (or throws) where cuDNN rejects it. Graph API (conv_graph_plan.hpp): "graph_find" (time the
+// top-ranked engines) or "graph_heuristic" (the top one), an execution plan cached per problem;
+// where the graph API has no engine, the legacy counterpart runs with a note (or it throws). Both
+// APIs see symmetric padding only: asymmetric padding runs on an explicitly zero-padded copy.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/conv_algos.hpp"
+#include "backend/cuda/conv_graph_plan.hpp"
 #include "backend/cuda/cuda_ops.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "core/errors.hpp"
@@ -136,7 +141,8 @@ class CudnnConv final : public ConvKernel {
     check_device_tensor(dx, *ctx_, "conv2d backward_data", "dx", d_.input_shape(), dtype_, layout_);
     if (!explicit_pad_) {
       // find may overwrite its output: give it dx only when dx is overwritten anyway
-      ensure_resolved(Dir::kBackwardData, w.raw(), dy.raw(), accumulate ? nullptr : dx.raw());
+      ensure_resolved(Dir::kBackwardData, w.raw(), dy.raw(), accumulate ? nullptr : dx.raw(),
+                      accumulate ? 1.0f : 0.0f);
       run(Dir::kBackwardData, w.raw(), dy.raw(), dx.raw(), accumulate ? 1.0f : 0.0f);
       return;
     }
@@ -171,10 +177,13 @@ class CudnnConv final : public ConvKernel {
   ConvAlgoInfo info() const override {
     ctx_->activate();
     for (Dir dir : kDirs) ensure_resolved(dir, nullptr, nullptr, nullptr);
+    // Graph policies plan the accumulating backward data too (a no-op for legacy ones), so a
+    // training executor, which asks before its arena exists, never searches on top of the arena.
+    ensure_resolved(Dir::kBackwardData, nullptr, nullptr, nullptr, 1.0f);
     ConvAlgoInfo out;
-    out.forward = conv_algo_name(Dir::kForward, plan_[0].algo);
-    out.backward_data = conv_algo_name(Dir::kBackwardData, plan_[1].algo);
-    out.backward_filter = conv_algo_name(Dir::kBackwardFilter, plan_[2].algo);
+    out.forward = algo_text(Dir::kForward);
+    out.backward_data = algo_text(Dir::kBackwardData);
+    out.backward_filter = algo_text(Dir::kBackwardFilter);
     out.math_type = math_name(ctx_->options());
     for (const Plan& p : plan_)
       out.workspace_bytes = std::max(out.workspace_bytes, p.workspace_bytes);
@@ -189,10 +198,17 @@ class CudnnConv final : public ConvKernel {
     int algo = 0;
     cudnnMathType_t math = CUDNN_DEFAULT_MATH;
     std::size_t workspace_bytes = 0;
+    bool graph = false;  // runs graph-API plans (graph_) instead of the legacy algorithm
+    std::string engine;  // graph: the overwriting plan's engine tag
   };
 
   static std::size_t index(Dir d) { return static_cast<std::size_t>(d); }
 
+  // What info() reports: the legacy algorithm's name, or "graph:" and the plan's engine tag.
+  std::string algo_text(Dir dir) const {
+    const Plan& p = plan_[index(dir)];
+    return p.graph ? "graph:" + p.engine : conv_algo_name(dir, p.algo);
+  }
   std::string shape_text() const {
     std::string s = "x " + d_.input_shape().str() + ", w " + d_.weight_shape().str() + ", stride " +
                     std::to_string(d_.stride_h) + "x" + std::to_string(d_.stride_w) + ", pad " +
@@ -209,13 +225,12 @@ class CudnnConv final : public ConvKernel {
   // heuristic and says so in the notes.
   std::string direction_policy(Dir dir, const std::string& field) {
     if (!field.empty()) {
-      if (field == "find" || field == "heuristic" || find_conv_algo(dir, field)) return field;
+      if (is_search_policy(field) || find_conv_algo(dir, field)) return field;
       throw InvalidArgument("conv2d: unknown " + std::string(direction_name(dir)) + " algorithm '" +
                             field + "'; valid: " + valid_conv_algo_names(dir));
     }
     const std::string& run_policy = ctx_->options().conv_algo_policy;
-    if (run_policy == "find" || run_policy == "heuristic" || find_conv_algo(dir, run_policy))
-      return run_policy;
+    if (is_search_policy(run_policy) || find_conv_algo(dir, run_policy)) return run_policy;
     notes_.push_back(std::string(direction_name(dir)) + ": '" + run_policy + "' is not a " +
                      direction_name(dir) + " algorithm; using the heuristic");
     return "heuristic";
@@ -263,13 +278,23 @@ class CudnnConv final : public ConvKernel {
     std::size_t ws = 0;
     CNNERGY_CUDA_CALL(workspace_size(dir, algo, &ws));
     Plan& p = plan_[index(dir)];
-    p = Plan{true, named, algo, base_math_ == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math, ws};
+    p = Plan{true, named, algo, base_math_ == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : math, ws, false, {}};
   }
 
-  void ensure_resolved(Dir dir, const void* in1, const void* in2, void* out) const {
-    if (plan_[index(dir)].resolved) return;
+  // Resolves the direction's algorithm (for graph policies: the plan for this beta) on first use;
+  // find times on in1/in2/out where given (out only where it is overwritten anyway).
+  void ensure_resolved(Dir dir, const void* in1, const void* in2, void* out,
+                       float beta = 0.0f) const {
     const std::string& policy = policy_[index(dir)];
-    if (policy == "find") {
+    const Plan& p = plan_[index(dir)];
+    if (p.resolved && (!p.graph || graph_[index(dir)][beta != 0.0f].ready())) return;
+    if (p.resolved || is_graph_policy(policy)) {  // a graph direction, or its other beta
+      use_graph(dir, graph_search_of(policy), in1, in2, out, beta);
+      return;
+    }
+    if (policy == "auto") {
+      use_auto(dir, in1, in2, out, beta);
+    } else if (policy == "find") {
       use_find(dir, in1, in2, out);
     } else if (policy == "heuristic") {
       use_heuristic(dir);
@@ -410,6 +435,32 @@ class CudnnConv final : public ConvKernel {
     return key;
   }
 
+  // The operands a search times on, (in1, in2, out) as in run(): the caller's where given (inputs
+  // are only read; outputs are overwritten later anyway), zeroed scratch otherwise (info() before
+  // any run, or an accumulating backward); `held` keeps the scratch alive.
+  std::array<void*, 3> search_operands(Dir dir, const void* in1, const void* in2, void* out,
+                                       std::vector<std::shared_ptr<Buffer>>& held) const {
+    const std::size_t x_bytes =
+        static_cast<std::size_t>(d_.n * d_.c * in_h_ * in_w_) * dtype_size_bytes(dtype_);
+    const std::size_t y_bytes =
+        static_cast<std::size_t>(d_.output_shape().numel()) * dtype_size_bytes(dtype_);
+    const std::size_t w_bytes =
+        static_cast<std::size_t>(d_.weight_shape().numel()) * dtype_size_bytes(dtype_);
+    // forward (x, w) -> y; backward data (w, dy) -> dx; backward filter (x, dy) -> dw
+    const std::size_t in1_bytes = dir == Dir::kBackwardData ? w_bytes : x_bytes;
+    const std::size_t in2_bytes = dir == Dir::kForward ? w_bytes : y_bytes;
+    const std::size_t out_bytes =
+        dir == Dir::kForward ? y_bytes : (dir == Dir::kBackwardData ? x_bytes : w_bytes);
+    auto scratch_if_null = [&](const void* p, std::size_t bytes) -> void* {
+      if (p) return const_cast<void*>(p);
+      held.push_back(ctx_->scratch(bytes));
+      CNNERGY_CUDA_CALL(cudaMemsetAsync(held.back()->data(), 0, bytes, ctx_->stream()));
+      return held.back()->data();
+    };
+    return {scratch_if_null(in1, in1_bytes), scratch_if_null(in2, in2_bytes),
+            scratch_if_null(out, out_bytes)};
+  }
+
   // Times every algorithm (cudnnFind*AlgorithmEx, kFindPasses times) within the largest workspace
   // any of them needs up to the cap, picks the fastest that succeeded, and caches it for identical problems.
   void use_find(Dir dir, const void* in1, const void* in2, void* out) const {
@@ -426,29 +477,11 @@ class CudnnConv final : public ConvKernel {
       if (workspace_size(dir, a.value, &ws) == CUDNN_STATUS_SUCCESS && ws <= limit)
         offer = std::max(offer, ws);
     }
-    // Operands: the caller's where given (inputs are only read; outputs are overwritten later
-    // anyway), scratch otherwise (info() before any run, or an accumulating backward).
-    const std::size_t x_bytes =
-        static_cast<std::size_t>(d_.n * d_.c * in_h_ * in_w_) * dtype_size_bytes(dtype_);
-    const std::size_t y_bytes =
-        static_cast<std::size_t>(d_.output_shape().numel()) * dtype_size_bytes(dtype_);
-    const std::size_t w_bytes =
-        static_cast<std::size_t>(d_.weight_shape().numel()) * dtype_size_bytes(dtype_);
-    // forward (x, w) -> y; backward data (w, dy) -> dx; backward filter (x, dy) -> dw
-    const std::size_t in1_bytes = dir == Dir::kBackwardData ? w_bytes : x_bytes;
-    const std::size_t in2_bytes = dir == Dir::kForward ? w_bytes : y_bytes;
-    const std::size_t out_bytes =
-        dir == Dir::kForward ? y_bytes : (dir == Dir::kBackwardData ? x_bytes : w_bytes);
     std::vector<std::shared_ptr<Buffer>> held;
-    auto scratch_if_null = [&](const void* p, std::size_t bytes) -> void* {
-      if (p) return const_cast<void*>(p);
-      held.push_back(ctx_->scratch(bytes));
-      CNNERGY_CUDA_CALL(cudaMemsetAsync(held.back()->data(), 0, bytes, ctx_->stream()));
-      return held.back()->data();
-    };
-    void* a = scratch_if_null(in1, in1_bytes);
-    void* b = scratch_if_null(in2, in2_bytes);
-    void* c = scratch_if_null(out, out_bytes);
+    const std::array<void*, 3> operands = search_operands(dir, in1, in2, out, held);
+    void* a = operands[0];
+    void* b = operands[1];
+    void* c = operands[2];
     std::shared_ptr<Buffer> ws;
     while (true) {  // a smaller workspace (fewer candidate algorithms) where memory is short
       try {
@@ -518,9 +551,208 @@ class CudnnConv final : public ConvKernel {
         key, CachedConvAlgo{best->algo, best->math, plan_[index(dir)].workspace_bytes});
   }
 
+  // ---- graph API ----
+  GraphConvProblem graph_problem(Dir dir, float beta) const {
+    GraphConvProblem p;
+    p.dir = dir;
+    p.data_type = cudnn_dtype(dtype_);
+    p.nhwc = layout_ == Layout::kNHWC;
+    p.allow_tf32 = ctx_->options().allow_tf32;
+    p.n = d_.n, p.c = d_.c, p.h = in_h_, p.w = in_w_;
+    p.k = d_.k, p.c_per_group = d_.c / d_.groups, p.r = d_.r, p.s = d_.s;
+    p.out_h = d_.out_h(), p.out_w = d_.out_w();
+    p.pad_h = explicit_pad_ ? 0 : d_.pad_top, p.pad_w = explicit_pad_ ? 0 : d_.pad_left;
+    p.stride_h = d_.stride_h, p.stride_w = d_.stride_w;
+    p.dilation_h = d_.dilation_h, p.dilation_w = d_.dilation_w;
+    p.beta = beta;
+    return p;
+  }
+
+  // (in1, in2, out) of run() by the graph's shape roles.
+  static GraphConvOperands roles(Dir dir, const void* in1, const void* in2, void* out, void* ws) {
+    void* a = const_cast<void*>(in1);
+    void* b = const_cast<void*>(in2);
+    switch (dir) {
+      case Dir::kForward:
+        return {a, b, out, ws};  // (x, w) -> y
+      case Dir::kBackwardData:
+        return {out, a, b, ws};  // (w, dy) -> dx
+      case Dir::kBackwardFilter:
+        break;
+    }
+    return {a, out, b, ws};  // (x, dy) -> dw
+  }
+
+  // How a graph plan is chosen: the top-ranked engine (graph_heuristic), the fastest of
+  // graph_find's candidates, or the fastest of auto's fewer ones.
+  enum class GraphSearch { kTop, kFind, kAuto };
+  GraphSearch graph_search_of(const std::string& policy) const {
+    if (policy == "graph_heuristic") return GraphSearch::kTop;
+    return policy == "auto" ? GraphSearch::kAuto : GraphSearch::kFind;
+  }
+
+  // The graph-API plan of one direction and beta, from the backend's cache or a search. Where the
+  // graph API has nothing to run, the legacy counterpart takes the direction over with a note,
+  // or NotSupported when fallback is off.
+  void use_graph(Dir dir, GraphSearch search, const void* in1, const void* in2, void* out,
+                 float beta) const {
+    std::string why;
+    std::shared_ptr<const GraphConvPlan> plan = graph_search(dir, search, in1, in2, out, beta, why);
+    if (!plan) {
+      const std::string legacy = search == GraphSearch::kTop ? "heuristic" : "find";
+      if (!ctx_->options().conv_algo_fallback)
+        throw NotSupported("conv2d " + shape_text() + ": cuDNN's graph API cannot run the " +
+                           direction_name(dir) + " (" + why + "); use the " + legacy +
+                           " policy or allow fallback");
+      notes_.push_back(std::string(direction_name(dir)) + ": graph API unusable for " +
+                       shape_text() + " (" + why + "); the legacy " + legacy + " policy runs it");
+      policy_[index(dir)] = legacy;
+      plan_[index(dir)] = Plan{};
+      ensure_resolved(dir, in1, in2, out, beta);
+      return;
+    }
+    adopt_graph(dir, beta, plan);
+  }
+
+  void adopt_graph(Dir dir, float beta, std::shared_ptr<const GraphConvPlan> plan) const {
+    Plan& p = plan_[index(dir)];
+    if (!p.graph || beta == 0.0f) p.engine = plan->engine();
+    p.resolved = p.graph = true;
+    p.workspace_bytes = std::max(p.workspace_bytes, plan->workspace_bytes());
+    graph_[index(dir)][beta != 0.0f] = GraphConvLaunch(std::move(plan));
+  }
+
+  // The graph plan from the backend's cache or a search; null (with the reason) where none runs.
+  std::shared_ptr<const GraphConvPlan> graph_search(Dir dir, GraphSearch search, const void* in1,
+                                                    const void* in2, void* out, float beta,
+                                                    std::string& why) const {
+    const std::size_t limit = ctx_->options().workspace_limit_bytes;
+    const GraphConvProblem problem = graph_problem(dir, beta);
+    const bool find = search != GraphSearch::kTop;
+    const std::size_t ranked = search == GraphSearch::kTop    ? 1
+                               : search == GraphSearch::kAuto ? kAutoCandidates
+                                                              : kFindCandidates;
+    const std::size_t fallback = search == GraphSearch::kFind ? kFallbackCandidates : 0;
+    const std::string key = problem.key() + ",search" + std::to_string(ranked) + "+" +
+                            std::to_string(fallback) + ",ws" + std::to_string(limit);
+    std::shared_ptr<const GraphConvPlan> plan;
+    if (auto hit = ctx_->graph_plan_cache().lookup(key)) {
+      plan = *hit;
+    } else {
+      std::size_t skipped = 0;
+      auto candidates =
+          graph_conv_candidates(ctx_->cudnn(), problem, limit, ranked, fallback, &skipped);
+      if (candidates.empty())
+        why = "no engine within " + format_bytes(limit) + " of workspace keeps the run's numerics (" +
+              std::to_string(skipped) + " configurations left out)";
+      else if (!find)
+        plan = candidates.front();
+      else if (!(plan = time_graph_candidates(dir, candidates, in1, in2, out)))
+        why = "none of the " + std::to_string(candidates.size()) + " candidate engines ran";
+      if (plan) ctx_->graph_plan_cache().store(key, plan);
+    }
+    return plan;
+  }
+
+  // "auto": the legacy find's algorithm against graph_find's plan, each costed as its device time
+  // plus the host time of one call (the legacy API re-derives its kernel per call, which a small
+  // batch cannot hide), measured on the same operands; the cheaper runs the direction (both
+  // betas), and identical problems reuse the decision.
+  void use_auto(Dir dir, const void* in1, const void* in2, void* out, float beta) const {
+    const std::string key = "auto," + cache_key(dir);
+    if (auto graph_won = ctx_->auto_choice_cache().lookup(key)) {
+      if (*graph_won)
+        use_graph(dir, GraphSearch::kAuto, in1, in2, out, beta);
+      else
+        use_find(dir, in1, in2, out);
+      return;
+    }
+    use_find(dir, in1, in2, out);  // plan_ now holds the legacy algorithm
+    std::string why;
+    auto plan = graph_search(dir, GraphSearch::kAuto, in1, in2, out, beta, why);
+    bool graph_won = false;
+    if (plan) {
+      std::vector<std::shared_ptr<Buffer>> held;
+      const std::array<void*, 3> o = search_operands(dir, in1, in2, out, held);
+      // Scratch workspace: the shared one grows only for what is adopted.
+      const std::size_t legacy_ws = plan_[index(dir)].workspace_bytes;
+      auto ws = ctx_->scratch(std::max(legacy_ws, plan->workspace_bytes()));
+      const LaunchCost legacy = launch_cost(
+          [&] { return launch(dir, o[0], o[1], o[2], beta, ws->data(), legacy_ws); });
+      GraphConvLaunch g(plan);
+      const LaunchCost graph = launch_cost(
+          [&] { return g.execute(ctx_->cudnn(), roles(dir, o[0], o[1], o[2], ws->data())); });
+      graph_won = graph.total_ms() < legacy.total_ms();
+    }
+    ctx_->auto_choice_cache().store(key, graph_won);
+    if (graph_won) {
+      plan_[index(dir)] = Plan{};  // the legacy algorithm's workspace is not the plan's
+      adopt_graph(dir, beta, plan);
+    }
+  }
+
+  // Device time (events) and host time (the call's own wall time, the stream idle before it) of
+  // one launch: the fastest of three after a warm-up; infinite where it fails.
+  struct LaunchCost {
+    double device_ms = std::numeric_limits<double>::infinity();
+    double host_ms = std::numeric_limits<double>::infinity();
+    double total_ms() const { return device_ms + host_ms; }
+  };
+  template <typename Launch>
+  LaunchCost launch_cost(Launch&& launch_once) const {
+    LaunchCost cost;
+    if (launch_once() != CUDNN_STATUS_SUCCESS) return cost;
+    Event start, stop;
+    for (int rep = 0; rep < 3; ++rep) {
+      CNNERGY_CUDA_CALL(cudaStreamSynchronize(ctx_->stream()));
+      CNNERGY_CUDA_CALL(cudaEventRecord(start, ctx_->stream()));
+      const auto h0 = std::chrono::steady_clock::now();
+      const cudnnStatus_t s = launch_once();
+      const auto h1 = std::chrono::steady_clock::now();
+      CNNERGY_CUDA_CALL(cudaEventRecord(stop, ctx_->stream()));
+      CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
+      if (s != CUDNN_STATUS_SUCCESS) return LaunchCost{};
+      float ms = 0.0f;
+      CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+      cost.device_ms = std::min(cost.device_ms, static_cast<double>(ms));
+      cost.host_ms = std::min(cost.host_ms, std::chrono::duration<double, std::milli>(h1 - h0).count());
+    }
+    return cost;
+  }
+
+  // graph_find's timing: on the caller's operands where given (see search_operands), within the
+  // largest workspace the candidates need that can be had (the hungriest are dropped otherwise).
+  std::shared_ptr<const GraphConvPlan> time_graph_candidates(
+      Dir dir, std::vector<std::shared_ptr<const GraphConvPlan>> candidates, const void* in1,
+      const void* in2, void* out) const {
+    std::vector<std::shared_ptr<Buffer>> held;
+    const std::array<void*, 3> operands = search_operands(dir, in1, in2, out, held);
+    std::shared_ptr<Buffer> ws;
+    while (!candidates.empty()) {
+      std::size_t need = 0;
+      for (const auto& c : candidates) need = std::max(need, c->workspace_bytes());
+      try {
+        ws = ctx_->scratch(need);
+        break;
+      } catch (const OutOfMemory&) {
+        candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                        [&](const auto& c) { return c->workspace_bytes() == need; }),
+                         candidates.end());
+      }
+    }
+    if (candidates.empty()) return nullptr;
+    return fastest_graph_conv(ctx_->cudnn(), ctx_->stream(), candidates,
+                              roles(dir, operands[0], operands[1], operands[2], ws->data()));
+  }
+
   cudnnStatus_t launch(Dir dir, const void* in1, const void* in2, void* out, float beta) const {
+    const std::size_t bytes = plan_[index(dir)].workspace_bytes;
+    return launch(dir, in1, in2, out, beta, ctx_->conv_workspace(bytes), bytes);
+  }
+  // The legacy algorithm on an explicit workspace of `ws_bytes`.
+  cudnnStatus_t launch(Dir dir, const void* in1, const void* in2, void* out, float beta, void* ws,
+                       std::size_t ws_bytes) const {
     const Plan& p = plan_[index(dir)];
-    void* ws = ctx_->conv_workspace(p.workspace_bytes);
     const float alpha = 1.0f;
     cudnnHandle_t h = ctx_->cudnn();
     cudnnConvolutionDescriptor_t cd = conv_desc_[index(dir)];
@@ -528,21 +760,30 @@ class CudnnConv final : public ConvKernel {
       case Dir::kForward:
         return cudnnConvolutionForward(h, &alpha, x_desc_, in1, w_desc_, in2, cd,
                                        static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ws,
-                                       p.workspace_bytes, &beta, y_desc_, out);
+                                       ws_bytes, &beta, y_desc_, out);
       case Dir::kBackwardData:
         return cudnnConvolutionBackwardData(h, &alpha, w_desc_, in1, y_desc_, in2, cd,
                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), ws,
-                                            p.workspace_bytes, &beta, x_desc_, out);
+                                            ws_bytes, &beta, x_desc_, out);
       case Dir::kBackwardFilter:
         break;
     }
     return cudnnConvolutionBackwardFilter(h, &alpha, x_desc_, in1, y_desc_, in2, cd,
                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), ws,
-                                          p.workspace_bytes, &beta, w_desc_, out);
+                                          ws_bytes, &beta, w_desc_, out);
   }
 
   // Forward: (x, w) -> y; backward data: (w, dy) -> dx; backward filter: (x, dy) -> dw.
   void run(Dir dir, const void* in1, const void* in2, void* out, float beta) const {
+    if (plan_[index(dir)].graph) {
+      GraphConvLaunch& g = graph_[index(dir)][beta != 0.0f];
+      if (!g.ready()) ensure_resolved(dir, in1, in2, nullptr, beta);  // may fall back to legacy
+      if (g.ready()) {
+        void* ws = ctx_->conv_workspace(g.plan().workspace_bytes());
+        CNNERGY_CUDA_CALL(g.execute(ctx_->cudnn(), roles(dir, in1, in2, out, ws)));
+        return;
+      }
+    }
     const cudnnStatus_t s = launch(dir, in1, in2, out, beta);
     if (s == CUDNN_STATUS_SUCCESS) return;
     const Plan& p = plan_[index(dir)];
@@ -565,9 +806,11 @@ class CudnnConv final : public ConvKernel {
   TensorDescriptor x_desc_, y_desc_;
   FilterDescriptor w_desc_;
   std::array<ConvolutionDescriptor, 3> conv_desc_;
-  std::array<std::string, 3> policy_;
+  // A graph policy becomes its legacy counterpart where the graph API cannot run the direction.
+  mutable std::array<std::string, 3> policy_;
   // Resolved lazily (on first use of a direction, or by info()): a logically-const cache.
   mutable std::array<Plan, 3> plan_;
+  mutable std::array<std::array<GraphConvLaunch, 2>, 3> graph_;  // graph policies: by beta 0 / 1
   mutable std::vector<std::string> notes_;
 };
 

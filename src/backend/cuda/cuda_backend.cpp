@@ -497,8 +497,10 @@ ConvAlgoCacheStats conv_algo_cache_stats(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   if (cuda == nullptr)
     throw InvalidArgument("conv_algo_cache_stats: backend '" + backend.name() + "' is not CUDA");
-  ConvAlgoCache& cache = cuda->context()->conv_algo_cache();
-  return {cache.find_runs(), cache.hits()};
+  // Legacy finds and graph-API plan searches together: a network uses one policy or the other.
+  ConvAlgoCache& legacy = cuda->context()->conv_algo_cache();
+  GraphPlanCache& graph = cuda->context()->graph_plan_cache();
+  return {legacy.find_runs() + graph.find_runs(), legacy.hits() + graph.hits()};
 }
 
 void* native_stream(const Backend& backend) {

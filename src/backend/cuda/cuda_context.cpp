@@ -9,31 +9,6 @@
 
 namespace cnnergy::cuda {
 
-// ---- ConvAlgoCache -----------------------------------------------------------------------------
-std::optional<CachedConvAlgo> ConvAlgoCache::lookup(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return std::nullopt;
-  ++hits_;
-  return it->second;
-}
-
-void ConvAlgoCache::store(const std::string& key, const CachedConvAlgo& value) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_[key] = value;
-  ++find_runs_;
-}
-
-std::size_t ConvAlgoCache::hits() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return hits_;
-}
-
-std::size_t ConvAlgoCache::find_runs() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return find_runs_;
-}
-
 // ---- CudaContext -------------------------------------------------------------------------------
 namespace {
 int select_device(int index) {

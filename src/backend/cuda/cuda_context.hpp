@@ -27,20 +27,43 @@ struct CachedConvAlgo {
   std::size_t workspace_bytes = 0;
 };
 
-// "find" results keyed by the cuDNN problem (shapes, dtype, layout, math, direction, workspace
-// cap), so identical layers time the algorithms once per backend.
-class ConvAlgoCache {
+class GraphConvPlan;  // conv_graph_plan.hpp
+
+// Search results keyed by the cuDNN problem (shapes, dtype, layout, math, direction, workspace
+// cap), so identical layers search once per backend: "find" keeps the legacy algorithm,
+// "graph_find" / "graph_heuristic" keep the execution plan itself (layers of one shape share it).
+template <typename Value>
+class SearchCache {
  public:
-  std::optional<CachedConvAlgo> lookup(const std::string& key);     // counts a hit when found
-  void store(const std::string& key, const CachedConvAlgo& value);  // counts a find run
-  std::size_t hits() const;
-  std::size_t find_runs() const;
+  std::optional<Value> lookup(const std::string& key) {  // counts a hit when found
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return std::nullopt;
+    ++hits_;
+    return it->second;
+  }
+  void store(const std::string& key, const Value& value) {  // counts a search
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[key] = value;
+    ++find_runs_;
+  }
+  std::size_t hits() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return hits_;
+  }
+  std::size_t find_runs() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return find_runs_;
+  }
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::string, CachedConvAlgo> entries_;
+  std::map<std::string, Value> entries_;
   std::size_t hits_ = 0, find_runs_ = 0;
 };
+using ConvAlgoCache = SearchCache<CachedConvAlgo>;
+using GraphPlanCache = SearchCache<std::shared_ptr<const GraphConvPlan>>;
+using AutoChoiceCache = SearchCache<bool>;  // "auto": whether the graph API won a problem
 
 class CudaContext {
  public:
@@ -60,6 +83,8 @@ class CudaContext {
   cublasHandle_t cublas() const { return cublas_.get(); }
   CachingAllocator& allocator() { return *allocator_; }
   ConvAlgoCache& conv_algo_cache() { return conv_algo_cache_; }
+  GraphPlanCache& graph_plan_cache() { return graph_plan_cache_; }
+  AutoChoiceCache& auto_choice_cache() { return auto_choice_cache_; }
 
   // Stream-ordered scratch memory from the caching allocator (freed back when the pointer dies).
   std::shared_ptr<Buffer> scratch(std::size_t bytes) { return allocator_->allocate(bytes); }
@@ -83,6 +108,8 @@ class CudaContext {
   CublasHandle cublas_;
   std::shared_ptr<Buffer> workspace_;
   ConvAlgoCache conv_algo_cache_;
+  GraphPlanCache graph_plan_cache_;  // after the cuDNN handle: its plans go first
+  AutoChoiceCache auto_choice_cache_;
 };
 
 // ---- helpers shared by the kernel implementations ----------------------------------------------

@@ -63,7 +63,7 @@ struct ModelWorkload {
   std::int64_t default_batch = 64;
   std::string default_precision = "fp32";
   std::string default_layout = "nchw";
-  std::string default_conv_algo = "find";
+  std::string default_conv_algo = "auto";
   // Accuracy per trial (optional): train this many epochs on this data set and store top-1.
   std::string accuracy_data;
   std::int64_t accuracy_epochs = 0;

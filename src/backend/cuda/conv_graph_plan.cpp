@@ -1,0 +1,322 @@
+// Graph-API convolution plans: building, ranking, timing and running them (conv_graph_plan.hpp).
+#include "backend/cuda/conv_graph_plan.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_raii.hpp"
+#include "core/errors.hpp"
+
+namespace cnnergy::cuda {
+
+namespace {
+
+constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+constexpr std::int64_t kAlignmentBytes = 16;
+
+BackendDescriptor make_tensor(std::int64_t uid, cudnnDataType_t type, bool nhwc, std::int64_t n,
+                              std::int64_t c, std::int64_t h, std::int64_t w) {
+  BackendDescriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+  d.set_int64(CUDNN_ATTR_TENSOR_DIMENSIONS, {n, c, h, w});
+  d.set_int64(CUDNN_ATTR_TENSOR_STRIDES,
+              nhwc ? std::vector<std::int64_t>{h * w * c, 1, w * c, c}
+                   : std::vector<std::int64_t>{c * h * w, h * w, w, 1});
+  d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignmentBytes);
+  d.finalize();
+  return d;
+}
+
+BackendDescriptor make_convolution(const GraphConvProblem& p) {
+  BackendDescriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // fp32 accumulation in every precision
+  d.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  d.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  const std::int64_t spatial_dims = 2;
+  d.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial_dims);
+  d.set_int64(CUDNN_ATTR_CONVOLUTION_DILATIONS, {p.dilation_h, p.dilation_w});
+  d.set_int64(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {p.stride_h, p.stride_w});
+  d.set_int64(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {p.pad_h, p.pad_w});
+  d.set_int64(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {p.pad_h, p.pad_w});
+  d.finalize();
+  return d;
+}
+
+// The attribute names of one direction's operation, in the order x, w, y, conv, alpha, beta.
+struct OperationAttributes {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+OperationAttributes operation_attributes(ConvDirection dir) {
+  switch (dir) {
+    case ConvDirection::kForward:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    case ConvDirection::kBackwardData:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case ConvDirection::kBackwardFilter:
+      break;
+  }
+  return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+}
+
+// An engine configuration's engine, read into a fresh descriptor.
+BackendDescriptor engine_of(const BackendDescriptor& config) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  config.get(CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+  return engine;
+}
+
+template <typename Note>
+std::vector<Note> notes_of(const BackendDescriptor& engine, cudnnBackendAttributeName_t name,
+                           cudnnBackendAttributeType_t type, int max_count) {
+  std::vector<Note> notes(static_cast<std::size_t>(max_count));
+  const std::int64_t n = engine.get(name, type, max_count, notes.data());
+  notes.resize(static_cast<std::size_t>(std::clamp<std::int64_t>(n, 0, max_count)));
+  return notes;
+}
+
+// The run's numerics: fp32 accumulation, inputs not down-converted, and no tensor cores (TF32)
+// on fp32 data unless TF32 is allowed.
+bool keeps_numerics(const BackendDescriptor& engine, const GraphConvProblem& p) {
+  for (cudnnBackendNumericalNote_t note : notes_of<cudnnBackendNumericalNote_t>(
+           engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+           CUDNN_NUMERICAL_NOTE_TYPE_COUNT)) {
+    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+        note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+      return false;
+    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && p.data_type == CUDNN_DATA_FLOAT &&
+        !p.allow_tf32)
+      return false;
+  }
+  return true;
+}
+
+bool compiles_at_run_time(const BackendDescriptor& engine) {
+  for (cudnnBackendBehaviorNote_t note : notes_of<cudnnBackendBehaviorNote_t>(
+           engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+           CUDNN_BEHAVIOR_NOTE_TYPE_COUNT))
+    if (note == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return true;
+  return false;
+}
+
+std::string engine_tag(const BackendDescriptor& config, const BackendDescriptor& engine) {
+  std::string tag = "eng" + std::to_string(engine.get_int64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX));
+  std::vector<BackendDescriptor> knobs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    knobs.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    raw.push_back(knobs.back().get());
+  }
+  const std::int64_t n = config.get(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, raw.data());
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(n, CUDNN_KNOB_TYPE_COUNTS); ++i) {
+    const BackendDescriptor& k = knobs[static_cast<std::size_t>(i)];
+    cudnnBackendKnobType_t type{};
+    k.get(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &type);
+    tag += "_k" + std::to_string(static_cast<int>(type)) + "=" +
+           std::to_string(k.get_int64(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE));
+  }
+  return tag;
+}
+
+// Engine configurations cuDNN's heuristics rank for the graph, best first.
+std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph,
+                                              cudnnBackendHeurMode_t mode) {
+  BackendDescriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (heur.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
+  const std::int64_t count = heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, nullptr);
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  if (count == 0) return configs;
+  const std::int64_t got =
+      heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, raw.data());
+  configs.erase(configs.begin() + std::clamp<std::int64_t>(got, 0, count), configs.end());
+  return configs;
+}
+
+bool aligned(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(kAlignmentBytes) == 0;
+}
+
+}  // namespace
+
+// The operation graph every plan of one problem shares.
+struct GraphConvPlan::Parts {
+  BackendDescriptor x, w, y, convolution, operation, graph;
+};
+
+GraphConvPlan::GraphConvPlan(std::shared_ptr<const Parts> parts, BackendDescriptor config,
+                             BackendDescriptor plan, std::string engine)
+    : parts_(std::move(parts)),
+      config_(std::move(config)),
+      plan_(std::move(plan)),
+      engine_(std::move(engine)) {
+  workspace_bytes_ =
+      static_cast<std::size_t>(plan_.get_int64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE));
+}
+
+GraphConvPlan::~GraphConvPlan() = default;
+
+std::string GraphConvProblem::key() const {
+  const std::int64_t v[] = {static_cast<std::int64_t>(dir), static_cast<std::int64_t>(data_type),
+                            nhwc, allow_tf32, n, c, h, w, k, c_per_group, r, s, out_h, out_w,
+                            pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w};
+  std::string out = "graph";
+  for (std::int64_t x : v) out += "," + std::to_string(x);
+  return out + ",beta" + std::to_string(beta);
+}
+
+std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
+    cudnnHandle_t handle, const GraphConvProblem& p, std::size_t workspace_limit,
+    std::size_t ranked, std::size_t fallback, std::size_t* skipped) {
+  auto parts = std::make_shared<GraphConvPlan::Parts>(GraphConvPlan::Parts{
+      make_tensor(kUidX, p.data_type, p.nhwc, p.n, p.c, p.h, p.w),
+      make_tensor(kUidW, p.data_type, p.nhwc, p.k, p.c_per_group, p.r, p.s),
+      make_tensor(kUidY, p.data_type, p.nhwc, p.n, p.k, p.out_h, p.out_w), make_convolution(p),
+      BackendDescriptor(operation_attributes(p.dir).type),
+      BackendDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)});
+  const OperationAttributes a = operation_attributes(p.dir);
+  const float alpha = 1.0f, beta = p.beta;
+  parts->operation.set_descriptor(a.x, parts->x);
+  parts->operation.set_descriptor(a.w, parts->w);
+  parts->operation.set_descriptor(a.y, parts->y);
+  parts->operation.set_descriptor(a.conv, parts->convolution);
+  parts->operation.set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha);
+  parts->operation.set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta);
+  parts->operation.finalize();
+  parts->graph.set_descriptor(CUDNN_ATTR_OPERATIONGRAPH_OPS, parts->operation);
+  parts->graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  parts->graph.finalize();
+
+  std::vector<std::shared_ptr<const GraphConvPlan>> plans;
+  std::set<std::string> seen;
+  std::size_t left_out = 0;
+  // Plans from one heuristics mode's ranking until `limit` plans are held.
+  auto take = [&](cudnnBackendHeurMode_t mode, bool allow_compilation, std::size_t limit) {
+    for (BackendDescriptor& config : ranked_configs(parts->graph, mode)) {
+      if (plans.size() >= limit) return;
+      const BackendDescriptor engine = engine_of(config);
+      const std::string tag = engine_tag(config, engine);
+      if (seen.count(tag)) continue;
+      if (!keeps_numerics(engine, p) || (!allow_compilation && compiles_at_run_time(engine))) {
+        if (!allow_compilation) ++left_out;
+        continue;
+      }
+      seen.insert(tag);
+      BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+      if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+      auto made =
+          std::make_shared<const GraphConvPlan>(parts, std::move(config), std::move(plan), tag);
+      if (made->workspace_bytes() > workspace_limit) {
+        ++left_out;
+        continue;
+      }
+      plans.push_back(std::move(made));
+    }
+  };
+  // Engines that compile kernels at run time (seconds each) only where nothing else runs. Up to
+  // `fallback` engines of the fallback list (a few that run nearly any shape) join the ranked
+  // ones, and one always does where the ranked list gave nothing.
+  for (const bool allow_compilation : {false, true}) {
+    take(CUDNN_HEUR_MODE_A, allow_compilation, ranked);
+    take(CUDNN_HEUR_MODE_FALLBACK, allow_compilation, plans.size() + std::max<std::size_t>(fallback, plans.empty()));
+    if (!plans.empty()) break;
+  }
+  if (skipped) *skipped = left_out;
+  return plans;
+}
+
+std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
+    cudnnHandle_t handle, cudaStream_t stream,
+    const std::vector<std::shared_ptr<const GraphConvPlan>>& candidates,
+    const GraphConvOperands& operands) {
+  std::vector<GraphConvLaunch> launches;
+  std::vector<std::size_t> source;  // launches[i] runs candidates[source[i]]
+  // A warm-up run each (loads the kernels; a candidate that fails to run is dropped).
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    GraphConvLaunch l(candidates[c]);
+    if (l.execute(handle, operands) != CUDNN_STATUS_SUCCESS) continue;
+    launches.push_back(std::move(l));
+    source.push_back(c);
+  }
+  CNNERGY_CUDA_CALL(cudaStreamSynchronize(stream));
+  std::vector<float> best_ms(launches.size(), std::numeric_limits<float>::infinity());
+  Event start, stop;
+  for (int pass = 0; pass < kGraphFindPasses; ++pass)
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
+      if (launches[i].execute(handle, operands) != CUDNN_STATUS_SUCCESS) continue;
+      CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
+      CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+      best_ms[i] = std::min(best_ms[i], ms);
+    }
+  std::shared_ptr<const GraphConvPlan> best;
+  float best_time = std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < launches.size(); ++i)
+    if (best_ms[i] < best_time) {
+      best_time = best_ms[i];
+      best = candidates[source[i]];
+    }
+  return best;
+}
+
+cudnnStatus_t GraphConvLaunch::execute(cudnnHandle_t handle, const GraphConvOperands& o) {
+  const std::array<void*, 4> addresses{o.x, o.w, o.y, o.workspace};
+  if (!pack_ || addresses != pack_addresses_) {
+    for (const void* p : {o.x, o.w, o.y})
+      if (!aligned(p))
+        throw InternalError("graph-API convolution: an operand at " +
+                            std::to_string(reinterpret_cast<std::uintptr_t>(p)) + " is not " +
+                            std::to_string(kAlignmentBytes) + "-byte aligned");
+    auto pack = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    const std::int64_t uids[] = {kUidX, kUidW, kUidY};
+    void* pointers[] = {o.x, o.w, o.y};
+    pack->set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+    pack->set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+    void* workspace = o.workspace;
+    pack->set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    pack->finalize();
+    pack_ = std::move(pack);
+    pack_addresses_ = addresses;
+  }
+  return cudnnBackendExecute(handle, plan_->get(), pack_->get());
+}
+
+}  // namespace cnnergy::cuda
