@@ -119,6 +119,7 @@ struct Cell {
   std::string precision;
   std::string layout;
   std::string algo;  // the convolution algorithm policy (find, graph_find, ...)
+  std::int64_t candidates = 10;  // graph_find / auto: engines of cuDNN's ranking timed
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
@@ -137,6 +138,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   apply_precision(parse_precision(cell.precision), opt);
   opt.layout = parse_layout(cell.layout);
   opt.conv_algo_policy = cell.algo;
+  opt.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
   auto backend = create_backend(opt);
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
@@ -242,6 +244,7 @@ int main(int argc, char** argv) {
              "comma-separated convolution algorithm policies, a cell each (find, heuristic, graph_find, "
              "graph_heuristic, auto or an algorithm name)",
              "auto");
+    p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution", "10");
     p.option("iters", "timed iterations per cell", "20");
     p.option("warmup", "warm-up iterations per cell", "5");
     p.option("image", "square input size override (0 = model default)", "0");
@@ -275,6 +278,7 @@ int main(int argc, char** argv) {
             c.batch = std::stoll(b);
             c.precision = pr;
             c.algo = algo;
+            c.candidates = p.get_int("conv-candidates", 1, 100);
             c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "fp32" ? "nchw" : "nhwc");
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
@@ -292,7 +296,7 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < done; ++i) {
         const Cell& c = cells[i];
         out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
-            << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
+            << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"conv_candidates\": " << c.candidates << ", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""

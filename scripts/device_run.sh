@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, in the repository root, after scripts/pack_device.sh carried .carry/.
 # Read-only on the GPU: no setting is changed (power/clock sweeps run only as --dry-run here).
-# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a|s4_b|s4_c|s4_d|s4_e|s5_a|s5_b|s5_c|s5_d|s5_e
+# Usage: scripts/device_run.sh tests|bench|measure|single|fusecheck|final_a|final_b|final_c|dist|train_dist|focus|kprofile|s4_a|s4_b|s4_c|s4_d|s4_e|s5_a|s5_b|s5_c|s5_d|s5_e|s5_f|s5_g|s5_h
 # (results under $OUT)
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
@@ -251,6 +251,38 @@ case "${1:-tests}" in
       --warmup 3 --out "$OUT/ours_vgg16.json" 2>&1 | grep -E "^vgg16 "
     timeout 300 python3 "$CARRY/peer_pytorch.py" --models vgg16 --batches 64,128,256 --precisions bf16,fp32,tf32 \
       --compile "" --iters 10 --warmup 3 --out "$OUT/pytorch_vgg16.json" 2>&1 | grep -E "^vgg16 "
+    ;;
+  s5_f)  # nvidia-h200: VGG-16 b256 fp32/tf32 (s5_e's time limit cut ours), then ResNet-50 b256 fp32 again;
+          # ours ("auto") then PyTorch's
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 250 bench_train_throughput --models vgg16 --batches 256 --precisions fp32,tf32 --iters 10 --warmup 3 \
+      --out "$OUT/ours_vgg16_b256.json" 2>&1 | grep -E "^vgg16 "
+    timeout 150 python3 "$CARRY/peer_pytorch.py" --models vgg16 --batches 256 --precisions fp32,tf32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_vgg16_b256.json" 2>&1 | grep -E "^vgg16 "
+    timeout 80 bench_train_throughput --models resnet50 --batches 256 --precisions fp32 --iters 10 --warmup 3 \
+      --out "$OUT/ours_resnet50_b256_fp32.json" 2>&1 | grep -E "^resnet50 "
+    timeout 45 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 256 --precisions fp32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_resnet50_b256_fp32.json" 2>&1 | grep -E "^resnet50 "
+    ;;
+  s5_g)  # nvidia-h200: AlexNet b64 and ResNet-50 b64/b128 bf16/fp32 again with the final "auto" (s5_c and
+          # s5_b ran them with a search of 14 graph candidates that also grew the shared workspace)
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 30 bench_train_throughput --models alexnet --batches 64 --precisions bf16,fp32,tf32 --iters 10 --warmup 3 \
+      --out "$OUT/ours_alexnet_b64.json" 2>&1 | grep -E "^alexnet "
+    timeout 25 python3 "$CARRY/peer_pytorch.py" --models alexnet --batches 64 --precisions bf16,fp32,tf32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_alexnet_b64.json" 2>&1 | grep -E "^alexnet "
+    timeout 120 bench_train_throughput --models resnet50 --batches 64,128 --precisions bf16,fp32 --iters 10 --warmup 3 \
+      --out "$OUT/ours_resnet50.json" 2>&1 | grep -E "^resnet50 "
+    timeout 60 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 64,128 --precisions bf16,fp32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_resnet50.json" 2>&1 | grep -E "^resnet50 "
+    ;;
+  s5_h)  # nvidia-h200: ResNet-50 fp32 b64 and b256 with auto's default search (10 ranked engines, as in
+          # s5_b) against PyTorch; s5_d and s5_g ran a search of 4
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+    timeout 170 bench_train_throughput --models resnet50 --batches 64,256 --precisions fp32 --iters 10 --warmup 3 \
+      --out "$OUT/ours_resnet50_fp32.json" 2>&1 | grep -E "^resnet50 "
+    timeout 50 python3 "$CARRY/peer_pytorch.py" --models resnet50 --batches 64,256 --precisions fp32 --compile "" \
+      --iters 10 --warmup 3 --out "$OUT/pytorch_resnet50_fp32.json" 2>&1 | grep -E "^resnet50 "
     ;;
   s4_d)  # nvidia-h200-x2, short: the recorded strong-scaling run again with 4x the steps, and the eager
           # run whose per-phase report shows the all-reduces behind backward

@@ -194,6 +194,10 @@ struct BackendOptions {
   Layout layout = Layout::kNCHW;      // layout of 4-D activations
   std::size_t workspace_limit_bytes = std::size_t{4} << 30;  // cap for convolution workspaces
   std::string conv_algo_policy = "auto";  // CUDA: auto | find | heuristic | graph_find | graph_heuristic | <algorithm name>; CPU ignores
+  // graph_find and auto: how many engines of cuDNN's ranking are timed (besides a few of its
+  // fallback list); more finds faster kernels, fewer searches faster (PyTorch's
+  // torch.backends.cudnn.benchmark_limit, whose default is also 10).
+  std::size_t conv_search_candidates = 10;
   bool conv_algo_fallback = true;     // a named algorithm that cannot run a shape falls back (else error)
 };
 

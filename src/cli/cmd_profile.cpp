@@ -54,6 +54,7 @@ int run_profile(const std::vector<std::string>& args) {
   p.option("device", "cpu, cuda or cuda:N", "cuda");
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
   p.option("layout", "activation layout", "nchw", {"nchw", "nhwc"});
+  p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name", "auto");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");

@@ -115,6 +115,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
   p.option("dataset-size", "synthetic data set size", "0");
+  p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name", "auto");
   p.option("workers", "data-loader threads", "2");
   p.option("prefetch", "batches prefetched", "3");

@@ -113,6 +113,17 @@ TEST_F(CudaBackend, IdentifiesItselfAndRejectsBadOptions) {
     EXPECT_TRUE(contains(e.what(), "implicit_precomp_gemm")) << e.what();
     EXPECT_TRUE(contains(e.what(), "winograd_nonfused")) << e.what();
     EXPECT_TRUE(contains(e.what(), "algo_3")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "graph_find")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "auto")) << e.what();
+  }
+  BackendOptions no_candidates;
+  no_candidates.device = Device{DeviceKind::kCuda, 0};
+  no_candidates.conv_search_candidates = 0;
+  try {
+    create_backend(no_candidates);
+    FAIL() << "conv_search_candidates 0 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "conv_search_candidates")) << e.what();
   }
   EXPECT_THROW(cuda::conv_algo_cache_stats(*cpu_), InvalidArgument);
   EXPECT_NE(cuda::native_stream(*b), nullptr);

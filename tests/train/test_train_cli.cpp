@@ -75,6 +75,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"train --model lenet5 --precision fp16 --device cpu", 4, "GPU"},
                       BadInput{"train --model lenet5 --precision fp8", 2, "fp32, tf32, fp16, bf16"},
                       BadInput{"train --model lenet5 --bogus 1", 2, "unknown option --bogus"},
+                      BadInput{"train --model lenet5 --conv-candidates 0", 2, "--conv-candidates must be between 1"},
                       BadInput{"train --model alexnet --data fashion-mnist", 2, "1x28x28"},
                       BadInput{"train --model lenet5 --data synthetic --device cpu --cuda-graph", 4, "needs the CUDA backend"},
                       BadInput{"nosuchcommand", 2, "train"}));

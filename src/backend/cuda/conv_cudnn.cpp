@@ -583,8 +583,8 @@ class CudnnConv final : public ConvKernel {
     return {a, out, b, ws};  // (x, dy) -> dw
   }
 
-  // How a graph plan is chosen: the top-ranked engine (graph_heuristic), the fastest of
-  // graph_find's candidates, or the fastest of auto's fewer ones.
+  // How a graph plan is chosen: the top-ranked engine (graph_heuristic), or the fastest of the
+  // search's candidates (graph_find, auto).
   enum class GraphSearch { kTop, kFind, kAuto };
   GraphSearch graph_search_of(const std::string& policy) const {
     if (policy == "graph_heuristic") return GraphSearch::kTop;
@@ -629,10 +629,8 @@ class CudnnConv final : public ConvKernel {
     const std::size_t limit = ctx_->options().workspace_limit_bytes;
     const GraphConvProblem problem = graph_problem(dir, beta);
     const bool find = search != GraphSearch::kTop;
-    const std::size_t ranked = search == GraphSearch::kTop    ? 1
-                               : search == GraphSearch::kAuto ? kAutoCandidates
-                                                              : kFindCandidates;
-    const std::size_t fallback = search == GraphSearch::kFind ? kFallbackCandidates : 0;
+    const std::size_t ranked = find ? ctx_->options().conv_search_candidates : 1;
+    const std::size_t fallback = find ? kFallbackCandidates : 0;
     const std::string key = problem.key() + ",search" + std::to_string(ranked) + "+" +
                             std::to_string(fallback) + ",ws" + std::to_string(limit);
     std::shared_ptr<const GraphConvPlan> plan;

@@ -5,9 +5,10 @@
 // those that keep the run's numerics (no TF32 for fp32 without it, no down-converted inputs, no
 // reduced-precision accumulation) and do not compile kernels at run time are finalized into
 // execution plans within the workspace cap. graph_heuristic takes the first plan that finalizes;
-// graph_find times up to kFindCandidates ranked ones and kFallbackCandidates from the fallback
-// list (one warm-up run, then the fastest of kGraphFindPasses timed runs each) and takes the
-// fastest; "auto" times kAutoCandidates ranked ones against the legacy find's choice. Plans are cached per problem in the
+// graph_find times up to BackendOptions::conv_search_candidates ranked ones (10 by default) and
+// kFallbackCandidates from the fallback list (one warm-up run, then the fastest of
+// kGraphFindPasses timed runs each) and takes the fastest; "auto" sets that against the legacy
+// find's choice. Plans are cached per problem in the
 // context, so identical layers share one.
 //
 // Why: the legacy API re-derives its kernel on every call, which costs host time a small batch
@@ -70,10 +71,9 @@ class GraphConvPlan {
   std::size_t workspace_bytes_ = 0;
 };
 
-// graph_find's candidates: the ranking's top 10 (PyTorch's benchmark limit) and 4 of the fallback
-// list; "auto" times the top 4 only (the legacy find covers the rest, and finalizing plans is
-// most of a search's time).
-inline constexpr std::size_t kFindCandidates = 10, kFallbackCandidates = 4, kAutoCandidates = 4;
+// Besides BackendOptions::conv_search_candidates of the ranking, a search times this many of
+// cuDNN's fallback list.
+inline constexpr std::size_t kFallbackCandidates = 4;
 inline constexpr int kGraphFindPasses = 2;  // timed runs per candidate, after one warm-up run
 
 // Plans for `p`, best-ranked first, each within `workspace_limit` bytes: up to `ranked` from the

@@ -490,6 +490,9 @@ std::unique_ptr<Backend> create_cuda_backend(const BackendOptions& options) {
   if (options.dtype == DType::kF32 && options.allow_tf32 && cc < 80)
     throw NotSupported("tf32 needs compute capability 8.0 or newer; " + gpu);
   validate_conv_algo_policy(options.conv_algo_policy);
+  if (options.conv_search_candidates < 1 || options.conv_search_candidates > 100)
+    throw InvalidArgument("conv_search_candidates must be 1 to 100 (got " +
+                          std::to_string(options.conv_search_candidates) + ")");
   return std::make_unique<CudaBackend>(options);
 }
 
