@@ -8,9 +8,7 @@
 // APIs see symmetric padding only: asymmetric padding runs on an explicitly zero-padded copy.
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <climits>
-#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -568,21 +566,6 @@ class CudnnConv final : public ConvKernel {
     return p;
   }
 
-  // (in1, in2, out) of run() by the graph's shape roles.
-  static GraphConvOperands roles(Dir dir, const void* in1, const void* in2, void* out, void* ws) {
-    void* a = const_cast<void*>(in1);
-    void* b = const_cast<void*>(in2);
-    switch (dir) {
-      case Dir::kForward:
-        return {a, b, out, ws};  // (x, w) -> y
-      case Dir::kBackwardData:
-        return {out, a, b, ws};  // (w, dy) -> dx
-      case Dir::kBackwardFilter:
-        break;
-    }
-    return {a, out, b, ws};  // (x, dy) -> dw
-  }
-
   // How a graph plan is chosen: the top-ranked engine (graph_heuristic), or the fastest of the
   // search's candidates (graph_find, auto).
   enum class GraphSearch { kTop, kFind, kAuto };
@@ -675,11 +658,13 @@ class CudnnConv final : public ConvKernel {
       // Scratch workspace: the shared one grows only for what is adopted.
       const std::size_t legacy_ws = plan_[index(dir)].workspace_bytes;
       auto ws = ctx_->scratch(std::max(legacy_ws, plan->workspace_bytes()));
-      const LaunchCost legacy = launch_cost(
-          [&] { return launch(dir, o[0], o[1], o[2], beta, ws->data(), legacy_ws); });
+      const LaunchCost legacy = launch_cost(ctx_->stream(), [&] {
+        return launch(dir, o[0], o[1], o[2], beta, ws->data(), legacy_ws);
+      });
       GraphConvLaunch g(plan);
-      const LaunchCost graph = launch_cost(
-          [&] { return g.execute(ctx_->cudnn(), roles(dir, o[0], o[1], o[2], ws->data())); });
+      const LaunchCost graph = launch_cost(ctx_->stream(), [&] {
+        return g.execute(ctx_->cudnn(), operands_by_role(dir, o[0], o[1], o[2], ws->data()));
+      });
       graph_won = graph.total_ms() < legacy.total_ms();
     }
     ctx_->auto_choice_cache().store(key, graph_won);
@@ -687,35 +672,6 @@ class CudnnConv final : public ConvKernel {
       plan_[index(dir)] = Plan{};  // the legacy algorithm's workspace is not the plan's
       adopt_graph(dir, beta, plan);
     }
-  }
-
-  // Device time (events) and host time (the call's own wall time, the stream idle before it) of
-  // one launch: the fastest of three after a warm-up; infinite where it fails.
-  struct LaunchCost {
-    double device_ms = std::numeric_limits<double>::infinity();
-    double host_ms = std::numeric_limits<double>::infinity();
-    double total_ms() const { return device_ms + host_ms; }
-  };
-  template <typename Launch>
-  LaunchCost launch_cost(Launch&& launch_once) const {
-    LaunchCost cost;
-    if (launch_once() != CUDNN_STATUS_SUCCESS) return cost;
-    Event start, stop;
-    for (int rep = 0; rep < 3; ++rep) {
-      CNNERGY_CUDA_CALL(cudaStreamSynchronize(ctx_->stream()));
-      CNNERGY_CUDA_CALL(cudaEventRecord(start, ctx_->stream()));
-      const auto h0 = std::chrono::steady_clock::now();
-      const cudnnStatus_t s = launch_once();
-      const auto h1 = std::chrono::steady_clock::now();
-      CNNERGY_CUDA_CALL(cudaEventRecord(stop, ctx_->stream()));
-      CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
-      if (s != CUDNN_STATUS_SUCCESS) return LaunchCost{};
-      float ms = 0.0f;
-      CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
-      cost.device_ms = std::min(cost.device_ms, static_cast<double>(ms));
-      cost.host_ms = std::min(cost.host_ms, std::chrono::duration<double, std::milli>(h1 - h0).count());
-    }
-    return cost;
   }
 
   // graph_find's timing: on the caller's operands where given (see search_operands), within the
@@ -740,7 +696,7 @@ class CudnnConv final : public ConvKernel {
     }
     if (candidates.empty()) return nullptr;
     return fastest_graph_conv(ctx_->cudnn(), ctx_->stream(), candidates,
-                              roles(dir, operands[0], operands[1], operands[2], ws->data()));
+                              operands_by_role(dir, operands[0], operands[1], operands[2], ws->data()));
   }
 
   cudnnStatus_t launch(Dir dir, const void* in1, const void* in2, void* out, float beta) const {
@@ -778,7 +734,7 @@ class CudnnConv final : public ConvKernel {
       if (!g.ready()) ensure_resolved(dir, in1, in2, nullptr, beta);  // may fall back to legacy
       if (g.ready()) {
         void* ws = ctx_->conv_workspace(g.plan().workspace_bytes());
-        CNNERGY_CUDA_CALL(g.execute(ctx_->cudnn(), roles(dir, in1, in2, out, ws)));
+        CNNERGY_CUDA_CALL(g.execute(ctx_->cudnn(), operands_by_role(dir, in1, in2, out, ws)));
         return;
       }
     }

@@ -2,6 +2,7 @@
 #include "backend/cuda/conv_graph_plan.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -259,6 +260,42 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
   }
   if (skipped) *skipped = left_out;
   return plans;
+}
+
+GraphConvOperands operands_by_role(ConvDirection dir, const void* in1, const void* in2, void* out,
+                                   void* workspace) {
+  void* a = const_cast<void*>(in1);
+  void* b = const_cast<void*>(in2);
+  switch (dir) {
+    case ConvDirection::kForward:
+      return {a, b, out, workspace};  // (x, w) -> y
+    case ConvDirection::kBackwardData:
+      return {out, a, b, workspace};  // (w, dy) -> dx
+    case ConvDirection::kBackwardFilter:
+      break;
+  }
+  return {a, out, b, workspace};  // (x, dy) -> dw
+}
+
+LaunchCost launch_cost(cudaStream_t stream, const std::function<cudnnStatus_t()>& launch_once) {
+  LaunchCost cost;
+  if (launch_once() != CUDNN_STATUS_SUCCESS) return cost;
+  Event start, stop;
+  for (int rep = 0; rep < 3; ++rep) {
+    CNNERGY_CUDA_CALL(cudaStreamSynchronize(stream));
+    CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
+    const auto h0 = std::chrono::steady_clock::now();
+    const cudnnStatus_t s = launch_once();
+    const auto h1 = std::chrono::steady_clock::now();
+    CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
+    CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
+    if (s != CUDNN_STATUS_SUCCESS) return LaunchCost{};
+    float ms = 0.0f;
+    CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+    cost.device_ms = std::min(cost.device_ms, static_cast<double>(ms));
+    cost.host_ms = std::min(cost.host_ms, std::chrono::duration<double, std::milli>(h1 - h0).count());
+  }
+  return cost;
 }
 
 std::shared_ptr<const GraphConvPlan> fastest_graph_conv(

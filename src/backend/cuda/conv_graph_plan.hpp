@@ -22,6 +22,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -91,6 +93,20 @@ struct GraphConvOperands {
   void* y = nullptr;
   void* workspace = nullptr;
 };
+
+// A direction's (in1, in2, out) as the convolution kernel passes them (forward (x, w) -> y,
+// backward data (w, dy) -> dx, backward filter (x, dy) -> dw) by shape role.
+GraphConvOperands operands_by_role(ConvDirection dir, const void* in1, const void* in2, void* out,
+                                   void* workspace);
+
+// Device time (events) and host time (the call's own wall time, the stream idle before it) of one
+// launch on `stream`: the fastest of three after a warm-up; infinite where a run fails.
+struct LaunchCost {
+  double device_ms = std::numeric_limits<double>::infinity();
+  double host_ms = std::numeric_limits<double>::infinity();
+  double total_ms() const { return device_ms + host_ms; }
+};
+LaunchCost launch_cost(cudaStream_t stream, const std::function<cudnnStatus_t()>& launch_once);
 
 // The fastest candidate on these operands (which it overwrites or accumulates into), timed on
 // `stream`; null when none runs.
