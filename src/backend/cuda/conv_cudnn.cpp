@@ -287,7 +287,7 @@ class CudnnConv final : public ConvKernel {
     const Plan& p = plan_[index(dir)];
     if (p.resolved && (!p.graph || graph_[index(dir)][beta != 0.0f].ready())) return;
     if (p.resolved || is_graph_policy(policy)) {  // a graph direction, or its other beta
-      use_graph(dir, graph_search_of(policy), in1, in2, out, beta);
+      use_graph(dir, /*find=*/policy != "graph_heuristic", in1, in2, out, beta);
       return;
     }
     if (policy == "auto") {
@@ -566,23 +566,16 @@ class CudnnConv final : public ConvKernel {
     return p;
   }
 
-  // How a graph plan is chosen: the top-ranked engine (graph_heuristic), or the fastest of the
-  // search's candidates (graph_find, auto).
-  enum class GraphSearch { kTop, kFind, kAuto };
-  GraphSearch graph_search_of(const std::string& policy) const {
-    if (policy == "graph_heuristic") return GraphSearch::kTop;
-    return policy == "auto" ? GraphSearch::kAuto : GraphSearch::kFind;
-  }
-
-  // The graph-API plan of one direction and beta, from the backend's cache or a search. Where the
-  // graph API has nothing to run, the legacy counterpart takes the direction over with a note,
-  // or NotSupported when fallback is off.
-  void use_graph(Dir dir, GraphSearch search, const void* in1, const void* in2, void* out,
+  // The graph-API plan of one direction and beta, from the backend's cache or a search (`find`:
+  // the fastest of the candidates, for graph_find and auto; otherwise the top-ranked engine, for
+  // graph_heuristic). Where the graph API has nothing to run, the legacy counterpart takes the
+  // direction over with a note, or NotSupported when fallback is off.
+  void use_graph(Dir dir, bool find, const void* in1, const void* in2, void* out,
                  float beta) const {
     std::string why;
-    std::shared_ptr<const GraphConvPlan> plan = graph_search(dir, search, in1, in2, out, beta, why);
+    std::shared_ptr<const GraphConvPlan> plan = graph_search(dir, find, in1, in2, out, beta, why);
     if (!plan) {
-      const std::string legacy = search == GraphSearch::kTop ? "heuristic" : "find";
+      const std::string legacy = find ? "find" : "heuristic";
       if (!ctx_->options().conv_algo_fallback)
         throw NotSupported("conv2d " + shape_text() + ": cuDNN's graph API cannot run the " +
                            direction_name(dir) + " (" + why + "); use the " + legacy +
@@ -606,12 +599,11 @@ class CudnnConv final : public ConvKernel {
   }
 
   // The graph plan from the backend's cache or a search; null (with the reason) where none runs.
-  std::shared_ptr<const GraphConvPlan> graph_search(Dir dir, GraphSearch search, const void* in1,
+  std::shared_ptr<const GraphConvPlan> graph_search(Dir dir, bool find, const void* in1,
                                                     const void* in2, void* out, float beta,
                                                     std::string& why) const {
     const std::size_t limit = ctx_->options().workspace_limit_bytes;
     const GraphConvProblem problem = graph_problem(dir, beta);
-    const bool find = search != GraphSearch::kTop;
     const std::size_t ranked = find ? ctx_->options().conv_search_candidates : 1;
     const std::size_t fallback = find ? kFallbackCandidates : 0;
     const std::string key = problem.key() + ",search" + std::to_string(ranked) + "+" +
@@ -643,14 +635,14 @@ class CudnnConv final : public ConvKernel {
     const std::string key = "auto," + cache_key(dir);
     if (auto graph_won = ctx_->auto_choice_cache().lookup(key)) {
       if (*graph_won)
-        use_graph(dir, GraphSearch::kAuto, in1, in2, out, beta);
+        use_graph(dir, /*find=*/true, in1, in2, out, beta);
       else
         use_find(dir, in1, in2, out);
       return;
     }
     use_find(dir, in1, in2, out);  // plan_ now holds the legacy algorithm
     std::string why;
-    auto plan = graph_search(dir, GraphSearch::kAuto, in1, in2, out, beta, why);
+    auto plan = graph_search(dir, /*find=*/true, in1, in2, out, beta, why);
     bool graph_won = false;
     if (plan) {
       std::vector<std::shared_ptr<Buffer>> held;
