@@ -70,7 +70,7 @@ case "${1:-tests}" in
     grep -E "^\[  (FAILED|SKIPPED|PASSED) " "$OUT/test_backend_cuda.log" | tail -30
     [ -x "$CARRY/bin/test_train_cuda" ] && CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 120 test_train_cuda \
       > "$OUT/test_train_cuda.log" 2>&1; grep -E "^\[  (FAILED|SKIPPED|PASSED) " "$OUT/test_train_cuda.log" | tail -12
-    [ -x "$CARRY/bin/test_dist" ] && timeout 120 test_dist --gtest_filter="*Nccl*:*nccl*:*Gpu*" --gtest_brief=1 2>&1 | tail -15
+    [ -x "$CARRY/bin/test_parallel" ] && timeout 120 test_parallel --gtest_filter="*Nccl*:*nccl*:*Gpu*" --gtest_brief=1 2>&1 | tail -15
     timeout 120 cnnergy train --model lenet5 --data fashion-mnist:/tmp/fmnist --device cuda --epochs 5 --batch 64 \
       --out "$OUT/lenet_gpu.json" 2>&1 | tail -16
     ;;
@@ -91,7 +91,7 @@ case "${1:-tests}" in
   train_dist)  # nvidia-h200-x2: the GPU training and NCCL tests, then issue 7's matrix
     CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 150 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
     grep -E "^\[  (FAILED|SKIPPED|PASSED|  OK) |Failure|error" "$OUT/test_train_cuda.log" | tail -24
-    timeout 90 test_dist --gtest_filter="*Nccl*:*nccl*:*Gpu*" > "$OUT/test_dist_gpu.log" 2>&1
+    timeout 90 test_parallel --gtest_filter="*Nccl*:*nccl*:*Gpu*" > "$OUT/test_dist_gpu.log" 2>&1
     grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_dist_gpu.log" | tail -8
     which mpirun orterun 2>&1 | head -2; ls /usr/lib/x86_64-linux-gnu/openmpi 2>&1 | head -2; cat /etc/os-release | head -2
     run_dist
@@ -307,7 +307,7 @@ case "${1:-tests}" in
   s4_c)  # nvidia-h200-x2: NCCL tests, recorded data-parallel ResNet-50 strong and weak against DDP, and
           # on GPU 0 the b128 step eager (find, heuristic) against recorded (host overhead or not)
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
-    timeout 90 test_dist --gtest_filter="*Nccl*" > "$OUT/test_dist_gpu.log" 2>&1
+    timeout 90 test_parallel --gtest_filter="*Nccl*" > "$OUT/test_dist_gpu.log" 2>&1
     grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_dist_gpu.log" | tail -6
     for spec in "--global-batch 256 --cuda-graph" "--per-gpu-batch 256 --cuda-graph"; do
       tag="resnet50_$(echo "$spec" | tr -d ' -')"
@@ -325,7 +325,7 @@ case "${1:-tests}" in
     ;;
   final_b)  # nvidia-h200-x2: NCCL tests, the data-parallel step eager and recorded, under mpirun, DDP
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
-    timeout 90 test_dist --gtest_filter="*Nccl*" > "$OUT/test_dist_gpu.log" 2>&1
+    timeout 90 test_parallel --gtest_filter="*Nccl*" > "$OUT/test_dist_gpu.log" 2>&1
     grep -E "^\[  (FAILED|PASSED) |tests ran" "$OUT/test_dist_gpu.log" | tail -6
     for spec in "--global-batch 256" "--global-batch 256 --cuda-graph" "--global-batch 128 --cuda-graph" \
                 "--per-gpu-batch 256 --cuda-graph"; do

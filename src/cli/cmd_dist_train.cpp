@@ -19,11 +19,11 @@
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
 #include "core/json.hpp"
-#include "train/dist/concurrent.hpp"
-#include "train/dist/dp_trainer.hpp"
-#include "train/dist/mpi_comm.hpp"
-#include "train/dist/nccl_comm.hpp"
-#include "train/dist/scaling.hpp"
+#include "train/parallel/concurrent.hpp"
+#include "train/parallel/dp_trainer.hpp"
+#include "train/parallel/mpi_comm.hpp"
+#include "train/parallel/nccl_comm.hpp"
+#include "train/parallel/scaling.hpp"
 #include "train/precision.hpp"
 
 namespace cnnergy::cli {

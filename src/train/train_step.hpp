@@ -16,7 +16,7 @@
 
 namespace cnnergy {
 
-// What a data-parallel step (train/dist) adds to the plain one: each of N replicas divides its loss
+// What a data-parallel step (train/parallel) adds to the plain one: each of N replicas divides its loss
 // gradient by N, and gradient buckets are armed just before backward and finished just after it
 // (all-reduces launched from the executor's layer hooks on a communication stream, then the
 // compute stream's wait for them). In a recording these calls are recorded too, so whatever they

@@ -7,7 +7,7 @@
 #include "core/errors.hpp"
 #include "data/dataset.hpp"
 #include "net/graph.hpp"
-#include "train/dist/dp_trainer.hpp"
+#include "train/parallel/dp_trainer.hpp"
 #include "tune/run/runners.hpp"
 
 namespace cnnergy::tune {

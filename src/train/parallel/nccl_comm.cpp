@@ -2,7 +2,7 @@
 // wait polls the CUDA event it waits for, NCCL's asynchronous error and the control plane's
 // failure flag; on a timeout or an error it aborts the NCCL communicator (which releases kernels
 // stuck waiting for a dead peer) and tells the peers through the control plane.
-#include "train/dist/nccl_comm.hpp"
+#include "train/parallel/nccl_comm.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 // compare_scaling(): checks that the baseline is the right one for the mode, then the ratios.
-#include "train/dist/scaling.hpp"
+#include "train/parallel/scaling.hpp"
 
 #include "core/errors.hpp"
 

@@ -11,8 +11,8 @@
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "measure/nvml_probe.hpp"
-#include "train/dist/dp_trainer.hpp"
-#include "train/dist/nccl_comm.hpp"
+#include "train/parallel/dp_trainer.hpp"
+#include "train/parallel/nccl_comm.hpp"
 
 namespace cnnergy::dist {
 

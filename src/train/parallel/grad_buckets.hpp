@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/ops.hpp"
-#include "train/dist/communicator.hpp"
+#include "train/parallel/communicator.hpp"
 
 namespace cnnergy {
 class Executor;

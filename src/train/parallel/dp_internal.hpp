@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "train/dist/dp_trainer.hpp"
+#include "train/parallel/dp_trainer.hpp"
 
 namespace cnnergy::dist {
 

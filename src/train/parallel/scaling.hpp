@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "train/dist/dp_trainer.hpp"
+#include "train/parallel/dp_trainer.hpp"
 
 namespace cnnergy::dist {
 

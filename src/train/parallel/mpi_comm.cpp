@@ -1,7 +1,7 @@
 // MpiSession and the MPI communicator: non-blocking collectives (MPI_I*) polled with MPI_Test
 // against a deadline, MPI_ERRORS_RETURN so failures are codes we turn into DeviceError, fp16/bf16
 // sums through user-defined MPI operations (MPI has no half types), int32 counts exact.
-#include "train/dist/mpi_comm.hpp"
+#include "train/parallel/mpi_comm.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -11,7 +11,7 @@
 
 #include "core/dtype.hpp"
 #include "core/errors.hpp"
-#include "train/dist/communicator.hpp"
+#include "train/parallel/communicator.hpp"
 
 namespace cnnergy::dist {
 

@@ -28,8 +28,8 @@
 #include "measure/energy_probe.hpp"
 #include "measure/statistics.hpp"
 #include "net/solver.hpp"
-#include "train/dist/communicator.hpp"
-#include "train/dist/grad_buckets.hpp"
+#include "train/parallel/communicator.hpp"
+#include "train/parallel/grad_buckets.hpp"
 
 namespace cnnergy {
 class Graph;

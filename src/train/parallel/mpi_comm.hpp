@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "train/dist/communicator.hpp"
+#include "train/parallel/communicator.hpp"
 
 namespace cnnergy::dist {
 

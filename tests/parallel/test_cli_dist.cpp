@@ -11,7 +11,7 @@
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
-#include "dist/dist_testing.hpp"
+#include "parallel/parallel_testing.hpp"
 #include "train/cli_run.hpp"
 
 namespace cnnergy::cli {

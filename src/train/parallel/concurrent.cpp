@@ -1,7 +1,7 @@
 // The two schedules of seed 002's concurrency experiment. Concurrent: one thread per job, each a
 // local data-parallel run on its own GPU subset. Sequential: the jobs one after another, each on
 // every GPU. A ScheduleMeter meters every GPU of the schedule over its whole wall time.
-#include "train/dist/concurrent.hpp"
+#include "train/parallel/concurrent.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,6 +1,6 @@
 // What every communicator shares: the agreement check run before training (same model, batch,
 // precision on every rank), a host-clock event for synchronous collectives, and the node name.
-#include "train/dist/communicator.hpp"
+#include "train/parallel/communicator.hpp"
 
 #include <unistd.h>
 

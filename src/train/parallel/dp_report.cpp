@@ -15,7 +15,7 @@
 #include "core/hash.hpp"
 #include "net/executor.hpp"
 #include "net/graph.hpp"
-#include "train/dist/dp_internal.hpp"
+#include "train/parallel/dp_internal.hpp"
 
 namespace cnnergy::dist {
 

@@ -1,6 +1,6 @@
 // Epoch permutations (Fisher-Yates over SplitMix64 draws, so every rank and platform gets the same
 // order) and the per-rank views of a data set built from them.
-#include "train/dist/sharding.hpp"
+#include "train/parallel/sharding.hpp"
 
 #include <numeric>
 #include <string>

@@ -5,7 +5,7 @@
 // load is one replayed recording (TrainStep), timed as a whole ("step"). Timed windows start after
 // the warm-up steps; energy comes from this rank's own probe. Aggregation across ranks:
 // dp_report.cpp.
-#include "train/dist/dp_trainer.hpp"
+#include "train/parallel/dp_trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -22,8 +22,8 @@
 #include "net/checkpoint.hpp"
 #include "net/executor.hpp"
 #include "net/graph.hpp"
-#include "train/dist/dp_internal.hpp"
-#include "train/dist/sharding.hpp"
+#include "train/parallel/dp_internal.hpp"
+#include "train/parallel/sharding.hpp"
 #include "train/evaluator.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/train_step.hpp"

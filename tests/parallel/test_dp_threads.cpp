@@ -12,11 +12,11 @@
 
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
-#include "dist/dist_testing.hpp"
+#include "parallel/parallel_testing.hpp"
 #include "net/solver.hpp"
-#include "train/dist/dp_internal.hpp"
-#include "train/dist/dp_trainer.hpp"
-#include "train/dist/grad_buckets.hpp"
+#include "train/parallel/dp_internal.hpp"
+#include "train/parallel/dp_trainer.hpp"
+#include "train/parallel/grad_buckets.hpp"
 #include "train/train_step.hpp"
 
 namespace cnnergy::dist {

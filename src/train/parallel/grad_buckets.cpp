@@ -1,6 +1,6 @@
 // GradientBuckets: bucket assignment (reverse layer order, one dtype per bucket, whole layers),
 // gradient re-pointing into bucket buffers, hook-driven launches and event timing in a small ring.
-#include "train/dist/grad_buckets.hpp"
+#include "train/parallel/grad_buckets.hpp"
 
 #include <algorithm>
 #include <map>

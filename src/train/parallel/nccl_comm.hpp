@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "backend/ops.hpp"
-#include "train/dist/communicator.hpp"
+#include "train/parallel/communicator.hpp"
 
 namespace cnnergy::dist {
 

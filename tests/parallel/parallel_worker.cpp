@@ -1,11 +1,11 @@
-// The program test_dist_mpi starts under mpirun. Modes:
-//   dist_worker cli ARGS...        runs `cnnergy dist-train ARGS` (the command itself, independent
+// The program test_parallel_mpi starts under mpirun. Modes:
+//   parallel_worker cli ARGS...        runs `cnnergy dist-train ARGS` (the command itself, independent
 //   of
 //                                  the CLI's command table) with main()'s error handling
-//   dist_worker fault die|stall RANK STEP TIMEOUT_S
+//   parallel_worker fault die|stall RANK STEP TIMEOUT_S
 //                                  trains LeNet-5 on synthetic data over MPI; after step STEP, rank
 //                                  RANK dies (exit 9 without MPI_Finalize) or stalls (sleeps)
-//   dist_worker selftest           MPI collectives of every dtype against their expected values
+//   parallel_worker selftest           MPI collectives of every dtype against their expected values
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +18,8 @@
 #include "data/dataset.hpp"
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
-#include "train/dist/dp_trainer.hpp"
-#include "train/dist/mpi_comm.hpp"
+#include "train/parallel/dp_trainer.hpp"
+#include "train/parallel/mpi_comm.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ int fault(const std::string& kind, int fault_rank, std::int64_t fault_step, doub
     c.loader_workers = 1;
     c.after_step = [&](int rank, std::int64_t step, Executor&) {
       if (rank != fault_rank || step != fault_step) return;
-      std::fprintf(stderr, "dist_worker: rank %d %s after step %lld\n", rank,
+      std::fprintf(stderr, "parallel_worker: rank %d %s after step %lld\n", rank,
                    kind == "die" ? "dies" : "stalls", static_cast<long long>(step));
       std::fflush(stderr);
       if (kind == "die") std::_Exit(9);
@@ -52,7 +52,7 @@ int fault(const std::string& kind, int fault_rank, std::int64_t fault_step, doub
   } catch (const Error& e) {
     comm->abort(e.what());
     session.abandon();
-    std::fprintf(stderr, "dist_worker: rank %d: error: %s\n", comm->rank(), e.what());
+    std::fprintf(stderr, "parallel_worker: rank %d: error: %s\n", comm->rank(), e.what());
     return e.exit_code();
   }
 }
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     if (args.size() == 1 && args[0] == "selftest") return selftest();
     std::fprintf(
         stderr,
-        "usage: dist_worker cli ARGS... | fault die|stall RANK STEP TIMEOUT_S | selftest\n");
+        "usage: parallel_worker cli ARGS... | fault die|stall RANK STEP TIMEOUT_S | selftest\n");
     return 2;
   } catch (const cnnergy::Error& e) {
     std::fprintf(stderr, "cnnergy: error: %s\n", e.what());

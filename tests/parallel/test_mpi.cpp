@@ -13,7 +13,7 @@
 
 #include "cli/cmd_dist_train.hpp"
 #include "common/tensor_testing.hpp"
-#include "dist/dist_testing.hpp"
+#include "parallel/parallel_testing.hpp"
 
 namespace cnnergy::test {
 namespace {
@@ -47,7 +47,7 @@ Outcome mpirun(const std::string& np_and_args) {
   return o;
 }
 
-std::string worker() { return CNNERGY_DIST_WORKER; }
+std::string worker() { return CNNERGY_PARALLEL_WORKER; }
 
 class MpiDist : public SeededTest {
  protected:

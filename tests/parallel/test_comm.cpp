@@ -12,8 +12,8 @@
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
 #include "data/synthetic.hpp"
-#include "train/dist/communicator.hpp"
-#include "train/dist/sharding.hpp"
+#include "train/parallel/communicator.hpp"
+#include "train/parallel/sharding.hpp"
 
 namespace cnnergy::dist {
 namespace {

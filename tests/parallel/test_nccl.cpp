@@ -13,9 +13,9 @@
 
 #include "common/tensor_testing.hpp"
 #include "core/errors.hpp"
-#include "dist/dist_testing.hpp"
-#include "train/dist/dp_trainer.hpp"
-#include "train/dist/nccl_comm.hpp"
+#include "parallel/parallel_testing.hpp"
+#include "train/parallel/dp_trainer.hpp"
+#include "train/parallel/nccl_comm.hpp"
 #include "train/precision.hpp"
 
 namespace cnnergy::dist {
