@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: a sweep with its HTML report.
-# * With a GPU: batch x precision sweep of ResNet-34 (seed 000's ResNetIm), every trial metered.
+# * With a GPU: batch x precision sweep of ResNet-34 (Castro et al. 2019's ResNetIm), every trial metered.
 # * Without one: a CPU sweep of LeNet-5 over the batch size, with Fashion-MNIST accuracy per trial,
 #   plus a power-limit sweep on the SIMULATED GPU (the fake NVML device the project builds), so the
 #   energy side of the tool can be seen working; its numbers are simulated, and labelled so.

@@ -549,7 +549,7 @@ int run_dist_train(const std::vector<std::string>& args) {
 int run_concurrent(const std::vector<std::string>& args) {
   ArgParser p(
       "concurrent",
-      "Concurrent jobs (seed 002): K independent trainings on disjoint GPU subsets at the same "
+      "Concurrent jobs (Gera et al. 2018): K independent trainings on disjoint GPU subsets at the same "
       "time, "
       "against the same K one after another on all GPUs; total time and energy of both schedules.");
   declare_common(p);

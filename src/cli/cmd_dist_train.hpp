@@ -3,7 +3,7 @@
 // time and energy, per-node and total energy, and speed-up, efficiency and energy per sample
 // against a one-GPU baseline (strong scaling with --global-batch, weak with --per-gpu-batch).
 // `cnnergy concurrent`: K trainings on disjoint GPU subsets at once against the same K one after
-// another on all GPUs (seed 002), total time and energy of both schedules.
+// another on all GPUs (Gera et al. 2018), total time and energy of both schedules.
 #pragma once
 
 #include <string>

@@ -29,18 +29,19 @@ namespace {
 
 constexpr const char* kConventions =
     "counting conventions (per sample; details in docs/model-info.md):\n"
-    "  operations  seed 000 Eqs. 1-7: a multiply-accumulate is ONE operation. conv: kw*kh*wout*hout*\n"
-    "              (cin/groups)*cout, plus one add per output element when it has a bias; fc: in*out;\n"
+    "  operations  Castro et al. 2019, Eqs. 1-7: a multiply-accumulate is ONE operation.\n"
+    "              conv: kw*kh*wout*hout*(cin/groups)*cout, plus one add per output element when it\n"
+    "              has a bias; fc: in*out;\n"
     "              pooling: window*output; ReLU, dropout: 1 per element; batch norm: 2 per element;\n"
     "              softmax: 3 per class; LRN: size+3 per element; add: 1 per element; concat and\n"
     "              flatten: 0.\n"
     "  FLOPs       forward: 2 per multiply-accumulate, 1 per element-wise operation; backward: data\n"
     "              and weight gradients (2x the forward MACs) for conv/fc (no data gradient for the\n"
     "              layer that reads the network input), about the forward FLOPs for the others.\n"
-    "  read        Eq. 8 as input elements + all the layer's weights (seed 000's Table 1 counts the\n"
-    "              weights in full); written: Eq. 9, output elements.\n"
-    "  bytes       elements x the --dtype size; MiB = 2^20 bytes (seed 000's 'MB').\n"
-    "  CTC         operations / read elements (seed 000 Section 4.1).\n"
+    "  read        Eq. 8 as input elements + all the layer's weights (Castro et al. 2019's Table 1\n"
+    "              counts the weights in full); written: Eq. 9, output elements.\n"
+    "  bytes       elements x the --dtype size; MiB = 2^20 bytes (Castro et al. 2019's 'MB').\n"
+    "  CTC         operations / read elements (Castro et al. 2019, Section 4.1).\n"
     "  batch       Eqs. 10-12: operations, FLOPs, read and written scale with --batch (so weights are\n"
     "              counted once per sample); the table's last line also gives the read volume when\n"
     "              a batched kernel reads each weight once per batch.\n"
@@ -142,8 +143,8 @@ std::string format_table(const ModelInfo& info, bool summary) {
   os << "model " << info.model << ": input " << info.input_per_sample.str() << ", " << info.num_classes
      << " classes, batch " << info.batch << ", bytes at " << dtype_name(info.dtype) << "; " << info.parameters
      << " parameters\n";
-  os << "(numbers per batch of " << info.batch << ", seed 000 Eqs. 10-12; operations count a multiply-accumulate "
-     << "once, FLOPs twice; see --help)\n\n";
+  os << "(numbers per batch of " << info.batch << ", Castro et al. 2019, Eqs. 10-12; operations count a "
+     << "multiply-accumulate once, FLOPs twice; see --help)\n\n";
   TextTable t(3);
   t.row({"layer", "type", "output", "params", "operations", "fwd FLOPs", "bwd FLOPs", "read MiB", "written MiB",
          "CTC"});
@@ -291,8 +292,9 @@ int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) 
 
 int run_model_info(const std::vector<std::string>& args) {
   ArgParser p("model-info",
-              "Per-layer and total operations (seed 000 Eqs. 1-7), forward/backward FLOPs, data read and\n"
-              "written (Eqs. 8-9), CTC ratio and parameters of a built-in model, scaled to a batch (Eqs. 10-12).");
+              "Per-layer and total operations (Castro et al. 2019, Eqs. 1-7), forward/backward FLOPs, data\n"
+              "read and written (Eqs. 8-9), CTC ratio and parameters of a built-in model, scaled to a batch\n"
+              "(Eqs. 10-12).");
   p.positional("MODEL", "a built-in model: " + model_names_joined(), /*required=*/false);
   p.option("batch", "batch size the totals are scaled to", "1");
   p.option("input", "input size of one sample, CxHxW (default: the model's own)");

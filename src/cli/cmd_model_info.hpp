@@ -1,5 +1,5 @@
 // `cnnergy model-info`: per-layer and total operations, FLOPs, data volumes and CTC ratio of a zoo
-// model (seed 000 Section 4), or `--list` of every built-in model with its parameter count.
+// model (Castro et al. 2019, Section 4), or `--list` of every built-in model with its parameter count.
 #pragma once
 
 #include <string>

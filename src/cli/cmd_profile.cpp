@@ -173,7 +173,7 @@ int run_profile(const std::vector<std::string>& args) {
     if (phases->energy_gap_vs_step) out["energy_gap_vs_step"] = *phases->energy_gap_vs_step;
     if (phases->energy_gap_vs_real) out["energy_gap_vs_real"] = *phases->energy_gap_vs_real;
   }
-  // Whole-training extrapolation (seed 000 Tables 3-6): iterations per epoch, then time and energy
+  // Whole-training extrapolation (Castro et al. 2019, Tables 3-6): iterations per epoch, then time and energy
   // of the whole training, forward and backward separately.
   if (epochs > 0 && phases) {
     const double iters = std::floor(static_cast<double>(dataset_size) / static_cast<double>(batch)) * static_cast<double>(epochs);

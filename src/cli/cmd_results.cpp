@@ -70,7 +70,7 @@ int run_export(const std::vector<std::string>& args) {
 
 int run_report(const std::vector<std::string>& args) {
   ArgParser p("report", "Print each sweep's trials and its optimum per metric (energy saved and time lost against "
-                        "the default, as in seed 003 Tables 2-3), and write a self-contained HTML report with charts.");
+                        "the default, as in Krzywaniak et al. 2022, Tables 2-3), and write a self-contained HTML report with charts.");
   p.positional("DB", "results database written by `cnnergy sweep`");
   p.option("output", "HTML report to write (also -o); without it only the terminal tables are printed");
   p.option("metric", "comma-separated metrics for the optimum table: time, energy, power, peak_power, edp, ed2p, "

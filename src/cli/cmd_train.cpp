@@ -92,7 +92,7 @@ void write_report_json(const std::string& path, const Graph& graph, const Backen
 
 int run_train(const std::vector<std::string>& args) {
   ArgParser p("train", "Train a model and report seconds, samples/s, loss and held-out top-1/top-5 accuracy per "
-                       "epoch, with per-phase times (load, forward, backward, update) of seed 000's Algorithm 1.");
+                       "epoch, with per-phase times (load, forward, backward, update) of Castro et al. 2019's Algorithm 1.");
   p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
   p.option("data", "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
            "fashion-mnist");

@@ -13,7 +13,7 @@ namespace cnnergy::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
-      {"model-info", "per-layer operations, FLOPs, data volumes and CTC of a model (seed 000 Sec. 4)", run_model_info},
+      {"model-info", "per-layer operations, FLOPs, data volumes and CTC of a model (Castro et al. 2019, Sec. 4)", run_model_info},
       {"train", "train a model; time, throughput, accuracy (and energy) per epoch", run_train},
       {"dist-train", "data-parallel training over N GPUs / MPI ranks: per-GPU time, wait and energy, scaling", run_dist_train},
       {"concurrent", "K trainings on disjoint GPU subsets at once vs one after another: time and energy", run_concurrent},

@@ -1,5 +1,5 @@
 // Image folders (root/CLASS/**.jpg|jpeg|png, classes sorted by name, as torchvision's ImageFolder):
-// decode, resize (to a fixed size, 256x256 as seed 000 Section 7.3 does for CaffeNet, or shorter
+// decode, resize (to a fixed size, 256x256 as Castro et al. 2019, Section 7.3 does for CaffeNet, or shorter
 // side to S keeping the aspect ratio), then a random crop and mirror for training or the centre
 // crop for evaluation, and per-channel normalisation.
 #pragma once

@@ -20,7 +20,7 @@
 
 namespace cnnergy {
 
-// Groups for hotspot summaries (seed 004: which kind of layer dominates).
+// Groups for hotspot summaries (Li et al. 2016: which kind of layer dominates).
 enum class LayerCategory { kConv, kFc, kPool, kRelu, kNorm, kDropout, kEltwise, kConcat, kLoss, kOther };
 std::string_view category_name(LayerCategory c);  // "conv", "fc", "pool", ...
 

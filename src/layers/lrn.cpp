@@ -33,7 +33,7 @@ class LrnLayer final : public Layer {
     desc_ = LrnDesc{x.n(), x.c(), x.h(), x.w(), spec_.size, spec_.alpha, spec_.beta, spec_.k};
     return {x};
   }
-  // Not in seed 000: (size + 3) per element (size square-and-adds, then scale, power, divide);
+  // Not in Castro et al. 2019: (size + 3) per element (size square-and-adds, then scale, power, divide);
   // backward about twice the forward (the window sum of dy*y/scale terms, then the product).
   Workload compute_workload() const override {
     const std::int64_t e = input_shapes()[0].per_sample();

@@ -1,5 +1,5 @@
 // Per-sample work of one layer in the forward pass: the operation counts and data volumes of
-// seed 000 (Section 4, Eqs. 1-9), plain FLOPs for forward and backward, and the parameter count.
+// Castro et al. 2019 (Section 4, Eqs. 1-9), plain FLOPs for forward and backward, and the parameter count.
 // Multiply by the batch size for a batch (Eqs. 10-12): Workload::for_batch().
 #pragma once
 
@@ -8,7 +8,7 @@
 namespace cnnergy {
 
 // Counting rules (per sample; elements, not bytes: multiply by the element size for bytes):
-// * operations: seed 000 Eqs. 1-7. Conv: k_w*k_h*w_out*h_out*(ch_in/groups)*ch_out
+// * operations: Castro et al. 2019, Eqs. 1-7. Conv: k_w*k_h*w_out*h_out*(ch_in/groups)*ch_out
 //   multiply-accumulates counted as ONE operation each (Eq. 1, with ch_in per group for grouped
 //   convolutions), plus, with a bias, one add per output element (ch_out adds at each output
 //   position: the paper's "ch_out add operations" read per position). FC: Eq. 2 (in*out maccs;
@@ -24,7 +24,7 @@ namespace cnnergy {
 //   many MACs as the forward) plus the bias gradient (1 per output element); a layer whose input is
 //   the network input computes no data gradient, so only the weight gradient counts. Every other
 //   layer: about its forward FLOPs (documented per layer in its .cpp).
-// * read_elements: seed 000 Eq. 8 taken as input elements + ALL weight elements of the layer
+// * read_elements: Castro et al. 2019, Eq. 8 taken as input elements + ALL weight elements of the layer
 //   (K*C/g*R*S + K for conv, in*out + out for fc, 2C for batch norm): the paper's Table 1 CaffeNet
 //   read volume (239.1 MB) is the whole model plus activations, so weights count in full.
 // * written_elements: Eq. 9, the output elements.

@@ -1,4 +1,4 @@
-// Per-layer profile (like `caffe time`, seed 004's hotspot analysis): forward and backward time of
+// Per-layer profile (like `caffe time`, Li et al. 2016's hotspot analysis): forward and backward time of
 // every layer from device events around each layer, median over repetitions; energy of chosen
 // layers by isolated repetition (the layer's forward, or its backward, run back to back in a window
 // long enough for the sensor); and a summary by layer category (conv, pool, relu, fc, norm, ...).

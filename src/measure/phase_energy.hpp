@@ -1,4 +1,4 @@
-// Energy per training phase by isolation and repetition (seed 000 Algorithm 1 phases): windows of
+// Energy per training phase by isolation and repetition (Castro et al. 2019, Algorithm 1 phases): windows of
 // forward only (F), forward+backward (FB), the whole step without loading (S) and the update alone
 // (U), each long enough for the sensor and repeated; plus data loading alone and the real training
 // iteration (R, loading included). Then forward = F, backward = FB - F, update = U, and two closure

@@ -1,4 +1,4 @@
-// Per-iteration phase times from device events (seed 000 Algorithm 1: load, forward, backward,
+// Per-iteration phase times from device events (Castro et al. 2019, Algorithm 1: load, forward, backward,
 // update), without stalling the training loop: each iteration records one event per phase boundary
 // into a ring of event sets, and a set is read back only when the ring wraps around, `depth`
 // iterations later, by which time the device has long finished it.

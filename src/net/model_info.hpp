@@ -1,4 +1,4 @@
-// model-info's numbers: per layer and in total, the operation counts and data volumes of seed 000
+// model-info's numbers: per layer and in total, the operation counts and data volumes of Castro et al. 2019
 // (Section 4, Eqs. 1-9), forward and backward FLOPs and parameters, scaled to a batch by Eqs. 10-12,
 // with byte sizes at a chosen element type. The counting rules are the layers' own (workload.hpp).
 #pragma once
@@ -23,7 +23,7 @@ struct LayerInfo {
   Shape output_shape;    // at the batch size (the loss layer: its scalar loss, shape {1})
   Workload per_sample;   // Eqs. 1-9 and FLOPs for one sample
   Workload batch;        // Eqs. 10-12: per_sample scaled by the batch (parameters not scaled)
-  double ctc = 0.0;      // seed 000's computation-to-communication ratio: operations / read elements
+  double ctc = 0.0;      // Castro et al. 2019's computation-to-communication ratio: operations / read elements
 };
 
 struct ModelInfo {
@@ -38,7 +38,7 @@ struct ModelInfo {
   std::int64_t parameters = 0;
 
   std::size_t element_bytes() const { return dtype_size_bytes(dtype); }
-  // Elements -> MiB (2^20 bytes) at dtype. Seed 000's Table 1 "MB" are MiB (its CTC ratios only
+  // Elements -> MiB (2^20 bytes) at dtype. Castro et al. 2019's Table 1 "MB" are MiB (its CTC ratios only
   // come out with 2^20-byte megabytes and 4-byte elements; see docs/model-info.md).
   double mib(std::int64_t elements) const;
   double ctc() const;  // whole network: total operations / total read elements

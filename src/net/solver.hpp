@@ -20,7 +20,7 @@ enum class LrUnit { kIteration, kEpoch };
 
 // lr(t) with t counted in `unit` (epochs = iteration / iterations_per_epoch, integer):
 //   fixed: base;  step: base * gamma^floor(t / step_size);  exponential: base * gamma^t.
-// Seed 000: CaffeNet step (gamma 0.1, step 20 epochs); gait nets exponential (gamma 0.8, epochs).
+// Castro et al. 2019: CaffeNet step (gamma 0.1, step 20 epochs); gait nets exponential (gamma 0.8, epochs).
 // Warm-up (iterations): lr ramps linearly from base*warmup_start_factor to lr(t) over the first
 // warmup_iterations iterations.
 struct LrSchedule {

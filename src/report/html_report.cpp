@@ -140,7 +140,7 @@ std::string sweep_section(const SweepData& d, const HtmlReportOptions& options) 
   if (!norm.empty()) {
     o += "<h3>Energy against time, normalised to the default</h3>\n<div class=\"charts\">" + norm + "</div>\n";
     o += "<p class=\"note\">Dashed lines pass through the default setting (1, 1): points below a line are better than the default "
-         "for that metric (seed 003, Fig. 1). The Pareto front joins the trials no other trial beats in both time and energy.</p>\n";
+         "for that metric (Krzywaniak et al. 2022, Fig. 1). The Pareto front joins the trials no other trial beats in both time and energy.</p>\n";
   }
   const auto kc = detail::knob_charts(d, id + "-knob");
   if (!kc.empty()) {

@@ -1,7 +1,7 @@
 // The HTML report: ONE self-contained file that opens offline (inline CSS, inline SVG charts, a few
 // lines of inline JavaScript for tooltips; no external resource). Per sweep: environment, optimum
 // table, normalised energy vs normalised time with iso-lines of E, EDP and EDS(k) through the reference
-// (seed 003 Fig. 1) and the Pareto front, each metric against each knob, per-phase stacked bars,
+// (Krzywaniak et al. 2022, Fig. 1) and the Pareto front, each metric against each knob, per-phase stacked bars,
 // per-layer breakdown, and every trial. Every string from the database is HTML-escaped.
 #pragma once
 

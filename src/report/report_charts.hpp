@@ -8,7 +8,7 @@
 
 namespace cnnergy::report::detail {
 
-// Seed 003 Fig. 1: energy / E_ref against time / t_ref for every finished trial, with the iso-lines
+// Krzywaniak et al. 2022, Fig. 1: energy / E_ref against time / t_ref for every finished trial, with the iso-lines
 // E = 1, EDP = 1 and EDS(k) = 1 through the reference, the Pareto front and the optima labelled.
 // Empty when there is no reference trial.
 std::string normalised_chart(const SweepData& data, const std::vector<double>& eds_k, const std::string& id);

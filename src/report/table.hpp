@@ -1,5 +1,5 @@
 // Terminal tables: an aligned text table, the per-trial results table, and the optimum table in the
-// layout of seed 003 Tables 2-3 (target metric, knobs, average power, energy and time with their
+// layout of Krzywaniak et al. 2022, Tables 2-3 (target metric, knobs, average power, energy and time with their
 // change against the default).
 #pragma once
 

@@ -1,4 +1,4 @@
-// train(): Algorithm 1 of seed 000 with device-event phase timing, lazy loss reads, held-out
+// train(): Algorithm 1 of Castro et al. 2019 with device-event phase timing, lazy loss reads, held-out
 // evaluation per epoch, time/energy-to-accuracy and epoch checkpoints.
 #include "train/trainer.hpp"
 

@@ -1,4 +1,4 @@
-// The measured training loop of seed 000's Algorithm 1: per iteration load (prefetched batch,
+// The measured training loop of Castro et al. 2019's Algorithm 1: per iteration load (prefetched batch,
 // asynchronous upload), forward, backward and update, each timed with device events without
 // stalling the loop; top-1/top-5 accuracy on held-out data after each epoch; time-to-accuracy;
 // checkpoints at epoch ends so a long run survives interruption. Energy windows come from an

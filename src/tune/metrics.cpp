@@ -48,7 +48,7 @@ double parse_k(const std::string& text, const std::string& whole) {
   const double k = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(k) || k <= 1.0)
     throw InvalidArgument("invalid EDS parameter in '" + whole + "': k must be a number above 1 (the accepted time "
-                          "increase factor of seed 003, e.g. eds:1.5 or eds:2)");
+                          "increase factor of Krzywaniak et al. 2022, e.g. eds:1.5 or eds:2)");
   return k;
 }
 

@@ -1,6 +1,6 @@
 // Trial metrics from raw measurements (time, energy per GPU, samples, FLOPs, repetitions), their
-// statistics over repetitions, the objectives a sweep optimises (E, EDP, ED²P, EDS(k) of seed 003
-// Eqs. 3-4, GFLOPS/W of seed 000 Table 11, ...), the optimum per objective and the Pareto front.
+// statistics over repetitions, the objectives a sweep optimises (E, EDP, ED²P, EDS(k) of Krzywaniak et al. 2022
+// Eqs. 3-4, GFLOPS/W of Castro et al. 2019, Table 11, ...), the optimum per objective and the Pareto front.
 #pragma once
 
 #include <array>
@@ -25,7 +25,7 @@ struct Repetition {
   std::string energy_source;               // how the meter got the energy ("counter", "sampled", ...)
 };
 
-struct PhaseMeasurement {  // per-phase time and energy of one iteration (seed 000: load, forward, ...)
+struct PhaseMeasurement {  // per-phase time and energy of one iteration (Castro et al. 2019: load, forward, ...)
   std::string phase;
   double time_ms = 0, time_ms_stddev = 0;
   double energy_mj = 0, energy_mj_stddev = 0;
@@ -88,7 +88,7 @@ Stats compute_stats(const std::vector<double>& values);
 std::map<Metric, std::vector<double>> repetition_metrics(const TrialMeasurement& m);
 std::map<Metric, Stats> compute_trial_metrics(const TrialMeasurement& m);
 
-// EDS(k) of seed 003, Eq. 4: (k-1)/(k E_ref) * E + 1/(k t_ref) * t; 1 at the reference, < 1 better.
+// EDS(k) of Krzywaniak et al. 2022, Eq. 4: (k-1)/(k E_ref) * E + 1/(k t_ref) * t; 1 at the reference, < 1 better.
 double eds(double energy, double time, double energy_ref, double time_ref, double k);
 
 // What a search or a report optimises: a metric, or EDS(k) / normalised E, t, EDP against the reference.
@@ -104,7 +104,7 @@ struct Objective {
 // eds(k=K), gflops, gflops_per_w, samples_per_j, accuracy. time/energy/edp/ed2p mean per sample where
 // the sweep knows samples (resolved by the analysis), per iteration otherwise.
 Objective parse_objective(const std::string& text);
-// The objectives of seed 003 Tables 2-3 plus the efficiency ones: E, time, EDP, ED²P, EDS(1.5), EDS(2),
+// The objectives of Krzywaniak et al. 2022, Tables 2-3 plus the efficiency ones: E, time, EDP, ED²P, EDS(1.5), EDS(2),
 // GFLOPS/W, samples per joule, accuracy.
 std::vector<Objective> default_objectives();
 

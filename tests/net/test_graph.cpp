@@ -1,4 +1,4 @@
-// Graph building: structure, parameter counts, per-layer workload formulas (seed 000 Section 4),
+// Graph building: structure, parameter counts, per-layer workload formulas (Castro et al. 2019, Section 4),
 // and the shape/argument errors a bad model definition must produce.
 #include <gtest/gtest.h>
 
@@ -43,7 +43,7 @@ TEST(Graph, StructureAndParameterCount) {
   EXPECT_EQ(category_name(g->layer(g->layer_index("lrn")).category()), "norm");
 }
 
-TEST(Graph, ConvAndFcWorkloadFollowSeed000) {
+TEST(Graph, ConvAndFcWorkloadFollowCastro2019) {
   auto g = small_graph(5);
   // conv1: 3x8x8 -> 4x8x8, 3x3 kernel. Eq. 1: 9*64*3*4 maccs + 4*64 bias adds.
   const Workload& c1 = g->layer_workload(0);

@@ -1,4 +1,4 @@
-// Learning-rate policies (seed 000's step and exponential schedules, warm-up), the momentum SGD
+// Learning-rate policies (Castro et al. 2019's step and exponential schedules, warm-up), the momentum SGD
 // update with weight decay on weights only (or on everything), and dynamic loss scaling: growth
 // after good steps, back-off and a skipped update on overflow.
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 using namespace cnnergy;
 using namespace cnnergy::test;
 
-TEST(LrSchedule, Seed000Policies) {
+TEST(LrSchedule, Castro2019Policies) {
   LrSchedule fixed;
   fixed.base_lr = 0.01;
   EXPECT_DOUBLE_EQ(fixed.learning_rate(12345, 100), 0.01);

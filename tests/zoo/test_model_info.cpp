@@ -1,5 +1,5 @@
-// model_info(): per-layer counts follow seed 000's equations, totals are the sum of the layers,
-// batch scaling follows Eqs. 10-12, and CaffeNet / ResNet-34 totals agree with seed 000's Table 1
+// model_info(): per-layer counts follow Castro et al. 2019's equations, totals are the sum of the layers,
+// batch scaling follows Eqs. 10-12, and CaffeNet / ResNet-34 totals agree with Castro et al. 2019's Table 1
 // where the table is consistent with the network it names (tolerances justified at each check).
 #include <gtest/gtest.h>
 
@@ -110,9 +110,9 @@ TEST(ModelInfo, BadBatchIsAUsageError) {
   EXPECT_THROW(model_info(*graph, std::int64_t{1} << 62), InvalidArgument);  // counts would overflow
 }
 
-// Seed 000, Table 1, CaffeNet row: 727.20 M operations, 239.1 MB read, 6 MB written, CTC 11.6.
+// Castro et al. 2019, Table 1, CaffeNet row: 727.20 M operations, 239.1 MB read, 6 MB written, CTC 11.6.
 // Its "MB" are MiB at 4 bytes per element: 727.20 M / (239.1 * 2^20 / 4) = 11.60, the printed CTC.
-TEST(ModelInfo, CaffeNetMatchesSeed000Table1) {
+TEST(ModelInfo, CaffeNetMatchesCastro2019Table1) {
   const auto graph = build_model("caffenet");
   const ModelInfo info = model_info(*graph, 1, DType::kF32);
   const Workload& t = info.total_per_sample;
@@ -145,12 +145,12 @@ TEST(ModelInfo, CaffeNetMatchesSeed000Table1) {
   EXPECT_NEAR(info.ctc(), 11.6, 0.06);
 }
 
-// Seed 000, Table 1, ResNetIm (= ResNet-34, its ref. [47]) row: 2080.96 M operations, 97.1 MB read,
+// Castro et al. 2019, Table 1, ResNetIm (= ResNet-34, its ref. [47]) row: 2080.96 M operations, 97.1 MB read,
 // 46.6 MB written, CTC 81.8. The written volume (Eq. 9) agrees; the operation count does not
 // describe ResNet-34 at 224x224: He et al. 2016 (Table 1) give 3.6e9 multiply-adds for it, and the
 // table's 97.1 MiB read is less than ResNet-34's weights plus its activations. So operations are
 // checked against He et al. and the discrepancy is explained in docs/model-info.md.
-TEST(ModelInfo, ResNet34AgainstSeed000Table1AndHe2016) {
+TEST(ModelInfo, ResNet34AgainstCastro2019Table1AndHe2016) {
   const auto graph = build_model("resnet34");
   const ModelInfo info = model_info(*graph, 1, DType::kF32);
   const Workload& t = info.total_per_sample;

@@ -40,7 +40,7 @@ const std::map<std::string, std::int64_t>& reference_params() {
       {"resnet34", 21797672},
       {"resnet50", 25557032},
       {"resnet152", 60192808},
-      // gait_2dcnn (seed 000 Sec. 4.1, 155 classes), summed by hand from the layer list:
+      // gait_2dcnn (Castro et al. 2019, Sec. 4.1, 155 classes), summed by hand from the layer list:
       // conv1 50*96*49+96 = 235296; conv2 96*192*25+192 = 460992; conv3 192*512*9+512 = 885248;
       // conv4 512*4096*4+4096 = 8392704; full5 4096*4096+4096 = 16781312;
       // full6 4096*2048+2048 = 8390656; fc_out 2048*155+155 = 317595.

@@ -1,7 +1,7 @@
 // CaffeNet exactly as BVLC's models/bvlc_reference_caffenet/train_val.prototxt: AlexNet with pooling
 // before LRN and the two-tower grouping kept as group=2 convolutions (conv2, conv4, conv5).
 // Weights start as the prototxt's fillers: gaussian std 0.01 (fc6/fc7 0.005), biases 0 or 1 (BVLC/caffe
-// commit 74bf4b7). 3x227x227, 1000 classes: 60,965,224 parameters. Seed 000's "CaffeNet".
+// commit 74bf4b7). 3x227x227, 1000 classes: 60,965,224 parameters. Castro et al. 2019's "CaffeNet".
 #include "net/zoo/common.hpp"
 #include "net/zoo/families.hpp"
 

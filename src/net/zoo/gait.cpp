@@ -1,6 +1,6 @@
-// The two gait-recognition networks of seed 000 (Section 4.1, Fig. 1 a-b), for optical-flow volumes
+// The two gait-recognition networks of Castro et al. 2019 (Section 4.1, Fig. 1 a-b), for optical-flow volumes
 // of 25 frames x 2 flow components at 60x60 (input C=50, H=W=60). Class count: TUM-GAID's
-// identification protocol (Hofmann et al. 2014, seed 000 ref. [55]) classifies the 155 test subjects
+// identification protocol (Hofmann et al. 2014, Castro et al. 2019, ref. [55]) classifies the 155 test subjects
 // (305 in all, 150 for training the features), so 155 by default; override with --classes.
 // Where the paper is silent or ambiguous, the choice made is written next to the layer.
 #include <array>
@@ -11,17 +11,17 @@
 namespace cnnergy::zoo {
 namespace {
 
-// Seed 000 Section 7.4: "dropout to 0.4 (when required)" for the gait networks.
+// Castro et al. 2019, Section 7.4: "dropout to 0.4 (when required)" for the gait networks.
 constexpr float kGaitDropout = 0.4f;
 constexpr double kBnEps = 1e-5;
 
 }  // namespace
 
-// 2D-CNN (seed 000 Fig. 1a, after Castro et al. 2017, ref. [46]): exactly the listed layers.
+// 2D-CNN (Castro et al. 2019, Fig. 1a, after Castro et al. 2017, ref. [46]): exactly the listed layers.
 // Max pooling 2x2 with stride 2 (non-overlapping: the paper gives the window only); ReLU after every
 // convolution (stated) and after both hidden fully connected layers (AlexNet-like, not stated).
 // At 50x60x60: 54 -> 27 -> 12 -> 6 -> 4 -> 2 -> 1, so conv4 (2x2, 4096) sees a 2x2 map and outputs
-// 4096 features at 1x1. Note: seed 000's Table 1 (783.84 M operations) matches this list WITHOUT
+// 4096 features at 1x1. Note: Castro et al. 2019's Table 1 (783.84 M operations) matches this list WITHOUT
 // full5 (784.09 M); with full5, as listed in the text, it is 800.87 M (see docs/model-info.md).
 GraphBuilder gait_2dcnn(const Shape& input, std::int64_t classes) {
   GraphBuilder b("gait_2dcnn", input, classes);
@@ -48,7 +48,7 @@ GraphBuilder gait_2dcnn(const Shape& input, std::int64_t classes) {
   return b;
 }
 
-// Gait ResNet (seed 000 Fig. 1b, "as defined in [47]", i.e. He et al. 2016): conv1 64 7x7 stride 1
+// Gait ResNet (Castro et al. 2019, Fig. 1b, "as defined in [47]", i.e. He et al. 2016): conv1 64 7x7 stride 1
 // (padding 3, as He et al.'s stem) + BN + ReLU, max pool 3x3 stride 2 (padding 1, as He et al.);
 // then for each of the four stages an "adapter convolution to resize the input to that of the next
 // block" and 4/6/7/2 basic residual blocks (3x3 convolutions, stride 1) of 64/128/256/512 filters.

@@ -1,7 +1,7 @@
 // ResNet-34, -50 and -152 (He et al. 2016) exactly as torchvision: basic blocks for 34, bottleneck
 // blocks with the stride on the 3x3 convolution ("v1.5") for 50 and 152, 1x1 projection + BN on the
 // shortcut where the shape changes, convolutions without bias followed by batch norm (eps 1e-5).
-// 3x224x224, 1000 classes: 21,797,672 / 25,557,032 / 60,192,808 parameters. ResNet-34 is seed 000's
+// 3x224x224, 1000 classes: 21,797,672 / 25,557,032 / 60,192,808 parameters. ResNet-34 is Castro et al. 2019's
 // "ResNetIm".
 #include <array>
 

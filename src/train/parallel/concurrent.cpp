@@ -1,4 +1,4 @@
-// The two schedules of seed 002's concurrency experiment. Concurrent: one thread per job, each a
+// The two schedules of Gera et al. 2018's concurrency experiment. Concurrent: one thread per job, each a
 // local data-parallel run on its own GPU subset. Sequential: the jobs one after another, each on
 // every GPU. A ScheduleMeter meters every GPU of the schedule over its whole wall time.
 #include "train/parallel/concurrent.hpp"

@@ -1,4 +1,4 @@
-// Concurrent jobs (seed 002): K independent trainings on disjoint GPU subsets at the same time,
+// Concurrent jobs (Gera et al. 2018): K independent trainings on disjoint GPU subsets at the same time,
 // against the same K trainings one after another on all the GPUs. Each schedule reports its wall
 // time and the energy of every GPU it occupies over its whole wall time (a GPU whose job finished
 // early still idles, and its idle power counts), plus each job's own data-parallel report.

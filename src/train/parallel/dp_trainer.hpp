@@ -1,4 +1,4 @@
-// Data-parallel training (seed 000, Section 5): the global batch split over N replicas, each rank
+// Data-parallel training (Castro et al. 2019, Section 5): the global batch split over N replicas, each rank
 // training on its slice of the same shuffled epoch, gradients summed over ranks bucket by bucket
 // while backward still runs, and every replica applying the same update, so weights stay identical
 // (checked by checksums at the end and, on request, every few steps). Per rank it measures compute,

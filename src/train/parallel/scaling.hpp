@@ -1,5 +1,5 @@
-// Scaling figures of a data-parallel run against a one-GPU baseline (seed 000 Tables 3-6, seed
-// 002's diminishing returns): speed-up and scaling efficiency from global throughput, and energy
+// Scaling figures of a data-parallel run against a one-GPU baseline (Castro et al. 2019, Tables 3-6;
+// Gera et al. 2018's diminishing returns): speed-up and scaling efficiency from global throughput, and energy
 // per sample of both. Strong scaling keeps the global batch (the baseline trains the same global
 // batch on one GPU); weak scaling keeps the per-GPU batch (the baseline trains one per-GPU batch on
 // one GPU).

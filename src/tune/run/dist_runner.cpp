@@ -1,6 +1,6 @@
 // Trials with more than one GPU (the --gpus knob): the model trains data-parallel over N devices of
-// this node (N CPU replicas on the CPU), the batch knob being the global batch split over them (seed
-// 000 Section 5). Each repetition is one timed data-parallel run, every GPU metered and summed. With
+// this node (N CPU replicas on the CPU), the batch knob being the global batch split over them (Castro et al. 2019,
+// Section 5). Each repetition is one timed data-parallel run, every GPU metered and summed. With
 // the cuda_graph knob on, every replica replays its step as one recorded CUDA graph.
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Trial runners: what `cnnergy sweep` plugs into the tuner's bookkeeping (tune/plan.hpp). A runner
 // applies the trial's hardware knobs (journaled, restored afterwards), runs the workload — a built-in
 // model on a backend, or an external command rerun per repetition with the knob values in CNNERGY_*
-// environment variables (as seed 003's tool runs any training program) — and measures repeated
+// environment variables (as Krzywaniak et al. 2022's tool runs any training program) — and measures repeated
 // windows long enough for the energy sensor.
 #pragma once
 
