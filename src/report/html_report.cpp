@@ -9,6 +9,7 @@
 #include "report/report_charts.hpp"
 #include "report/svg.hpp"
 #include "report/sweep_data.hpp"
+#include "report/sweep_title.hpp"
 
 namespace cnnergy::report {
 
@@ -65,10 +66,13 @@ std::string environment_table(const SweepRecord& s) {
   for (std::size_t i = 0; i < e.gpu_names.size(); ++i) gpus += (i ? ", " : "") + e.gpu_names[i];
   std::vector<std::pair<std::string, std::string>> rows = {
       {"GPUs", gpus.empty() ? "-" : gpus}, {"driver", e.driver_version}, {"CUDA", e.cuda_version}, {"cuDNN", e.cudnn_version},
-      {"host", e.host},  {"date", e.date}, {"cnnergy", e.cnnergy_version}, {"sweep created", s.created}, {"sweep key", s.sweep_key}};
+      {"host", e.host},  {"date", e.date}, {"cnnergy", e.cnnergy_version}, {"sweep created", s.created}, {"sweep key", s.sweep_key},
+      {"definition", s.description}};
   for (const auto& [k, v] : e.extra) rows.emplace_back(k, v);
   std::string o = "<table class=\"env\">";
-  for (const auto& [k, v] : rows) o += "<tr>" + th(k, true) + td(v.empty() ? "-" : v, true) + "</tr>";
+  for (const auto& [k, v] : rows)  // the definition keeps its line breaks (workload, knobs, settings)
+    o += "<tr>" + th(k, true) + (k == "definition" ? "<td class=\"l wrap\">" + html_escape(v) + "</td>" : td(v.empty() ? "-" : v, true)) +
+         "</tr>";
   return o + "</table>\n";
 }
 
@@ -128,7 +132,7 @@ std::string sweep_section(const SweepData& d, const HtmlReportOptions& options) 
   const std::string id = "s" + std::to_string(d.sweep.id);
   std::size_t counts[4] = {0, 0, 0, 0};
   for (const auto& s : d.summaries) ++counts[static_cast<int>(s.status)];
-  std::string o = "<section id=\"" + id + "\">\n<h2>Sweep " + std::to_string(d.sweep.id) + ": " + html_escape(d.sweep.description) + "</h2>\n";
+  std::string o = "<section id=\"" + id + "\">\n<h2>Sweep " + std::to_string(d.sweep.id) + ": " + html_escape(sweep_title(d)) + "</h2>\n";
   o += "<p>Command: <code>" + html_escape(d.sweep.command_line) + "</code></p>\n";
   o += "<p>" + std::to_string(d.summaries.size()) + " trials: " + std::to_string(counts[0]) + " ok, " + std::to_string(counts[1]) +
        " failed, " + std::to_string(counts[2]) + " did not fit, " + std::to_string(counts[3]) + " skipped. Energy and time are per " +

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/errors.hpp"
+#include "report/sweep_title.hpp"
 
 namespace cnnergy::report {
 
@@ -117,7 +118,7 @@ void print_trials_table(std::ostream& out, const SweepData& d) {
     row.push_back(note);
     t.add_row(std::move(row));
   }
-  out << "sweep " << d.sweep.id << " (" << d.sweep.sweep_key << "): " << d.sweep.description << "\n";
+  out << "sweep " << d.sweep.id << ": " << sweep_title(d) << " (" << d.sweep.sweep_key << ")\n";
   out << t.render();
   if (!ref) out << "no reference trial finished: EDS and savings against the default are not available\n";
 }
