@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Accuracy against batch size (Castro et al. 2019, Section 8.5): trains ResNet-34 (Castro et al. 2019's ResNetIm, here on
-# 1x28x28 Fashion-MNIST with 10 classes) at batch 64, 128 and 256 for the same epoch budget on the GPU
+# Accuracy against batch size (Castro et al. 2019, Section 8.5): trains ResNet-34 (their ResNetIm,
+# here on 1x28x28 Fashion-MNIST with 10 classes) at batch 64, 128 and 256 for the same epoch budget on the GPU
 # and reports accuracy, time and energy side by side. Usage: accuracy_vs_batch.sh OUTDIR [DATA] [EPOCHS]
 set -euo pipefail
 out=$1; data=${2:-fashion-mnist}; epochs=${3:-3}
