@@ -21,8 +21,9 @@ constexpr double kBnEps = 1e-5;
 // Table 1 (docs/model-info.md, "Table 1, row by row"): conv4 (4096 filters of 2x2 on the 2x2 map left
 // by pool3) IS the first 4096-unit fully connected layer, the table's "full5"; there is no second
 // 4096-unit layer. Operations 784.09 M (table 783.84 M) and read 74.72 MiB (73.8) agree within 1.2%;
-// with a separate full5 they would be 800.87 M and 138.8 MiB. The layer count agrees too: conv, ReLU,
-// pool x 3, conv4 + ReLU, full6 + ReLU + dropout, softmax classifier = 15 layers (Sec. 4.1's title).
+// with a separate full5 they would be 800.87 M and 138.8 MiB. The layer count points the same way:
+// this list has 16 layers (conv, ReLU, pool x 3; conv4, ReLU, dropout; full6, ReLU, dropout; softmax),
+// the text's with a separate full5 19, and Sec. 4.1's title says 15.
 // Max pooling 2x2 with stride 2 (non-overlapping: the paper gives the window only); ReLU after every
 // convolution (stated) and after full6 (AlexNet-like); dropout after conv4 (full5's) and full6.
 // At 50x60x60: 54 -> 27 -> 12 -> 6 -> 4 -> 2 -> 1.
