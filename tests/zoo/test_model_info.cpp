@@ -1,6 +1,7 @@
-// model_info(): per-layer counts follow Castro et al. 2019's equations, totals are the sum of the layers,
-// batch scaling follows Eqs. 10-12, and CaffeNet / ResNet-34 totals agree with Castro et al. 2019's Table 1
-// where the table is consistent with the network it names (tolerances justified at each check).
+// model_info(): per-layer counts follow Castro et al. 2019's equations, totals are the sum of the
+// layers, batch scaling follows Eqs. 10-12, and all four rows of their Table 1 are held to the zoo's
+// readings: within 2% where a reading reproduces a column, and pinned, with the reason, where the
+// paper's own numbers rule a match out (docs/model-info.md, "Table 1, row by row").
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -145,18 +146,72 @@ TEST(ModelInfo, CaffeNetMatchesCastro2019Table1) {
   EXPECT_NEAR(info.ctc(), 11.6, 0.06);
 }
 
-// Castro et al. 2019, Table 1, ResNetIm (= ResNet-34, its ref. [47]) row: 2080.96 M operations, 97.1 MB read,
-// 46.6 MB written, CTC 81.8. The written volume (Eq. 9) agrees; the operation count does not
-// describe ResNet-34 at 224x224: He et al. 2016 (Table 1) give 3.6e9 multiply-adds for it, and the
-// table's 97.1 MiB read is less than ResNet-34's weights plus its activations. So operations are
-// checked against He et al. and the discrepancy is explained in docs/model-info.md.
-TEST(ModelInfo, ResNet34AgainstCastro2019Table1AndHe2016) {
-  const auto graph = build_model("resnet34");
-  const ModelInfo info = model_info(*graph, 1, DType::kF32);
+// Per-sample totals of a zoo model at its default input, fp32.
+ModelInfo info_of(const std::string& name) { return model_info(*build_model(name), 1, DType::kF32); }
+
+std::int64_t layer_elements_written(const ModelInfo& info, const std::string& name) {
+  return find_layer(info, name).per_sample.written_elements;
+}
+
+// Table 1, 2D-CNN row: 783.84 M operations, 73.8 MB read, 1.9 MB written, CTC 40.5. The zoo's reading
+// (conv4 is the table's full5; gait.cpp) reproduces operations and read within 2%. Written cannot
+// be reproduced under the counting rule that reproduces the CaffeNet row (every layer's output
+// counts, ReLU's included: without the ReLU outputs CaffeNet writes 3.41 MiB, not 6): conv1, which
+// carries 87% of the table's operations, and its ReLU write 2 x 96 x 54 x 54 elements, 2.14 MiB, more
+// than the table's 1.9 MiB for the whole network. So written is pinned, with that reason checked.
+TEST(ModelInfo, GaitTwoDCnnAgainstCastro2019Table1) {
+  const ModelInfo info = info_of("gait_2dcnn");
   const Workload& t = info.total_per_sample;
-  // Written: within 5%. The row is not self-consistent (above), so only closeness can be asked of
-  // its one agreeing column: ours, 48.15 MiB, is 3.3% above it, while leaving out all batch-norm
-  // or all ReLU outputs would move it by about 30%, far outside the tolerance.
+  EXPECT_NEAR(static_cast<double>(t.operations) / 783.84e6, 1.0, 0.02);
+  EXPECT_NEAR(static_cast<double>(t.operations) / 783.84e6, 1.0, 0.002);  // 784.41 M: 0.07%
+  EXPECT_NEAR(info.mib(t.read_elements) / 73.8, 1.0, 0.02);                // 74.75 MiB: 1.3%
+  EXPECT_NEAR(info.ctc(), 40.5, 0.81);                                      // 40.0 (2% of 40.5)
+  const std::int64_t conv1_and_relu = layer_elements_written(info, "conv1") + layer_elements_written(info, "relu1");
+  EXPECT_EQ(conv1_and_relu, 2 * 96 * 54 * 54);
+  EXPECT_GT(info.mib(conv1_and_relu), 1.9 + 0.05);  // beyond the table's rounding, before any other layer
+  EXPECT_NEAR(info.mib(t.written_elements), 2.80, 0.005);  // pinned: 47% above the table, for that reason
+}
+
+// Table 1, gait ResNet row: 425.13 M operations, 87.6 MB read, 4.8 MB written, CTC 18.5. The zoo's
+// reading (conv1 stride 2 as in He et al. 2016, 3x3 adapters, last map 2x2; gait.cpp) reproduces
+// read and written within 1%. Operations are pinned: the text's conv1 (64 filters 7x7, stride 1 on
+// 50x60x60) alone is 564.5 M with He et al.'s padding (457.2 M without), above the table's total, so
+// the text cannot be the table's network; with stride 2, conv1 is 141.1 M and the 3x3 stages the
+// rest of 514.49 M, 21% above the table. No reading of the searched family (docs/model-info.md)
+// meets all three columns within 2%.
+TEST(ModelInfo, GaitResNetAgainstCastro2019Table1) {
+  const ModelInfo info = info_of("gait_resnet");
+  const Workload& t = info.total_per_sample;
+  EXPECT_NEAR(info.mib(t.read_elements) / 87.6, 1.0, 0.02);     // 88.38 MiB: 0.9%
+  EXPECT_NEAR(info.mib(t.written_elements) / 4.8, 1.0, 0.02);   // 4.77 MiB: 0.6%
+  EXPECT_EQ(find_layer(info, "conv1.conv").output_shape, (Shape{1, 64, 30, 30}));
+  EXPECT_EQ(find_layer(info, "pool").output_shape, (Shape{1, 512, 1, 1}));  // pooled from 2x2
+  const std::int64_t text_conv1_macs = std::int64_t{7} * 7 * 60 * 60 * 50 * 64;  // stride 1, padding 3
+  EXPECT_GT(static_cast<double>(text_conv1_macs), 425.13e6);
+  EXPECT_NEAR(static_cast<double>(t.operations) / 1e6, 514.49, 0.01);  // pinned: 21% above the table
+}
+
+// Table 1, ResNetIm row: 2080.96 M operations, 97.1 MB read, 46.6 MB written, CTC 81.8. Operations per
+// element written hardly depend on the input size (both scale with its area), and the table's
+// 2080.96 M / 46.6 MiB = 170 per element is far below that of the network the paper cites (resnet34:
+// 290) and of the network its text describes (resnetim: 435), at any input size from 160 to 256: no
+// input size brings either to the row. tools/table1_readings.py searches 5,384 readings (conv1 stride
+// and padding, max pool, adapters, batch norm, ReLU outputs, output-size formula, input 160-256): the
+// best misses a column by 28%. Written agrees for resnet34 at 224x224 (3.3%); its operations are
+// checked against He et al. 2016 (3.6e9 multiply-adds for ResNet-34, their Table 1).
+TEST(ModelInfo, ResNetImAgainstCastro2019Table1AndHe2016) {
+  const double table_ops_per_written = 2080.96e6 / (46.6 * 1048576.0 / 4.0);
+  for (const char* name : {"resnet34", "resnetim"})
+    for (const std::int64_t side : {160, 192, 224, 256}) {
+      SCOPED_TRACE(std::string(name) + " at " + std::to_string(side));
+      const ModelInfo info = model_info(*build_model(name, Shape{3, side, side}), 1, DType::kF32);
+      const Workload& t = info.total_per_sample;
+      EXPECT_GT(static_cast<double>(t.operations) / static_cast<double>(t.written_elements),
+                1.5 * table_ops_per_written);
+    }
+  const ModelInfo info = info_of("resnet34");
+  const Workload& t = info.total_per_sample;
+  // Written: within 5% (48.15 MiB, 3.3% above): the one column that can agree.
   EXPECT_NEAR(info.mib(t.written_elements) / 46.6, 1.0, 0.05);
   // Operations: conv + fc multiply-accumulates against He et al.'s 3.6e9, which is given to two
   // significant digits (3.55e9 .. 3.7e9 covers rounding or truncation).
@@ -169,6 +224,11 @@ TEST(ModelInfo, ResNet34AgainstCastro2019Table1AndHe2016) {
   // layer3 57802752+1271660544+6422528, layer4 57802752+578027520+6422528, fc 512000.
   EXPECT_EQ(macs, std::int64_t{118013952} + 693633024 + 57802752 + 809238528 + 6422528 + 57802752 + 1271660544 +
                       6422528 + 57802752 + 578027520 + 6422528 + 512000);
+  // The paper's text network: the 94 layers it counts, and its totals pinned (docs/model-info.md).
+  const auto resnetim = build_model("resnetim");
+  EXPECT_EQ(resnetim->num_layers(), 94u + 1u);  // + the flatten view in front of fc (Caffe has none)
+  const ModelInfo im = info_of("resnetim");
+  EXPECT_NEAR(static_cast<double>(im.total_per_sample.operations) / 1e6, 4118.01, 0.01);
 }
 
 }  // namespace

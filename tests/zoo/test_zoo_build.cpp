@@ -38,13 +38,18 @@ const std::map<std::string, std::int64_t>& reference_params() {
       {"inception_v4", 42679816},
       // torchvision resnet34 / resnet50 / resnet152 (torchvision docs).
       {"resnet34", 21797672},
+      // resnetim (Castro et al. 2019's text, see resnet.cpp), by hand, biases included, no batch norm:
+      // conv1 3*64*49+64 = 9472; adapters 9*(64*64 + 64*128 + 128*256 + 256*512) + (64+128+256+512)
+      //   = 1585152 + 960; blocks 2*3*(9*64*64+64) + 2*4*(9*128*128+128) + 2*6*(9*256*256+256)
+      //   + 2*3*(9*512*512+512) = 221568 + 1180672 + 7080960 + 14158848; fc 512*1000+1000 = 513000.
+      {"resnetim", 9472 + 1585152 + 960 + 221568 + 1180672 + 7080960 + 14158848 + 513000},
       {"resnet50", 25557032},
       {"resnet152", 60192808},
-      // gait_2dcnn (Castro et al. 2019, Sec. 4.1, 155 classes), summed by hand from the layer list:
+      // gait_2dcnn (Castro et al. 2019 Sec. 4.1 in its Table 1 reading, 155 classes), by hand:
       // conv1 50*96*49+96 = 235296; conv2 96*192*25+192 = 460992; conv3 192*512*9+512 = 885248;
-      // conv4 512*4096*4+4096 = 8392704; full5 4096*4096+4096 = 16781312;
-      // full6 4096*2048+2048 = 8390656; fc_out 2048*155+155 = 317595.
-      {"gait_2dcnn", 235296 + 460992 + 885248 + 8392704 + 16781312 + 8390656 + 317595},
+      // conv4 (= full5) 512*4096*4+4096 = 8392704; full6 4096*2048+2048 = 8390656;
+      // fc_out 2048*155+155 = 317595.
+      {"gait_2dcnn", 235296 + 460992 + 885248 + 8392704 + 8390656 + 317595},
       // gait_resnet (see gait.cpp), by hand: conv1 50*64*49 + BN 128 = 156928;
       // adapters 9*(64*64 + 64*128 + 128*256 + 256*512) + BN 2*(64+128+256+512) = 1585152 + 1920;
       // blocks 2 convs + 2 BN each: 4*2*(9*64*64+128) + 6*2*(9*128*128+256) + 7*2*(9*256*256+512)
@@ -54,8 +59,8 @@ const std::map<std::string, std::int64_t>& reference_params() {
   return ref;
 }
 
-TEST(Zoo, HasTheFourteenModelsWithReferences) {
-  EXPECT_EQ(model_zoo().size(), 14u);
+TEST(Zoo, HasTheFifteenModelsWithReferences) {
+  EXPECT_EQ(model_zoo().size(), 15u);
   for (const auto& m : model_zoo()) EXPECT_TRUE(reference_params().count(m.name)) << m.name;
 }
 

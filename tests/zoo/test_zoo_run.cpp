@@ -41,10 +41,11 @@ const std::vector<RunCase>& run_cases() {
       {"inception_v3", Shape{3, 75, 75}},     // torchvision's documented minimum
       {"inception_v4", Shape{3, 75, 75}},     // 75 -> 37 -> 35 -> 17 -> 15 -> 7 -> 3 -> 1
       {"resnet34", Shape{3, 64, 64}},         // layer4 at 2x2
+      {"resnetim", Shape{3, 64, 64}},         // 64 -> 32 -> 16 -> adapters 16, 8, 4, 2
       {"resnet50", Shape{3, 64, 64}},
       {"resnet152", Shape{3, 32, 32}},        // the deepest: layer4 at 1x1 (BN over the batch of 2)
       {"gait_2dcnn", Shape{2, 60, 60}},       // 60x60 is its minimum (conv4 needs a 2x2 map): fewer channels
-      {"gait_resnet", Shape{2, 32, 32}},      // 32 -> 16 -> adapters 8, 4, 2, 1
+      {"gait_resnet", Shape{2, 32, 32}},      // 32 -> conv1 16 -> pool 8 -> adapters 8, 4, 2, 1
   };
   return cases;
 }

@@ -19,6 +19,7 @@ GraphBuilder googlenet(const Shape& input, std::int64_t classes);     // googlen
 GraphBuilder inception_v3(const Shape& input, std::int64_t classes);  // inception_v3.cpp
 GraphBuilder inception_v4(const Shape& input, std::int64_t classes);  // inception_v4.cpp
 GraphBuilder resnet34(const Shape& input, std::int64_t classes);      // resnet.cpp
+GraphBuilder resnetim(const Shape& input, std::int64_t classes);      // resnet.cpp
 GraphBuilder resnet50(const Shape& input, std::int64_t classes);      // resnet.cpp
 GraphBuilder resnet152(const Shape& input, std::int64_t classes);     // resnet.cpp
 GraphBuilder gait_2dcnn(const Shape& input, std::int64_t classes);    // gait.cpp
