@@ -27,8 +27,8 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
-// CLI11 positional names must look like identifiers; "OUT.db" and "IN.db..." are shown as given.
-std::string positional_key(std::size_t index) { return "positional" + std::to_string(index); }
+// The placeholder shown after an option in --help: FILE where the help text speaks of a file.
+std::string value_name(const std::string& help) { return help.find("FILE") != std::string::npos ? "FILE" : "VALUE"; }
 
 constexpr const char* kDeprecatedGroup = "Deprecated spellings (still accepted until the next release)";
 
@@ -113,8 +113,7 @@ std::string ArgParser::help() const {
   app.get_formatter()->column_width(34);
   for (std::size_t i = 0; i < positionals_.size(); ++i) {
     const auto& [name, required] = positionals_[i];
-    auto* o = app.add_option(positional_key(i))->description(positional_help_.at(name));
-    o->type_name("")->option_text(name);
+    auto* o = app.add_option(name)->description(positional_help_.at(name));
     if (required) o->required();
   }
   for (const auto& name : order_) {
@@ -124,11 +123,10 @@ std::string ArgParser::help() const {
     names += "--" + name;
     for (const auto& a : s.long_aliases) names += ",--" + a;
     std::string desc = s.help;
-    if (!s.choices.empty()) desc += " (one of: " + join(s.choices, ", ") + ")";
     if (s.default_value && !s.default_value->empty()) desc += " [default: " + *s.default_value + "]";
     // (The two-argument add_option/add_flag would bind the description as the option's variable.)
     CLI::Option* o = (s.is_flag ? app.add_flag(names) : app.add_option(names))->description(desc);
-    if (!s.is_flag) o->option_text(s.choices.empty() ? (s.implicit ? "[VALUE]" : "VALUE") : "{" + join(s.choices, ",") + "}");
+    if (!s.is_flag) o->option_text(s.choices.empty() ? (s.implicit ? "[" + value_name(s.help) + "]" : value_name(s.help)) : "{" + join(s.choices, ",") + "}");
     o->group(s.group);
   }
   for (const auto& [old_name, d] : deprecated_) {
@@ -145,7 +143,7 @@ std::string ArgParser::help() const {
     if (s.implicit && !s.implicit_note.empty())
       footer += "--" + name + " without a value is deprecated: " + s.implicit_note + "\n";
   }
-  if (!epilog_.empty()) footer += (footer.empty() ? "" : "\n") + epilog_;
+  if (!epilog_.empty()) footer += (footer.empty() ? "" : "\n") + epilog_ + "\n";
   if (!footer.empty()) app.footer(footer);
   os << app.help();
   std::string text = os.str();
@@ -204,7 +202,7 @@ bool ArgParser::parse(const std::vector<std::string>& args) {
   app.set_help_flag("-h,--help", "show this help and exit");
   std::map<std::string, CLI::Option*> opts, old_opts;
   std::vector<CLI::Option*> pos;
-  for (std::size_t i = 0; i < positionals_.size(); ++i) pos.push_back(app.add_option(positional_key(i)));
+  for (const auto& spec : positionals_) pos.push_back(app.add_option(spec.first));
   auto choice_check = [](const std::vector<std::string>& choices) {
     return CLI::Validator(
         [choices](std::string& v) -> std::string {
