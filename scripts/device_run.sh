@@ -72,7 +72,7 @@ case "${1:-tests}" in
       > "$OUT/test_train_cuda.log" 2>&1; grep -E "^\[  (FAILED|SKIPPED|PASSED) " "$OUT/test_train_cuda.log" | tail -12
     [ -x "$CARRY/bin/test_dist" ] && timeout 120 test_dist --gtest_filter="*Nccl*:*nccl*:*Gpu*" --gtest_brief=1 2>&1 | tail -15
     timeout 120 cnnergy train --model lenet5 --data fashion-mnist:/tmp/fmnist --device cuda --epochs 5 --batch 64 \
-      --out "$OUT/lenet_gpu.json" 2>&1 | tail -16
+      --json "$OUT/lenet_gpu.json" 2>&1 | tail -16
     ;;
   bench)
     timeout 280 bench_train_throughput --out "$OUT/ours.json" --iters 20 --warmup 5 2>&1 | tail -40
@@ -80,9 +80,9 @@ case "${1:-tests}" in
     ;;
   measure)
     timeout 100 bench_telemetry --seconds 5 --rounds 3 --windows 3 --window-s 8 --out "$OUT/telemetry.json" 2>&1 | tail -8
-    timeout 150 cnnergy profile resnet50 --device cuda --batch 128 --precision bf16 --layout nhwc --reps 5 \
+    timeout 150 cnnergy profile resnet50 --device cuda --batch 128 --precision bf16 --layout nhwc --passes 5 \
       --energy-top 3 --window-s 1.5 --windows 5 --extrapolate-epochs 90 --dataset-size 1281167 \
-      --out "$OUT/profile_resnet50.json" 2>&1 | tail -22
+      --json "$OUT/profile_resnet50.json" 2>&1 | tail -22
     timeout 200 cnnergy sweep --model resnet34 --batch 64,128,256 --precision fp32,bf16 --layout nhwc --window-s 2 \
       --reps 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
     cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
