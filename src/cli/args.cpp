@@ -98,6 +98,15 @@ void ArgParser::implicit_value(const std::string& name, const std::string& impli
   it->second.implicit_note = deprecation_note;
 }
 
+// CLI11's name list of an option: "-o,--out,--output-file".
+std::string ArgParser::cli11_names(const std::string& name, const Spec& s) {
+  std::string names;
+  for (const auto& sn : s.short_names) names += "-" + sn + ",";
+  names += "--" + name;
+  for (const auto& a : s.long_aliases) names += ",--" + a;
+  return names;
+}
+
 const std::string& ArgParser::resolve(const std::string& name) const {
   auto it = deprecated_.find(name);
   return it == deprecated_.end() ? name : it->second.target;
@@ -118,10 +127,7 @@ std::string ArgParser::help() const {
   }
   for (const auto& name : order_) {
     const Spec& s = specs_.at(name);
-    std::string names;
-    for (const auto& sn : s.short_names) names += "-" + sn + ",";
-    names += "--" + name;
-    for (const auto& a : s.long_aliases) names += ",--" + a;
+    const std::string names = cli11_names(name, s);
     std::string desc = s.help;
     if (s.default_value && !s.default_value->empty()) desc += " [default: " + *s.default_value + "]";
     // (The two-argument add_option/add_flag would bind the description as the option's variable.)
@@ -213,10 +219,7 @@ bool ArgParser::parse(const std::vector<std::string>& args) {
   };
   for (const auto& name : order_) {
     const Spec& s = specs_.at(name);
-    std::string names;
-    for (const auto& sn : s.short_names) names += "-" + sn + ",";
-    names += "--" + name;
-    for (const auto& a : s.long_aliases) names += ",--" + a;
+    const std::string names = cli11_names(name, s);
     CLI::Option* o = nullptr;
     if (s.is_flag) {
       o = app.add_flag(names);

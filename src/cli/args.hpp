@@ -66,6 +66,7 @@ class ArgParser {
   struct Deprecated {
     std::string target, note;
   };
+  static std::string cli11_names(const std::string& name, const Spec& s);
   const std::string& resolve(const std::string& name) const;  // deprecated alias -> its target
   std::string nearest_option(const std::string& unknown) const;
 

@@ -91,10 +91,12 @@ int run_report(const std::vector<std::string>& args) {
   ArgParser p("report", "Print each sweep's trials and its optimum per metric (energy saved and time lost against "
                         "the default, as in seed 003 Tables 2-3), and write a self-contained HTML report with charts.");
   p.positional("DB", "results database written by `cnnergy sweep`");
-  declare_output_flags(p, "the self-contained HTML report (without it only the terminal tables are printed)",
+  declare_output_flags(p, "the self-contained HTML report (charts included; without -o only the tables)",
                        /*main_is_stdout=*/false);
+  p.group("Output");  // (re)declared here: report's stdout format means the tables or the export
   p.option("format", "what goes to stdout: the tables, or the database's export as JSON or CSV", "table",
            {"table", "json", "csv"});
+  p.group("Options");
   p.deprecated_alias("output", "out");
   p.option("metric", "comma-separated metrics for the optimum table: time, energy, power, peak_power, edp, ed2p, "
                      "eds:K, gflops, gflops_per_w, samples_per_j, accuracy",

@@ -55,9 +55,10 @@ std::string read_file(const std::string& path) {
 
 void declare_output_flags(ArgParser& p, const std::string& main_output, bool main_is_stdout) {
   p.group("Output");
-  p.option("out", "write " + main_output + " to FILE" +
-                      (main_is_stdout ? " instead of stdout (the format follows --format, or FILE's extension .json/.csv)"
-                                      : ""));
+  p.option("out", main_is_stdout ? "write " + main_output +
+                                      " to FILE instead of stdout (the format follows --format, or FILE's extension "
+                                      ".json/.csv)"
+                                : "FILE: " + main_output);
   p.short_alias("out", 'o');
   p.option("format", "what goes to stdout (or -o): human-readable table, or the machine document as JSON or CSV",
            "table", {"table", "json", "csv"});

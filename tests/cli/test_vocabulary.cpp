@@ -88,6 +88,9 @@ TEST_F(Vocabulary, UnknownFlagsAndBadChoicesAreRefusedWithExitTwo) {
   r = run_cli("model-info lenet5 --format xml");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "choose one of: table, json, csv")) << r.output;
+  r = run_cli("sweeep --batch 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "did you mean 'sweep'?")) << r.output;
   r = run_cli("sweep --powr-limit 300 -- true");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "did you mean --power-limit?")) << r.output;

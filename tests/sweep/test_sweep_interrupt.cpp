@@ -13,29 +13,16 @@
 #include <sstream>
 #include <thread>
 
-#include "../train/cli_run.hpp"
+#include "sim_sweep_fixture.hpp"
 #include "tune/store.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class SweepInterrupt : public ::testing::Test {
+class SweepInterrupt : public cnnergy::testing::SimulatedSweepTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cnnergy_sweepint_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    const std::string build = std::getenv("CNNERGY_BUILD_DIR") ? std::getenv("CNNERGY_BUILD_DIR") : CNNERGY_TEST_BUILD_DIR;
-    env_ = "CNNERGY_NVML_LIBRARY=" + build + "/lib/libnvidia-ml-fake.so CNNERGY_FAKE_NVML_GPUS=1 CNNERGY_FAKE_NVML_STATE=" +
-           (dir_ / "state").string() + " CNNERGY_FAKE_NVML_LOAD_FILE=" + (dir_ / "load").string() +
-           " CNNERGY_JOURNAL=" + (dir_ / "journal.json").string() + " ";
-    std::ofstream(dir_ / "load") << "0\n";
-    job_ = cnnergy::testing::cnnergy_binary() + "-sim-job --gcycles 0.25";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  cnnergy::testing::CliResult cli(const std::string& args) { return cnnergy::testing::run_cli_with_env(env_, args); }
+  cnnergy::testing::CliResult cli(const std::string& args) { return run_cli_env(args); }
   std::size_t stored_trials(const std::string& db) {
     try {
       cnnergy::tune::ResultStore store(db, cnnergy::tune::ResultStore::Mode::kReadOnly);
@@ -45,8 +32,6 @@ class SweepInterrupt : public ::testing::Test {
       return 0;
     }
   }
-  fs::path dir_;
-  std::string env_, job_;
 };
 
 std::string read(const fs::path& p) {
