@@ -85,6 +85,7 @@ OutputSink::OutputSink(const ArgParser& p, bool main_is_stdout) : main_is_stdout
   // Fail before the work, not after it: every file must be writable now.
   for (const auto* path : {&out_, &json_, &csv_}) {
     if (!*path || **path == "-") continue;
+    if (!std::filesystem::exists(**path)) created_.push_back(**path);
     std::ofstream probe(**path, std::ios::app);
     if (!probe) throw DataError("cannot write " + **path + ": " + std::strerror(errno));
   }
@@ -104,10 +105,16 @@ OutputSink::OutputSink(const ArgParser& p, bool main_is_stdout) : main_is_stdout
 }
 
 OutputSink::~OutputSink() {
-  if (saved_stdout_ < 0) return;
-  flush_all();
-  ::dup2(saved_stdout_, STDOUT_FILENO);
-  ::close(saved_stdout_);
+  if (saved_stdout_ >= 0) {
+    flush_all();
+    ::dup2(saved_stdout_, STDOUT_FILENO);
+    ::close(saved_stdout_);
+  }
+  if (finished_) return;
+  std::error_code ec;  // a command that failed leaves no empty result file behind (text it wrote stays)
+  for (const auto& path : created_)
+    if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0)
+      std::filesystem::remove(path, ec);
 }
 
 void OutputSink::to_stdout(const std::string& text) {
@@ -120,6 +127,7 @@ void OutputSink::finish(const Json& document, const std::string& rows_key) {
 }
 
 void OutputSink::finish_text(const std::string& json_text, const std::string& csv_text) {
+  finished_ = true;
   if (machine()) {  // out_ is only set when -o is the stdout destination
     const std::string& text = format_ == "json" ? json_text : csv_text;
     if (out_ && *out_ != "-") report::write_file_atomically(*out_, text);

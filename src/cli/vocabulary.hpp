@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
@@ -29,7 +30,7 @@ void declare_output_flags(ArgParser& p, const std::string& main_output = "what t
 class OutputSink {
  public:
   explicit OutputSink(const ArgParser& p, bool main_is_stdout = true);
-  ~OutputSink();  // puts stdout back
+  ~OutputSink();  // puts stdout back; removes the empty files of a command that failed before finish()
   OutputSink(const OutputSink&) = delete;
   OutputSink& operator=(const OutputSink&) = delete;
 
@@ -48,6 +49,8 @@ class OutputSink {
   std::string format_;
   std::optional<std::string> out_, json_, csv_;
   int saved_stdout_ = -1;  // the real stdout while the text is diverted
+  std::vector<std::string> created_;  // files the writability check created: removed if nothing was written
+  bool finished_ = false;
   bool main_is_stdout_ = true;
 };
 

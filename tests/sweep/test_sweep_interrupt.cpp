@@ -92,8 +92,10 @@ TEST_F(SweepInterrupt, ARepeatedSweepAsksForResumeOrNew) {
   const std::string args = "--power-limit 300,400 --warmup 0 --window-s 0 --min-iters 1 --windows 1 --db " + db;
   auto r = cli("sweep " + args + " -- " + job_);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = cli("sweep " + args + " -- " + job_);
+  const auto json = dir_ / "refused.json";
+  r = cli("sweep " + args + " --json " + json.string() + " -- " + job_);
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_FALSE(fs::exists(json));  // a refused sweep leaves no empty result file
   EXPECT_NE(r.output.find("already holds this sweep"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--resume"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--new"), std::string::npos) << r.output;
