@@ -7,7 +7,7 @@ out=$1; data=${2:-fashion-mnist}; epochs=${3:-3}
 mkdir -p "$out"
 for b in 64 128 256; do
   cnnergy train --model resnet34 --input 1x28x28 --classes 10 --data "$data" --device cuda --precision bf16 \
-    --layout nhwc --batch "$b" --epochs "$epochs" --lr 0.05 --out "$out/acc_batch$b.json" | tail -n 3
+    --layout nhwc --batch "$b" --epochs "$epochs" --lr 0.05 --json "$out/acc_batch$b.json" | tail -n 3
 done
 python3 - "$out" <<'PY'
 import json, sys, glob

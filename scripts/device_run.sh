@@ -163,16 +163,16 @@ run_telemetry() {
   if have bench_telemetry; then
     timeout 100 bench_telemetry --seconds 5 --rounds 3 --windows 3 --window-s 8 --out "$OUT/telemetry.json" 2>&1 | tail -8
   fi
-  timeout 150 cnnergy profile resnet50 --device cuda --batch 128 --precision bf16 --layout nhwc --reps 5 \
+  timeout 150 cnnergy profile resnet50 --device cuda --batch 128 --precision bf16 --layout nhwc --passes 5 \
     --energy-top 3 --window-s 1.5 --windows 5 --extrapolate-epochs 90 --dataset-size 1281167 \
-    --out "$OUT/profile_resnet50.json" 2>&1 | tail -22
+    --json "$OUT/profile_resnet50.json" 2>&1 | tail -22
 }
 
 # ---- sweep-report: a metered batch x precision sweep end to end, with its HTML report ------------
 run_sweep_report() {
   gpu_info
   timeout 200 cnnergy sweep --model resnet34 --batch 64,128,256 --precision fp32,bf16 --layout nhwc --window-s 2 \
-    --reps 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
+    --windows 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
   cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
 }
 

@@ -5,13 +5,14 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
 #include "train/precision.hpp"
 
 namespace cnnergy::cli {
 
 inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   BackendOptions bo;
-  bo.device = parse_device(p.get("device"));
+  bo.device = device_from_flags(p);  // one default rule: cuda when a GPU is present
   apply_precision(parse_precision(p.get("precision")), bo);
   bo.layout = parse_layout(p.get("layout"));
   bo.conv_algo_policy = p.get("conv-algo");

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/log.hpp"
 #include "core/json.hpp"
@@ -192,8 +193,9 @@ int run_devices(const std::vector<std::string>& args) {
   ArgParser p(
       "devices",
       "List the GPUs NVML sees: identity, current readings, what each can measure and control.");
-  p.flag("json", "print JSON instead of text");
   p.flag("count-cuda", "print only the number of GPUs NVML sees (0 without a driver)");
+  declare_output_flags(p, "the inventory");
+  p.implicit_value("json", "-", "use --format json (or --json FILE)");
   p.epilog("NVML is loaded from libnvidia-ml.so.1, or from $CNNERGY_NVML_LIBRARY when set.");
   if (!p.parse(args)) return 0;
 
@@ -208,7 +210,8 @@ int run_devices(const std::vector<std::string>& args) {
   if (opened.nvml)
     for (const auto& d : opened.nvml->devices()) reports.push_back(collect(d));
 
-  if (p.get_flag("json")) {
+  OutputSink sink(p);
+  {
     Json out = Json::object();
     out["nvml_available"] = opened.nvml != nullptr;
     if (!opened.nvml) out["reason"] = opened.unavailable_reason;
@@ -221,8 +224,8 @@ int run_devices(const std::vector<std::string>& args) {
     Json cpu = Json::array();
     for (const auto& d : rapl.domains()) cpu.push_back(d.name);
     out["cpu_energy_domains"] = cpu;
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
+    sink.finish(out, "gpus");
+    if (sink.machine()) return 0;
   }
   if (!opened.nvml) {
     std::printf("no GPUs: %s\n", opened.unavailable_reason.c_str());

@@ -15,6 +15,7 @@
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "cli/dist_train_output.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/errors.hpp"
 #include "data/dataset.hpp"
 #include "net/graph.hpp"
@@ -41,8 +42,7 @@ void declare_common(ArgParser& p) {
       "data",
       "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
       "fashion-mnist");
-  p.option("device", "cpu (replicas are CPU threads/processes) or cuda (one GPU per replica)",
-           "cpu", {"cpu", "cuda"});
+  declare_device_flag(p, "cpu: replicas are CPU threads/processes; cuda: one GPU per replica (GPUs 0..N-1)");
   p.option("precision", "fp32 (TF32 off), tf32, fp16 (loss scaling), bf16", "fp32",
            precision_names());
   p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
@@ -80,7 +80,7 @@ void declare_common(ArgParser& p) {
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
   p.flag("no-energy", "do not meter energy (time only)");
-  p.option("json", "write the report as JSON to this file");
+  declare_output_flags(p, "the report");
 }
 
 struct Common {
@@ -104,7 +104,9 @@ std::string data_spec(const std::string& data, const Graph& graph, std::int64_t 
 
 Common parse_common(const ArgParser& p) {
   Common c;
-  c.backend.device = parse_device(p.get("device"));
+  if (auto d = p.get_optional("device"); d && *d != "cpu" && *d != "cuda")
+    throw InvalidArgument("--device must be cpu or cuda here (replicas take GPUs 0..N-1), got '" + *d + "'");
+  c.backend.device = device_from_flags(p);
   c.config.cuda_graph = p.get_flag("cuda-graph");
   if (c.config.cuda_graph && !c.backend.device.is_cuda())  // before any data is opened
     throw NotSupported(
@@ -185,7 +187,7 @@ int run_dist_train(const std::vector<std::string>& args) {
               "one GPU.");
   declare_common(p);
   p.option("gpus",
-           "replicas in this process (one GPU each); under mpirun: the rank count to expect");
+           "how many GPUs (replicas) to train on, one GPU each, in this process (one GPU each); under mpirun: the rank count to expect");
   p.option("global-batch", "global batch, split over the replicas (strong scaling)");
   p.option("per-gpu-batch", "batch of each replica (weak scaling)");
   p.option(
@@ -204,6 +206,7 @@ int run_dist_train(const std::vector<std::string>& args) {
       "Exit codes: see `cnnergy --help`; a rank that dies or stalls makes the others fail within "
       "--comm-timeout seconds.");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
 
   const bool strong = p.get_optional("global-batch").has_value();
   if (strong == p.get_optional("per-gpu-batch").has_value())
@@ -330,7 +333,7 @@ int run_dist_train(const std::vector<std::string>& args) {
     print_scaling(sc, c.backend.device.is_cuda());
     out["scaling"] = scaling_json(sc);
   }
-  if (auto path = p.get_optional("json")) write_json(*path, out);
+  sink.finish(out, "ranks");
   return 0;
 }
 
@@ -345,6 +348,7 @@ int run_concurrent(const std::vector<std::string>& args) {
   p.option("gpus-per-job", "GPUs (or CPU replicas) of each job in the concurrent schedule", "1");
   p.option("job-batch", "global batch of each job (the same in both schedules)", "64");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
 
   Common c = parse_common(p);
   ConcurrentOptions o;
@@ -397,7 +401,7 @@ int run_concurrent(const std::vector<std::string>& args) {
     std::printf(", energy x%.2f", *r.sequential.joules / *r.concurrent.joules);
   std::printf("\n");
   if (!r.energy_note.empty()) std::printf("energy: %s\n", r.energy_note.c_str());
-  if (auto path = p.get_optional("json")) write_json(*path, out);
+  sink.finish(out);
   return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "cli/args.hpp"
 #include "cli/backend_flags.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/dtype.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
@@ -299,25 +300,26 @@ int run_model_info(const std::vector<std::string>& args) {
   p.option("batch", "batch size the totals are scaled to", "1");
   p.option("input", "input size of one sample, CxHxW (default: the model's own)");
   p.option("classes", "number of classes (default: the model's own)");
-  p.option("format", "output format", "table", {"table", "csv", "json"});
   p.option("dtype", "element type for byte counts", "fp32", {"fp32", "fp16", "bf16"});
   p.flag("summary", "totals only, no per-layer rows");
   p.flag("list", "list every built-in model with its default input and parameter count");
   p.flag("show-algos", "bind the model to --device at --batch and --precision, run one training step, and print "
                        "the convolution algorithm, math type and workspace every convolution layer uses");
-  p.option("device", "with --show-algos: cpu, cuda or cuda:N", "cuda");
+  declare_device_flag(p, "used with --show-algos");
   p.option("precision", "with --show-algos: fp32, tf32, fp16 or bf16", "fp32", precision_names());
   p.option("layout", "with --show-algos: activation layout", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("conv-algo", "with --show-algos: algorithm policy (auto, find, heuristic, graph_find, graph_heuristic or a name)", "auto");
   p.flag("strict-algo", "with --show-algos: a named algorithm a layer cannot run is an error, not a fallback");
+  declare_output_flags(p, "the per-layer table");
   p.epilog(kConventions);
   if (!p.parse(args)) return 0;
 
-  const std::string format = p.get("format");
+  OutputSink sink(p);
   if (p.get_flag("list")) {
     if (p.get_optional("MODEL")) throw InvalidArgument("model-info: give either MODEL or --list, not both");
-    std::fputs(format_list(format).c_str(), stdout);
+    if (!sink.machine()) std::fputs(format_list("table").c_str(), stdout);
+    sink.finish_text(format_list("json"), format_list("csv"));
     return 0;
   }
   const auto model = p.get_optional("MODEL");
@@ -330,13 +332,15 @@ int run_model_info(const std::vector<std::string>& args) {
   const DType dtype = parse_dtype(p.get("dtype"));
 
   const std::unique_ptr<Graph> graph = build_model(*model, input, classes);
-  if (p.get_flag("show-algos")) return show_algorithms(*graph, batch, p);
+  if (p.get_flag("show-algos")) {
+    if (sink.machine() || p.given("json") || p.given("csv"))
+      throw NotSupported("model-info --show-algos prints a table only (no --format json/csv, --json or --csv)");
+    return show_algorithms(*graph, batch, p);
+  }
   const ModelInfo info = model_info(*graph, batch, dtype);
   const bool summary = p.get_flag("summary");
-  const std::string text = format == "csv" ? format_csv(info, summary)
-                           : format == "json" ? format_json(info, summary)
-                                              : format_table(info, summary);
-  std::fputs(text.c_str(), stdout);
+  if (!sink.machine()) std::fputs(format_table(info, summary).c_str(), stdout);
+  sink.finish_text(format_json(info, summary), format_csv(info, summary));
   return 0;
 }
 

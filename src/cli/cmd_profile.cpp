@@ -10,6 +10,7 @@
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "cli/backend_flags.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/errors.hpp"
 #include "measure/layer_profile.hpp"
 #include "measure/nvml_probe.hpp"
@@ -50,18 +51,17 @@ Json summary_json(const Summary& s) {
 int run_profile(const std::vector<std::string>& args) {
   ArgParser p("profile", "Per-layer and per-phase time and energy of one training iteration of MODEL.");
   p.positional("MODEL", "zoo model (cnnergy model-info --list)");
-  p.option("batch", "batch size", "64");
-  p.option("device", "cpu, cuda or cuda:N", "cuda");
+  p.option("batch", "batch size, in samples", "64");
+  declare_device_flag(p);
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
   p.option("layout", "activation layout", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name", "auto");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
-  p.option("reps", "timed passes for per-layer times", "10");
+  p.option("passes", "timed passes for per-layer times", "10");
+  p.deprecated_alias("reps", "passes", "--reps counted timed passes here but windows in sweep");
   p.option("energy-top", "isolate the energy of this many hottest layers (0 = none)", "5");
-  p.option("window-s", "minimum seconds of each energy window", "1.0");
-  p.option("windows", "repetitions of each energy window", "3");
   p.flag("no-phases", "skip the per-phase isolation windows");
   p.option("fuse-relu",
            "fuse each ReLU into the batch norm or add before it, as training does (off: every layer "
@@ -69,12 +69,13 @@ int run_profile(const std::vector<std::string>& args) {
            "on", {"on", "off"});
   p.option("extrapolate-epochs", "whole-training estimate for this many epochs (0 = none)", "0");
   p.option("dataset-size", "samples per epoch for the estimate", "1281167");
-  p.option("format", "output format", "table", {"table", "json"});
-  p.option("out", "also write JSON to this file");
+  declare_window_flags(p, "3", "1.0");
+  declare_output_flags(p, "the profile");
   p.epilog("Energy needs an NVIDIA driver (NVML); without one, times only. Per-phase energy comes from\n"
            "isolation windows (docs/methodology.md): forward = F, backward = FB - F, update = U, with the\n"
            "closure gap against the whole step and the real loop shown.");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
 
   BackendOptions bo = backend_options_from_flags(p);
   const std::int64_t batch = p.get_int("batch", 1, 1 << 20);
@@ -85,7 +86,7 @@ int run_profile(const std::vector<std::string>& args) {
   const auto epochs = p.get_int("extrapolate-epochs", 0, 1 << 20);
   const auto dataset_size = p.get_int("dataset-size", 1, 1LL << 40);
   LayerProfileOptions lo;
-  lo.repetitions = static_cast<int>(p.get_int("reps", 1, 100000));
+  lo.repetitions = static_cast<int>(p.get_int("passes", 1, 100000));
   lo.energy_top = p.get_int("energy-top", 0, 100000);
   WindowSpec ws;
   ws.min_seconds = p.get_double("window-s", 0.0, 3600.0);
@@ -191,15 +192,8 @@ int run_profile(const std::vector<std::string>& args) {
       ex_j["total_joules"] = phases->real_iteration.joules_per_iteration->median * iters;
     out["extrapolation"] = ex_j;
   }
-  if (auto path = p.get_optional("out")) {
-    std::ofstream f(*path);
-    if (!f) throw InvalidArgument("cannot write --out file '" + *path + "'");
-    f << out.dump(1) << "\n";
-  }
-  if (p.get("format") == "json") {
-    std::cout << out.dump(1) << "\n";
-    return 0;
-  }
+  sink.finish(out, "layers");
+  if (sink.machine()) return 0;
 
   std::printf("profile of %s, batch %lld, %s on %s; energy: %s\n\n", graph->model_name().c_str(),
               static_cast<long long>(batch), p.get("precision").c_str(), backend->device_name().c_str(),

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
+#include "core/json.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -23,6 +25,7 @@ int run_restore(const std::vector<std::string>& args) {
   p.flag("dry-run", "print what would be restored; change nothing");
   p.flag("forget",
          "delete the journal even where restoring fails or it is corrupt (after reporting)");
+  declare_output_flags(p, "the list of restored settings");
   p.epilog(
       "Exit status: 0 when everything was restored (or there was nothing to do); 3 for a corrupt "
       "journal;\n"
@@ -30,13 +33,24 @@ int run_restore(const std::vector<std::string>& args) {
       "run that\n"
       "wrote the journal is still alive (it restores on exit).");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
+  Json doc = Json::object();  // the machine-readable summary: one row per setting in CSV
+  Json settings = Json::array();
+  auto finish = [&](const std::string& status, int rc) {
+    doc["status"] = status;
+    doc["settings"] = settings;
+    sink.finish(doc, "settings");
+    return rc;
+  };
   const bool dry_run = p.get_flag("dry-run"), forget = p.get_flag("forget");
   telemetry::Journal journal(
       p.get_optional("journal").value_or(telemetry::Journal::default_path()));
+  doc["journal"] = journal.path();
+  doc["dry_run"] = dry_run;
 
   if (!journal.exists()) {
     std::printf("nothing to restore (no journal at %s)\n", journal.path().c_str());
-    return 0;
+    return finish("no journal", 0);
   }
   telemetry::JournalData data;
   try {
@@ -46,7 +60,7 @@ int run_restore(const std::vector<std::string>& args) {
     log_warn(e.what());
     journal.remove();
     std::printf("deleted the corrupt journal %s (--forget)\n", journal.path().c_str());
-    return 0;
+    return finish("corrupt journal deleted", 0);
   }
   if (telemetry::Journal::writer_alive(data))
     throw InvalidArgument("the process that wrote " + journal.path() + " (pid " +
@@ -55,7 +69,7 @@ int run_restore(const std::vector<std::string>& args) {
   if (data.entries.empty()) {
     if (!dry_run) journal.remove();
     std::printf("nothing to restore (empty journal %s)\n", journal.path().c_str());
-    return 0;
+    return finish("empty journal", 0);
   }
 
   auto opened = telemetry::Nvml::open();
@@ -68,7 +82,14 @@ int run_restore(const std::vector<std::string>& args) {
     std::printf("%s%s\n", dry_run ? "" : "restored ", line.c_str());
   for (const auto& line : r.failed)
     std::fprintf(stderr, "cnnergy: could not restore %s\n", line.c_str());
-  if (dry_run) return r.failed.empty() ? 0 : static_cast<int>(ExitCode::kDevice);
+  for (const auto* lines : {&r.restored, &r.failed})
+    for (const auto& line : *lines) {
+      Json x = Json::object();
+      x["setting"] = line;
+      x["result"] = lines == &r.failed ? "failed" : dry_run ? "would restore" : "restored";
+      settings.push_back(x);
+    }
+  if (dry_run) return finish("dry run", r.failed.empty() ? 0 : static_cast<int>(ExitCode::kDevice));
 
   if (r.failed.empty() || forget) {
     journal.remove();
@@ -78,12 +99,13 @@ int run_restore(const std::vector<std::string>& args) {
     else
       std::printf("all %zu setting(s) restored; deleted %s\n", r.restored.size(),
                   journal.path().c_str());
-    return 0;
+    return finish(r.failed.empty() ? "restored" : "journal deleted with settings not restored", 0);
   }
   telemetry::JournalData rest =
       telemetry::Journal::for_this_process();  // our pid: dead once we exit
   rest.entries = r.remaining;
   journal.write(rest);
+  finish("some settings not restored", 0);  // the error below carries the exit code
   throw DeviceError(std::to_string(r.failed.size()) +
                     " setting(s) could not be restored and stay in " + journal.path() +
                     " (fix the cause and run `cnnergy restore` again, or use --forget)");

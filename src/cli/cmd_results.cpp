@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/errors.hpp"
 #include "report/export.hpp"
 #include "report/html_report.hpp"
@@ -21,12 +22,18 @@ int run_merge(const std::vector<std::string>& args) {
                        "(ok > does_not_fit > skipped > failed) and is reported.");
   p.positional("OUT.db", "the database to merge into (created when missing)");
   p.positional("IN.db...", "one or more databases to merge from (read only)");
+  declare_output_flags(p, "the merge summary");
   p.epilog("The merge is one transaction: on any error (a damaged input, a full disk) OUT.db is left as it was.");
   // ArgParser takes a fixed number of positionals: the first two go through it, the rest are more inputs.
   std::vector<std::string> head, more_inputs;
   std::size_t positionals = 0;
-  for (const auto& a : args) {
-    if (a.starts_with("-") || positionals < 2) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool takes_value = a == "-o" || a == "--out" || a == "--format" || a == "--json" || a == "--csv";
+    if (takes_value && i + 1 < args.size()) {  // the option's value is not a database
+      head.push_back(a);
+      head.push_back(args[++i]);
+    } else if (a.starts_with("-") || positionals < 2) {
       if (!a.starts_with("-")) ++positionals;
       head.push_back(a);
     } else {
@@ -34,6 +41,7 @@ int run_merge(const std::vector<std::string>& args) {
     }
   }
   if (!p.parse(head)) return 0;
+  OutputSink sink(p);
   std::vector<std::string> inputs = {p.get("IN.db...")};
   inputs.insert(inputs.end(), more_inputs.begin(), more_inputs.end());
   const tune::MergeReport r = tune::merge_stores(p.get("OUT.db"), inputs);
@@ -44,6 +52,17 @@ int run_merge(const std::vector<std::string>& args) {
               "kept as stored, %zu duplicates replaced by a better status\n",
               inputs.size(), p.get("OUT.db").c_str(), r.trials_copied, r.sweeps_created, r.sweeps_merged, r.duplicates_kept,
               r.duplicates_replaced);
+  Json summary = Json::object();
+  summary["out"] = p.get("OUT.db");
+  Json in = Json::array();
+  for (const auto& i : inputs) in.push_back(i);
+  summary["inputs"] = in;
+  summary["trials_copied"] = r.trials_copied;
+  summary["sweeps_created"] = r.sweeps_created;
+  summary["sweeps_merged"] = r.sweeps_merged;
+  summary["duplicates_kept"] = r.duplicates_kept;
+  summary["duplicates_replaced"] = r.duplicates_replaced;
+  sink.finish(summary);
   return 0;
 }
 
@@ -51,20 +70,20 @@ int run_export(const std::vector<std::string>& args) {
   ArgParser p("export", "Export a results database: CSV (one row per trial with every knob, metric median and "
                         "spread) and/or JSON (everything, repetitions included).");
   p.positional("DB", "results database written by `cnnergy sweep`");
-  p.option("csv", "write the trials as CSV to this file");
-  p.option("json", "write everything as JSON to this file");
+  declare_output_flags(p, "the export");
+  p.epilog("--csv FILE: the trials, one row each; --json FILE: everything. -o FILE.csv / FILE.json or --format\n"
+           "csv|json put the same on stdout or in FILE.");
   if (!p.parse(args)) return 0;
-  const auto csv = p.get_optional("csv"), json = p.get_optional("json");
-  if (!csv && !json) throw InvalidArgument("'cnnergy export' needs --csv FILE and/or --json FILE");
+  if (!p.given("csv") && !p.given("json") && !p.given("out") && !p.given("format"))
+    throw InvalidArgument("'cnnergy export' needs --csv FILE, --json FILE, -o FILE or --format csv|json");
+  if (p.given("format") && p.get("format") == "table")
+    throw InvalidArgument("'cnnergy export' writes csv or json; use `cnnergy report DB` for tables");
+  OutputSink sink(p);
   const tune::ResultStore store(p.get("DB"), tune::ResultStore::Mode::kReadOnly);
-  if (csv) {
-    report::export_csv(store, *csv);
-    std::printf("wrote %s\n", csv->c_str());
-  }
-  if (json) {
-    report::export_json(store, *json);
-    std::printf("wrote %s\n", json->c_str());
-  }
+  sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
+                   [&](const std::string& path) { report::export_csv(store, path); });
+  for (const char* name : {"csv", "json", "out"})
+    if (auto path = p.get_optional(name); path && *path != "-") std::fprintf(stderr, "wrote %s\n", path->c_str());
   return 0;
 }
 
@@ -72,16 +91,21 @@ int run_report(const std::vector<std::string>& args) {
   ArgParser p("report", "Print each sweep's trials and its optimum per metric (energy saved and time lost against "
                         "the default, as in Krzywaniak et al. 2022, Tables 2-3), and write a self-contained HTML report with charts.");
   p.positional("DB", "results database written by `cnnergy sweep`");
-  p.option("output", "HTML report to write (also -o); without it only the terminal tables are printed");
+  declare_output_flags(p, "the self-contained HTML report (charts included; without -o only the tables)",
+                       /*main_is_stdout=*/false);
+  p.group("Output");  // (re)declared here: report's stdout format means the tables or the export
+  p.option("format", "what goes to stdout: the tables, or the database's export as JSON or CSV", "table",
+           {"table", "json", "csv"});
+  p.group("Options");
+  p.deprecated_alias("output", "out");
   p.option("metric", "comma-separated metrics for the optimum table: time, energy, power, peak_power, edp, ed2p, "
                      "eds:K, gflops, gflops_per_w, samples_per_j, accuracy",
            "energy,time,edp,ed2p,eds:1.5,eds:2,gflops_per_w,samples_per_j,accuracy");
   p.option("eds-k", "comma-separated k values of the EDS lines in the normalised chart", "1.5,2");
   p.option("sweep", "only this sweep id (default: every sweep in the database)");
   p.flag("quiet", "do not print the terminal tables");
-  std::vector<std::string> translated;
-  for (const auto& a : args) translated.push_back(a == "-o" ? "--output" : a.starts_with("-o=") ? "--output=" + a.substr(3) : a);
-  if (!p.parse(translated)) return 0;
+  if (!p.parse(args)) return 0;
+  OutputSink sink(p, /*main_is_stdout=*/false);
 
   report::HtmlReportOptions options;
   options.objectives.clear();
@@ -97,7 +121,7 @@ int run_report(const std::vector<std::string>& args) {
   for (const auto& s : sweeps) {
     if (options.sweep_id && s.id != *options.sweep_id) continue;
     found = true;
-    if (p.get_flag("quiet")) continue;
+    if (p.get_flag("quiet") || sink.machine()) continue;
     const report::SweepData d = report::load_sweep(store, s.id, options.objectives);
     report::print_trials_table(std::cout, d);
     std::cout << "\n";
@@ -105,10 +129,12 @@ int run_report(const std::vector<std::string>& args) {
     std::cout << "\n";
   }
   if (!found) throw InvalidArgument("results database " + store.path() + " has no sweep " + std::to_string(*options.sweep_id));
-  if (const auto out = p.get_optional("output")) {
+  if (const auto out = p.get_optional("out")) {
     report::write_html_report(store, *out, options);
-    std::printf("wrote %s\n", out->c_str());
+    std::fprintf(sink.machine() ? stderr : stdout, "wrote %s\n", out->c_str());
   }
+  sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
+                   [&](const std::string& path) { report::export_csv(store, path); });
   return 0;
 }
 

@@ -8,9 +8,12 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/sweep_session.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/build_info.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "report/export.hpp"
 #include "report/html_report.hpp"
 #include "report/progress.hpp"
 #include "report/sweep_data.hpp"
@@ -27,6 +30,22 @@ namespace cnnergy::cli {
 namespace {
 
 using tune::Knob;
+
+// Each knob's help, with its unit (the values themselves are described in the epilog).
+std::string knob_help(Knob k) {
+  switch (k) {
+    case Knob::kBatch: return "batch sizes to sweep, in samples per iteration";
+    case Knob::kGpus: return "GPU counts to sweep (data-parallel replicas, one GPU each), e.g. 1,2,4";
+    case Knob::kPrecision: return "precisions to sweep: fp32, tf32, fp16, bf16";
+    case Knob::kLayout: return "activation layouts to sweep: nchw, nhwc";
+    case Knob::kConvAlgo: return "convolution algorithm policies to sweep (auto, find, heuristic, graph_find, ...)";
+    case Knob::kCudaGraph: return "off,on: the step kernel by kernel or replayed as one CUDA graph";
+    case Knob::kMemClock: return "memory clocks to sweep, in MHz";
+    case Knob::kSmClock: return "SM clocks to sweep, in MHz (locked per trial)";
+    case Knob::kPowerLimit: return "power limits to sweep, in W";
+  }
+  return "values of this knob";
+}
 
 std::string joined(const std::vector<std::string>& v) {
   std::string out;
@@ -45,29 +64,36 @@ int run_sweep(const std::vector<std::string>& args) {
                        "for time, energy, EDP, ED2P, EDS(k), GFLOPS/W against the reference (default) setting.");
   p.option("model", "built-in model to train (or give -- CMD ARGS)");
   p.option("db", "results database (SQLite)", "cnnergy-results.db");
-  for (Knob k : tune::kAllKnobs) p.option(std::string(tune::knob_flag(k)), "values of this knob (see below)");
-  p.option("device", "device for built-in models: cpu, cuda, cuda:N (default: cuda when a GPU is present)");
+  p.group("Knobs (lists, ranges: see below)");
+  for (Knob k : tune::kAllKnobs) p.option(std::string(tune::knob_flag(k)), knob_help(k));
+  p.group("Options");
+  declare_device_flag(p, "the device built-in models run on");
   p.option("gpu", "NVML index of the GPU whose knobs are set and energy metered (default: the device's)");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
+  declare_window_flags(p, "3", "3");
+  p.deprecated_alias("reps", "windows", "--reps counted windows here but timed passes in profile");
+  p.group("Measurement");
   p.option("warmup", "warm-up iterations (model) or runs (command) per trial", "5");
-  p.option("window-s", "minimum seconds of each measurement window", "3");
   p.option("min-iters", "minimum iterations (or command runs) per window", "10");
-  p.option("reps", "measurement windows per trial (>= 3 for a spread)", "3");
-  p.option("cooldown-c", "before each trial wait until the GPU is at or below this temperature (0 = off)", "0");
+  p.option("cooldown-c", "before each trial wait until the GPU is at or below this temperature, in degrees C (0 = off)",
+           "0");
+  p.group("Options");
   p.option("reference", "reference setting, e.g. power_limit_w=700 (default: the device default / first values)");
   p.option("search", "grid (every combination) or adaptive (one numeric knob, about a third of the trials)", "grid",
            {"grid", "adaptive"});
   p.option("objective", "what the adaptive search minimises: energy, edp, ed2p, eds:K, time", "energy");
   p.option("budget", "adaptive search: most trials (default a third of the grid)", "0");
   p.option("shard", "run only shard i of N (i/N), for cluster job arrays; merge the databases afterwards");
-  p.flag("resume", "skip trials the database already holds (failed ones run again)");
+  p.flag("resume", "continue the sweep the database already holds: run only its missing trials (failed ones again)");
+  p.flag("new", "store a second sweep even though the database already holds one with the same settings");
   p.flag("dry-run", "print the plan and change nothing (the only mode allowed on shared GPUs)");
   p.option("max-failures", "stop after this many failed trials in a row (0 = never)", "5");
-  p.option("report", "write an HTML report here when the sweep ends");
+  p.option("report", "write an HTML report to FILE when the sweep ends (also when it is interrupted)");
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
   p.option("accuracy-epochs", "epochs of that training", "1");
   p.option("accuracy-max-iters", "iterations per epoch of that training (0 = all)", "0");
+  declare_output_flags(p, "the trial and optimum tables");
   p.allow_passthrough("an external training program, rerun per trial with CNNERGY_<KNOB> variables set");
   p.epilog(
       "Knob values: lists (--batch 64,128,256), inclusive ranges start:stop:step (--power-limit 200:700:25),\n"
@@ -77,6 +103,8 @@ int run_sweep(const std::vector<std::string>& args) {
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
       "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
+  if (p.get_flag("resume") && p.get_flag("new")) throw InvalidArgument("give --resume or --new, not both");
+  OutputSink sink(p);
 
   const bool is_command = !p.passthrough().empty();
   if (is_command == p.get_optional("model").has_value())
@@ -89,9 +117,8 @@ int run_sweep(const std::vector<std::string>& args) {
     nvml = opened.nvml;
     if (!nvml) log_info(opened.unavailable_reason + "; no power or clock knobs either");
   }
-  Device device = Device{};
-  if (auto d = p.get_optional("device")) device = parse_device(*d);
-  else if (!is_command && cuda_device_count() > 0) device = parse_device("cuda");
+  Device device = Device{};  // commands choose their own device; --device only names the GPU to meter
+  if (p.get_optional("device") || !is_command) device = device_from_flags(p);
   unsigned gpu = device.is_cuda() ? static_cast<unsigned>(device.index) : 0;
   if (p.get_optional("gpu")) gpu = static_cast<unsigned>(p.get_int("gpu", 0, 1024));
   const tune::DeviceLimits limits = tune::query_device_limits(nvml.get(), gpu);
@@ -108,7 +135,7 @@ int run_sweep(const std::vector<std::string>& args) {
   ms.warmup_iterations = static_cast<int>(p.get_int("warmup", 0, 1 << 20));
   ms.window_seconds = p.get_double("window-s", 0.0, 86400.0);
   ms.min_iterations = p.get_int("min-iters", 1, 1LL << 40);
-  ms.repetitions = static_cast<int>(p.get_int("reps", 1, 1000));
+  ms.repetitions = static_cast<int>(p.get_int("windows", 1, 1000));
   ms.cooldown_max_c = p.get_double("cooldown-c", 0.0, 120.0);
 
   const bool simulated = nvml && nvml->device_count() > 0 && nvml->device(0).name().find("fake") != std::string::npos;
@@ -118,7 +145,7 @@ int run_sweep(const std::vector<std::string>& args) {
   def.space = space;
   def.reference = reference;
   def.settings = {{"warmup", p.get("warmup")}, {"window_s", p.get("window-s")}, {"min_iters", p.get("min-iters")},
-                  {"reps", p.get("reps")}, {"search", p.get("search")}};
+                  {"reps", p.get("windows")}, {"search", p.get("search")}};
   if (simulated) def.settings["device"] = "simulated";
 
   tune::ResultStore store(p.get("db"));
@@ -151,6 +178,11 @@ int run_sweep(const std::vector<std::string>& args) {
     if (sweep_id == 0) return std::nullopt;
     return store.trial_status(sweep_id, key);
   });
+  if (existing && !resume && !p.get_flag("new")) {
+    if (!p.get_flag("dry-run")) refuse_duplicate_sweep(*existing, store, args);
+    std::cout << "note: the database already holds this sweep (sweep " << existing->id
+              << "); a real run needs --resume or --new\n";
+  }
   if (p.get_flag("dry-run")) {
     std::cout << (simulated ? "[simulated device]\n" : "");
     tune::print_plan(std::cout, plan, def, po);
@@ -173,9 +205,12 @@ int run_sweep(const std::vector<std::string>& args) {
     if (!is_command || p.get_optional("gpu")) so.gpus = {gpu};
     sampler = std::make_shared<telemetry::Sampler>(nvml, nullptr, so);
   }
+  // Signals are ours from here: Ctrl-C stops after the trial in progress and the report is still written.
+  SweepInterrupt interrupt;
   std::unique_ptr<tune::HardwareKnobs> hw;
   for (const auto& t : plan.to_run)
-    if (tune::HardwareKnobs::touches_hardware(t) && !hw) hw = std::make_unique<tune::HardwareKnobs>(nvml, std::vector<unsigned>{gpu}, false);
+    if (tune::HardwareKnobs::touches_hardware(t) && !hw)
+      hw = std::make_unique<tune::HardwareKnobs>(nvml, std::vector<unsigned>{gpu}, false, /*handle_signals=*/false);
 
   tune::TrialRunner runner;
   if (is_command) {
@@ -205,13 +240,25 @@ int run_sweep(const std::vector<std::string>& args) {
       throw InvalidArgument("--search adaptive needs exactly one numeric knob (e.g. --power-limit or --sm-clock)");
     tune::AdaptiveOptions ao;
     ao.max_trials = static_cast<std::size_t>(p.get_int("budget", 0, 1 << 20));
-    const auto r = tune::execute_adaptive_sweep(store, sweep_id, plan.to_run, knobs.front(),
-                                                tune::parse_objective(p.get("objective")), runner, ao, progress);
-    bar.finish();
-    std::cout << "adaptive search: " << r.trials_run << " trials of " << plan.to_run.size() << ", best " << r.best_key
-              << "\n";
+    // The adaptive search has no cancel hook: a trial asked for after Ctrl-C fails as "interrupted" (stored
+    // as failed, so --resume runs it again) and ends the search.
+    auto interruptible = [&](const tune::TrialSpec& t) {
+      if (interrupt.requested()) throw NotSupported("interrupted (signal " + std::to_string(interrupt.signal()) + ")");
+      return runner(t);
+    };
+    try {
+      const auto r = tune::execute_adaptive_sweep(store, sweep_id, plan.to_run, knobs.front(),
+                                                  tune::parse_objective(p.get("objective")), interruptible, ao, progress);
+      bar.finish();
+      std::cout << "adaptive search: " << r.trials_run << " trials of " << plan.to_run.size() << ", best " << r.best_key
+                << "\n";
+    } catch (const NotSupported&) {
+      if (!interrupt.requested()) throw;
+      bar.finish();
+    }
   } else {
-    const auto out = tune::execute_sweep(store, sweep_id, plan, runner, policy, {}, progress);
+    const auto out =
+        tune::execute_sweep(store, sweep_id, plan, runner, policy, [&] { return interrupt.requested(); }, progress);
     bar.finish();
     std::cout << "trials: " << out.ok << " ok, " << out.failed << " failed, " << out.does_not_fit << " did not fit, "
               << out.skipped << " skipped" << (out.stopped_early ? " (stopped: " + out.stop_reason + ")" : "") << "\n";
@@ -229,6 +276,16 @@ int run_sweep(const std::vector<std::string>& args) {
     if (simulated) ho.title = "cnnergy sweep on a SIMULATED device";
     report::write_html_report(store, *path, ho);
     std::cout << "report: " << *path << "\n";
+  }
+  sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
+                   [&](const std::string& path) { report::export_csv(store, path); });
+  if (interrupt.requested()) {
+    std::cout.flush();
+    std::fprintf(stderr,
+                 "\ncnnergy: sweep interrupted (signal %d): the trials above finished and are stored in %s.\n"
+                 "Continue it with:\n  %s\n",
+                 interrupt.signal(), p.get("db").c_str(), resume_command(args).c_str());
+    return interrupt.exit_code();
   }
   return 0;
 }

@@ -3,11 +3,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "cli/backend_flags.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "data/dataset.hpp"
@@ -41,7 +43,7 @@ std::string data_spec(const std::string& data, const Graph& graph, std::int64_t 
 
 Json optional_json(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
 
-void write_report_json(const std::string& path, const Graph& graph, const Backend& backend, const std::string& precision,
+Json report_json(const Graph& graph, const Backend& backend, const std::string& precision,
                        const TrainConfig& tc, const TrainReport& report) {
   Json j = Json::object();
   j["model"] = graph.model_name();
@@ -83,9 +85,7 @@ void write_report_json(const std::string& path, const Graph& graph, const Backen
   j["peak_memory_bytes"] = report.peak_memory_bytes;
   j["cuda_graph"] = tc.cuda_graph;
   j["graph_recordings"] = report.graph_recordings;
-  std::ofstream f(path);
-  if (!f) throw InvalidArgument("cannot write --out file '" + path + "'");
-  f << j.dump(1) << "\n";
+  return j;
 }
 
 }  // namespace
@@ -96,10 +96,10 @@ int run_train(const std::vector<std::string>& args) {
   p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
   p.option("data", "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
            "fashion-mnist");
-  p.option("device", "cpu, cuda or cuda:N", "cpu");
+  declare_device_flag(p);
   p.option("precision", "fp32 (TF32 off), tf32, fp16 (loss scaling), bf16", "fp32", precision_names());
   p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
-  p.option("batch", "batch size", "64");
+  p.option("batch", "batch size, in samples", "64");
   p.option("epochs", "epochs", "1");
   p.option("max-iters", "iterations per epoch at most (0 = whole epoch)", "0");
   p.option("eval-batches", "held-out batches per evaluation (0 = all)", "0");
@@ -111,7 +111,10 @@ int run_train(const std::vector<std::string>& args) {
   p.option("weight-decay", "L2 weight decay (weights only)", "0.0005");
   p.option("target-accuracy", "stop once held-out top-1 reaches this fraction in (0, 1]");
   p.option("save", "write a checkpoint here after every epoch");
-  p.option("resume", "continue from this checkpoint");
+  p.option("resume", "continue where the last run stopped: from the --save checkpoint (as a flag, like sweep's "
+                     "--resume), or from --resume-from FILE");
+  p.implicit_value("resume", "");
+  p.option("resume-from", "continue from this checkpoint file");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
   p.option("dataset-size", "synthetic data set size", "0");
@@ -122,8 +125,8 @@ int run_train(const std::vector<std::string>& args) {
   p.option("seed", "seed for weights, shuffling, dropout", "1");
   p.flag("no-energy", "do not meter energy (time only)");
   p.flag("cuda-graph", "replay each training step as one recorded CUDA graph (not with dropout)");
-  p.option("out", "also write the report as JSON to this file");
   p.option("extrapolate-epochs", "estimate a whole training of this many epochs from the measured ones", "0");
+  declare_output_flags(p, "the per-epoch report");
   p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
 
@@ -145,7 +148,21 @@ int run_train(const std::vector<std::string>& args) {
   if (tc.target_accuracy && !(*tc.target_accuracy > 0 && *tc.target_accuracy <= 1))
     throw InvalidArgument("--target-accuracy must lie in (0, 1], got " + p.get("target-accuracy"));
   tc.save_path = p.get_optional("save").value_or("");
-  tc.resume_path = p.get_optional("resume").value_or("");
+  if (auto from = p.get_optional("resume-from")) {
+    tc.resume_path = *from;
+  } else if (auto r = p.get_optional("resume")) {
+    if (!r->empty()) {  // the old spelling: a path right after --resume
+      std::fprintf(stderr, "cnnergy: warning: --resume PATH is deprecated and will be removed in the next release; "
+                           "use --resume-from PATH (--resume alone continues from the --save checkpoint)\n");
+      tc.resume_path = *r;
+    } else if (tc.save_path.empty()) {
+      throw InvalidArgument("--resume continues from the --save checkpoint: give --save FILE, or --resume-from FILE");
+    } else if (std::filesystem::exists(tc.save_path)) {
+      tc.resume_path = tc.save_path;
+    } else {  // like sweep --resume on an empty database: nothing to continue, start from the beginning
+      std::fprintf(stderr, "cnnergy: note: no checkpoint at %s yet; training from the start\n", tc.save_path.c_str());
+    }
+  }
   tc.loader_workers = static_cast<int>(p.get_int("workers", 1, 64));
   tc.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
   tc.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
@@ -155,10 +172,7 @@ int run_train(const std::vector<std::string>& args) {
   if (auto s = p.get_optional("input")) input = parse_shape(*s);
   std::optional<std::int64_t> classes;
   if (p.get_optional("classes")) classes = p.get_int("classes", 1, 1 << 24);
-  if (auto path = p.get_optional("out")) {  // fail before training, not after it
-    std::ofstream probe_out(*path, std::ios::app);
-    if (!probe_out) throw InvalidArgument("cannot write --out file '" + *path + "'");
-  }
+  OutputSink sink(p);  // checks -o/--json/--csv are writable before training, not after it
   auto graph = build_model(p.get("model"), input, classes);
   const auto splits = data::open_dataset(data_spec(p.get("data"), *graph, p.get_int("dataset-size", 0, 1LL << 40)));
   auto backend = create_backend(bo);
@@ -179,7 +193,7 @@ int run_train(const std::vector<std::string>& args) {
   });
   if (report.epochs.empty()) {
     std::printf("nothing to train: the checkpoint already covers %lld epochs\n", static_cast<long long>(tc.epochs));
-    if (auto path = p.get_optional("out")) write_report_json(*path, *graph, *backend, p.get("precision"), tc, report);
+    sink.finish(report_json(*graph, *backend, p.get("precision"), tc, report), "epochs");
     return 0;
   }
   std::printf("\nper iteration (median over %zu iterations, device time):\n", report.iteration_ms.n);
@@ -224,7 +238,7 @@ int run_train(const std::vector<std::string>& args) {
     std::printf("\n");
   }
   if (report.joules_to_target) std::printf("energy to target: %.1f J\n", *report.joules_to_target);
-  if (auto path = p.get_optional("out")) write_report_json(*path, *graph, *backend, p.get("precision"), tc, report);
+  sink.finish(report_json(*graph, *backend, p.get("precision"), tc, report), "epochs");
   if (report.seconds_to_target)
     std::printf("reached top-1 >= %.2f%% after %.2f s of training\n", *tc.target_accuracy * 100, *report.seconds_to_target);
   else if (tc.target_accuracy)

@@ -116,11 +116,6 @@ BaselineFigures baseline_from_json(const std::string& path) {
   return b;
 }
 
-void write_json(const std::string& path, const Json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw DataError("cannot write '" + path + "'");
-}
 
 double per_it(double total_ms, std::int64_t iterations) {
   return iterations > 0 ? total_ms / static_cast<double>(iterations) : 0.0;

@@ -17,7 +17,6 @@ Json opt(const std::optional<double>& v);  // the number, or null
 Json report_json(const dist::DataParallelReport& r);
 // The figures of an earlier run's --json, as the baseline of a scaling comparison (DataError).
 dist::BaselineFigures baseline_from_json(const std::string& path);
-void write_json(const std::string& path, const Json& j);  // DataError when it cannot be written
 double per_it(double total_ms, std::int64_t iterations);   // ms per iteration, 0 without any
 void print_report(const dist::DataParallelReport& r);
 void print_scaling(const dist::ScalingComparison& c, bool gpu);

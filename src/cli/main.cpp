@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "core/build_info.hpp"
 #include "core/errors.hpp"
@@ -42,12 +43,15 @@ int main(int argc, char** argv) {
     for (const auto& c : cli::commands()) {
       if (c.name == args[0]) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
     }
-    std::string known;
+    std::string known, nearest;
+    std::size_t nearest_distance = 3;  // a typo of at most two letters gets a "did you mean"
     for (const auto& c : cli::commands()) {
       if (!known.empty()) known += ", ";
       known += c.name;
+      if (const auto d = cli::edit_distance(args[0], c.name); d < nearest_distance) nearest_distance = d, nearest = c.name;
     }
-    throw InvalidArgument("unknown command '" + args[0] + "' (commands: " + known + ")");
+    throw InvalidArgument("unknown command '" + args[0] + "'" + (nearest.empty() ? "" : "; did you mean '" + nearest + "'?") +
+                          " (commands: " + known + ")");
   } catch (const Error& e) {
     std::fprintf(stderr, "cnnergy: error: %s\n", e.what());
     return e.exit_code();

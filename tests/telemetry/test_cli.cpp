@@ -91,24 +91,26 @@ TEST(Cli, MonitorReportsEnergyAndPassesTheExitCode) {
   EXPECT_EQ(r.out, "from-the-command\n");  // the command's stdout is untouched
   const Json j = Json::parse(test::read_file(report));
   EXPECT_EQ(j.at("exit_code").number(), 3);
-  EXPECT_GE(j.at("elapsed_ms").number(), 590);
-  ASSERT_EQ(j.at("gpus").items().size(), 2u);
-  for (const Json& g : j.at("gpus").items()) {
+  // (--json and --output are the old spellings: still accepted, with a deprecation note; SI units now.)
+  EXPECT_TRUE(contains(r.err, "--output is deprecated")) << r.err;
+  const Json& run = j.at("runs").items().at(0);
+  EXPECT_GE(run.at("elapsed_s").number(), 0.59);
+  ASSERT_EQ(run.at("gpus").items().size(), 2u);
+  for (const Json& g : run.at("gpus").items()) {
     EXPECT_EQ(g.at("source").str(), "counter");
-    const double avg_w = g.at("average_power_mw").number() / 1000.0;
+    const double avg_w = g.at("average_power_w").number();
     EXPECT_GT(avg_w, 75);
     EXPECT_LT(avg_w, 750);
   }
-  EXPECT_GT(j.at("gpus").items()[0].at("energy_mj").number(),
-            j.at("gpus").items()[1].at("energy_mj").number());
+  EXPECT_GT(run.at("gpus").items()[0].at("energy_j").number(), run.at("gpus").items()[1].at("energy_j").number());
   const std::string rows = test::read_file(csv);
-  EXPECT_TRUE(rows.rfind("time_s,gpu0_power_mw", 0) == 0) << rows.substr(0, 80);
+  EXPECT_TRUE(rows.rfind("time_utc,time_s,gpu0_power_w", 0) == 0) << rows.substr(0, 80);
   EXPECT_GE(std::count(rows.begin(), rows.end(), '\n'), 6);
 
   r = test::run_cnnergy({"monitor", "--", "true"}, fake.dir);
   EXPECT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_TRUE(contains(r.err, "GPU 0 energy")) << r.err;
-  EXPECT_TRUE(contains(r.err, "less than one sensor update period")) << r.err;  // short run flagged
+  EXPECT_TRUE(contains(r.err, "shorter than one sensor update period")) << r.err;  // short run flagged
 }
 
 TEST(Cli, MonitorBadInput) {
@@ -121,7 +123,7 @@ TEST(Cli, MonitorBadInput) {
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << describe(r);
     EXPECT_TRUE(contains(r.err, "--interval")) << r.err;
   }
-  r = test::run_cnnergy({"monitor"}, fake.dir);
+  r = test::run_cnnergy({"monitor", "-r", "3"}, fake.dir);  // repeats need a command
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   r = test::run_cnnergy({"monitor", "--power-limit", "9000", "--", "true"}, fake.dir);
   EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -28,11 +28,13 @@ DeviceLimits query_device_limits(const telemetry::Nvml* nvml, unsigned gpu) {
   return l;
 }
 
-HardwareKnobs::HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::vector<unsigned> gpus, bool dry_run)
+HardwareKnobs::HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::vector<unsigned> gpus, bool dry_run,
+                             bool handle_signals)
     : nvml_(std::move(nvml)), gpus_(std::move(gpus)) {
   if (!nvml_) throw NotSupported("power-limit and clock knobs need NVML (no NVIDIA driver found)");
   telemetry::KnobOptions o;
   o.dry_run = dry_run;
+  o.handle_signals = handle_signals;
   controller_ = std::make_unique<telemetry::KnobController>(nvml_, o);
 }
 

@@ -42,7 +42,10 @@ DeviceLimits query_device_limits(const telemetry::Nvml* nvml, unsigned gpu);
 // restore the original setting. In dry-run mode nothing is changed: the plan is printed.
 class HardwareKnobs {
  public:
-  HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::vector<unsigned> gpus, bool dry_run);
+  // handle_signals = false: the caller owns SIGINT/SIGTERM/SIGHUP (sweep stops after the trial in
+  // progress and restores through the destructor) instead of the controller restoring and dying at once.
+  HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::vector<unsigned> gpus, bool dry_run,
+                bool handle_signals = true);
   ~HardwareKnobs();
   HardwareKnobs(const HardwareKnobs&) = delete;
   HardwareKnobs& operator=(const HardwareKnobs&) = delete;
