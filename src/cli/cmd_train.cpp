@@ -60,7 +60,7 @@ void write_report_json(const std::string& path, const Graph& graph, const Backen
     x["seconds"] = e.seconds;
     x["samples_per_s"] = e.samples_per_s;
     x["joules"] = optional_json(e.joules);
-    x["average_watts"] = e.average_watts;
+    x["average_watts"] = optional_json(e.joules ? std::optional<double>(e.average_watts) : std::nullopt);  // null: not measured
     epochs.push_back(x);
   }
   j["epochs"] = epochs;

@@ -15,6 +15,7 @@
 #include "core/errors.hpp"
 #include "report/sweep_data.hpp"
 #include "core/json.hpp"
+#include "tune/significance.hpp"
 #include "tune/store_sql.hpp"
 
 namespace cnnergy::report {
@@ -130,8 +131,10 @@ namespace {
 Json opt(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
 
 Json stats_json(const Stats& s) {
+  const auto ci = mean_interval(s);  // 95 % t-interval of the mean; null with one repetition
   return Json(Json::Object{{"n", Json(s.n)}, {"median", Json(s.median)}, {"mean", Json(s.mean)}, {"stddev", Json(s.stddev)},
-                           {"min", Json(s.min)}, {"max", Json(s.max)}, {"cv", Json(s.cv())}});
+                           {"min", Json(s.min)}, {"max", Json(s.max)}, {"cv", Json(s.cv())},
+                           {"ci95_low", ci ? Json(ci->low) : Json()}, {"ci95_high", ci ? Json(ci->high) : Json()}});
 }
 
 }  // namespace
@@ -180,8 +183,12 @@ void export_json(const ResultStore& store, const std::string& path) {
     for (const Optimum& o : d.analysis.optima)
       optima.emplace_back(Json::Object{{"objective", Json(o.objective.name())}, {"label", Json(o.objective.label())},
                                        {"trial_key", Json(d.summaries[o.trial].key)}, {"value", Json(o.value)},
-                                       {"energy", Json(o.energy)}, {"time_ms", Json(o.time)}, {"avg_power_w", Json(o.avg_power_w)},
-                                       {"energy_change_pct", opt(o.energy_change_pct)}, {"time_change_pct", opt(o.time_change_pct)}});
+                                       {"energy", opt(o.energy)}, {"time_ms", Json(o.time)}, {"avg_power_w", opt(o.avg_power_w)},
+                                       {"energy_change_pct", opt(o.energy_change_pct)}, {"time_change_pct", opt(o.time_change_pct)},
+                                       {"ci95_low", opt(o.interval_low)}, {"ci95_high", opt(o.interval_high)},
+                                       {"interval_method", Json(kIntervalMethod)},
+                                       {"runner_up_key", o.runner_up ? Json(d.summaries[*o.runner_up].key) : Json()},
+                                       {"verdict", Json(verdict_name(o.verdict))}});
     for (std::size_t i : d.analysis.pareto) pareto.emplace_back(d.summaries[i].key);
     Json::Array gpus;
     for (const auto& g : sw.environment.gpu_names) gpus.emplace_back(g);
@@ -195,7 +202,7 @@ void export_json(const ResultStore& store, const std::string& path) {
                                           {"cuda_version", Json(e.cuda_version)}, {"cudnn_version", Json(e.cudnn_version)},
                                           {"host", Json(e.host)}, {"date", Json(e.date)},
                                           {"cnnergy_version", Json(e.cnnergy_version)}, {"extra", Json(std::move(extra))}})},
-        {"per_sample", Json(d.analysis.per_sample)},
+        {"per_sample", Json(d.analysis.per_sample)}, {"energy_measured", Json(d.analysis.energy_measured)},
         {"reference_key", d.analysis.reference ? Json(d.summaries[*d.analysis.reference].key) : Json()},
         {"trials", Json(std::move(trials))}, {"optima", Json(std::move(optima))}, {"pareto_front", Json(std::move(pareto))}});
   }
