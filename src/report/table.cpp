@@ -101,8 +101,9 @@ void print_trials_table(std::ostream& out, const SweepData& d) {
     row.push_back(format_plus_minus(s.find(em)));
     row.push_back(format_metric(d, i, Metric::kAvgPower, "W"));
     row.push_back(format_metric(d, i, Metric::kEdp, ""));
-    row.push_back(format_optional(objective_value(s, parse_objective("eds:2"), ref, ps), ""));
-    row.push_back(format_optional(d.median(i, Metric::kGflopsPerWatt), ""));
+    const auto eds2 = objective_value(s, parse_objective("eds:2"), ref, ps);
+    row.push_back(!eds2 && s.status == TrialStatus::kOk && !s.find(em) ? std::string(kNotMeasured) : format_optional(eds2, ""));
+    row.push_back(s.find(Metric::kGflops) ? format_metric(d, i, Metric::kGflopsPerWatt, "") : "-");
     std::string note;
     if (s.reference) note = "reference";
     if (std::find(d.analysis.pareto.begin(), d.analysis.pareto.end(), i) != d.analysis.pareto.end())
