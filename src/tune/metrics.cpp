@@ -239,12 +239,18 @@ std::optional<double> objective_value(const TrialSummary& trial, const Objective
     const Stats* s = trial.find(o.metric);
     return s ? std::optional<double>(s->median) : std::nullopt;
   }
+  const auto in = eds_inputs(trial, reference, per_sample);
+  return in ? std::optional<double>(eds(in->e->median, in->t->median, in->e_ref->median, in->t_ref->median, o.eds_k))
+            : std::nullopt;
+}
+
+std::optional<EdsInputs> eds_inputs(const TrialSummary& trial, const TrialSummary* reference, bool per_sample) {
   const Metric tm = per_sample ? Metric::kTimePerSample : Metric::kTimePerIteration;
   const Metric em = per_sample ? Metric::kEnergyPerSample : Metric::kEnergyPerIteration;
-  if (!reference || reference->status != TrialStatus::kOk) return std::nullopt;
-  const Stats *t = trial.find(tm), *e = trial.find(em), *tr = reference->find(tm), *er = reference->find(em);
-  if (!t || !e || !tr || !er || !(tr->median > 0) || !(er->median > 0)) return std::nullopt;
-  return eds(e->median, t->median, er->median, tr->median, o.eds_k);
+  if (trial.status != TrialStatus::kOk || !reference || reference->status != TrialStatus::kOk) return std::nullopt;
+  const EdsInputs in{trial.find(tm), trial.find(em), reference->find(tm), reference->find(em)};
+  if (!in.t || !in.e || !in.t_ref || !in.e_ref || !(in.t_ref->median > 0) || !(in.e_ref->median > 0)) return std::nullopt;
+  return in;
 }
 
 std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& te) {

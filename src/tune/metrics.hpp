@@ -160,6 +160,12 @@ struct Analysis {
 // computed (failed trial, metric not measured, EDS without a reference).
 std::optional<double> objective_value(const TrialSummary& trial, const Objective& objective,
                                       const TrialSummary* reference, bool per_sample);
+// What EDS(k) of a trial needs: its time and energy statistics and the reference's (per sample or
+// per iteration); empty when a trial did not finish, a figure is missing or a reference is zero.
+struct EdsInputs {
+  const Stats *t, *e, *t_ref, *e_ref;
+};
+std::optional<EdsInputs> eds_inputs(const TrialSummary& trial, const TrialSummary* reference, bool per_sample);
 // Resolves time/energy/EDP objectives to the per-sample or per-iteration basis.
 Objective resolve_objective(Objective objective, bool per_sample);
 

@@ -33,16 +33,13 @@ std::optional<Interval> objective_interval(const TrialSummary& trial, const Obje
     const Stats* s = trial.find(o.metric);
     return s ? mean_interval(*s) : std::nullopt;
   }
-  if (!reference || reference->status != TrialStatus::kOk) return std::nullopt;
-  const Metric tm = per_sample ? Metric::kTimePerSample : Metric::kTimePerIteration;
-  const Metric em = per_sample ? Metric::kEnergyPerSample : Metric::kEnergyPerIteration;
-  const Stats *t = trial.find(tm), *e = trial.find(em), *tr = reference->find(tm), *er = reference->find(em);
-  if (!t || !e || !tr || !er || !(tr->median > 0) || !(er->median > 0)) return std::nullopt;
-  const auto ti = mean_interval(*t), ei = mean_interval(*e);
+  const auto in = eds_inputs(trial, reference, per_sample);
+  if (!in) return std::nullopt;
+  const auto ti = mean_interval(*in->t), ei = mean_interval(*in->e);
   if (!ti || !ei) return std::nullopt;
   const double k = o.eds_k;
-  const double a = (k - 1) / (k * er->median), b = 1 / (k * tr->median);  // EDS = a E + b t (Eq. 4)
-  const double centre = a * e->mean + b * t->mean;
+  const double a = (k - 1) / (k * in->e_ref->median), b = 1 / (k * in->t_ref->median);  // EDS = a E + b t (Eq. 4)
+  const double centre = a * in->e->mean + b * in->t->mean;
   const double h = std::fabs(a) * ei->half_width() + b * ti->half_width();
   return Interval{centre - h, centre + h};
 }

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "../train/cli_run.hpp"
+#include "sim_sweep_env.hpp"
 #include "tune/store.hpp"
 
 namespace fs = std::filesystem;
@@ -20,30 +20,9 @@ using cnnergy::testing::run_cli;
 
 namespace {
 
-class SweepCli : public ::testing::Test {
+class SweepCli : public cnnergy::testing::SimulatedSweepTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cnnergy_sweep_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    const std::string build = std::getenv("CNNERGY_BUILD_DIR") ? std::getenv("CNNERGY_BUILD_DIR") : CNNERGY_TEST_BUILD_DIR;
-    env_ = "CNNERGY_NVML_LIBRARY=" + build + "/lib/libnvidia-ml-fake.so CNNERGY_FAKE_NVML_GPUS=1 CNNERGY_FAKE_NVML_STATE=" +
-           (dir_ / "state").string() + " CNNERGY_FAKE_NVML_LOAD_FILE=" + (dir_ / "load").string() +
-           " CNNERGY_JOURNAL=" + (dir_ / "journal.json").string() + " ";
-    std::ofstream(dir_ / "load") << "0\n";
-    job_ = cnnergy::testing::cnnergy_binary() + "-sim-job --gcycles 0.25";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  cnnergy::testing::CliResult sweep(const std::string& args) {
-    // run_cli prefixes the binary; the environment goes in front through `env`.
-    return run_cli_env("sweep " + args);
-  }
-  cnnergy::testing::CliResult run_cli_env(const std::string& args) {
-    return cnnergy::testing::run_cli_with_env(env_, args);
-  }
-  fs::path dir_;
-  std::string env_, job_;
+  SweepCli() : SimulatedSweepTest("cnnergy_sweep_", 0.25) {}
 };
 
 }  // namespace

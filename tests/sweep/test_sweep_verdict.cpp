@@ -15,7 +15,7 @@
 #include <map>
 #include <sstream>
 
-#include "../train/cli_run.hpp"
+#include "sim_sweep_env.hpp"
 #include "report/sweep_data.hpp"
 #include "tune/significance.hpp"
 #include "tune/store.hpp"
@@ -26,25 +26,9 @@ using namespace cnnergy::tune;
 
 namespace {
 
-class SweepVerdict : public ::testing::Test {
+class SweepVerdict : public cnnergy::testing::SimulatedSweepTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cnnergy_verdict_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    const std::string build = std::getenv("CNNERGY_BUILD_DIR") ? std::getenv("CNNERGY_BUILD_DIR") : CNNERGY_TEST_BUILD_DIR;
-    // As scripts/main_job.sh runs it: one fake GPU, its settings and load in files.
-    env_ = "CNNERGY_NVML_LIBRARY=" + build + "/lib/libnvidia-ml-fake.so CNNERGY_FAKE_NVML_GPUS=1 CNNERGY_FAKE_NVML_STATE=" +
-           (dir_ / "state").string() + " CNNERGY_FAKE_NVML_LOAD_FILE=" + (dir_ / "load").string() +
-           " CNNERGY_JOURNAL=" + (dir_ / "journal.json").string() + " ";
-    std::ofstream(dir_ / "load") << "0\n";
-    job_ = cnnergy::testing::cnnergy_binary() + "-sim-job --gcycles 0.1";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  cnnergy::testing::CliResult sweep(const std::string& args) { return cnnergy::testing::run_cli_with_env(env_, "sweep " + args); }
-  fs::path dir_;
-  std::string env_, job_;
+  SweepVerdict() : SimulatedSweepTest("cnnergy_verdict_", 0.1) {}
 };
 
 cnnergy::report::SweepData load(const std::string& db) {
