@@ -76,6 +76,8 @@ void export_csv(const ResultStore& store, const std::string& path) {
     header.emplace_back(c);
   for (Metric m : kAllMetrics)
     for (const char* s : {"_median", "_stddev", "_min", "_max"}) header.push_back(std::string(metric_name(m)) + s);
+  for (Metric m : kAllMetrics)
+    for (const char* s : {"_ci95_low", "_ci95_high"}) header.push_back(std::string(metric_name(m)) + s);
   for (const char* c : {"energy_vs_reference_pct", "time_vs_reference_pct", "eds_k2", "eds_k1.5", "pareto"}) header.emplace_back(c);
   for (std::size_t i = 0; i < header.size(); ++i) out += (i ? "," : "") + csv_field(header[i]);
   out += "\r\n";
@@ -105,6 +107,12 @@ void export_csv(const ResultStore& store, const std::string& path) {
         const Stats* st = s.find(m);
         for (int k = 0; k < 4; ++k)
           row.push_back(st ? json_number(k == 0 ? st->median : k == 1 ? st->stddev : k == 2 ? st->min : st->max) : "");
+      }
+      for (Metric m : kAllMetrics) {  // 95 % t-interval of the mean; empty with one repetition
+        const Stats* st = s.find(m);
+        const auto ci = st ? mean_interval(*st) : std::nullopt;
+        row.push_back(ci ? json_number(ci->low) : "");
+        row.push_back(ci ? json_number(ci->high) : "");
       }
       std::optional<double> de, dt;
       if (ref && s.status == TrialStatus::kOk) {
@@ -152,6 +160,9 @@ void export_json(const ResultStore& store, const std::string& path) {
       for (const auto& k : t.summary.knobs)
         knobs[std::string(knob_name(k.knob))] = k.value.number ? Json(*k.value.number) : Json(k.value.text);
       for (const auto& [m, s] : t.summary.metrics) metrics[std::string(metric_name(m))] = stats_json(s);
+      if (t.summary.status == TrialStatus::kOk)  // what a finished trial did not measure is null, not absent or 0
+        for (Metric m : kAllMetrics)
+          if (!t.summary.find(m)) metrics[std::string(metric_name(m))] = Json();
       Json::Array reps, phases, layers;
       for (const auto& r : rec.measurement.repetitions) {
         Json::Array e;

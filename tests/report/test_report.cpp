@@ -199,6 +199,16 @@ TEST(Report, ExportsReadBackExactly) {
   }
   EXPECT_TRUE(found_error);
   EXPECT_TRUE(found_eds);
+  // Every metric's 95 % t-interval is exported beside its median.
+  ASSERT_LT(col("time_per_iteration_ms_ci95_high"), rows[0].size());
+  std::size_t intervals = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const std::string lo = rows[i][col("time_per_iteration_ms_ci95_low")], hi = rows[i][col("time_per_iteration_ms_ci95_high")];
+    if (lo.empty()) continue;
+    ++intervals;
+    EXPECT_LE(std::stod(lo), std::stod(hi));
+  }
+  EXPECT_GT(intervals, 0u);
 
   export_json(store, dir.file("r.json"));
   const Json doc = Json::parse(read_file(dir.file("r.json")));
@@ -213,6 +223,12 @@ TEST(Report, ExportsReadBackExactly) {
   EXPECT_EQ(t0["repetitions"].as_array()[1]["energy_mj"].as_array()[0].as_number(), rec.measurement.repetitions[1].energy_mj[0]);
   EXPECT_EQ(t0["layers"].as_array().size(), 9u);
   EXPECT_FALSE(sweeps[0]["optima"].as_array().empty());
+  for (const auto& o : sweeps[0]["optima"].as_array()) {  // each optimum says whether it is told apart
+    const std::string v = o["verdict"].as_string();
+    EXPECT_TRUE(v == "distinct" || v == "not_distinguishable_from_default" || v == "not_distinguishable_from_runner_up" ||
+                v == "no_interval") << v;
+    EXPECT_EQ(o["ci95_low"].is_null(), v == "no_interval");
+  }
   EXPECT_FALSE(sweeps[0]["pareto_front"].as_array().empty());
   EXPECT_THROW(export_csv(store, dir.file("no/such/dir/x.csv")), DataError);
 }
