@@ -32,9 +32,10 @@ std::string gib(double bytes) {
 
 double estimate_training_bytes(const Graph& graph, std::int64_t batch, DType dtype) {
   const ModelInfo info = model_info(graph, 1, dtype);
-  // Kept across a step at the least: fp32 master weights, their gradients and momentum (12 bytes a
-  // parameter), a low-precision working copy, and every layer output that backward reads (the
-  // executor shares in-place ReLU and flatten outputs with their input, so those are not counted).
+  // Kept across a step: fp32 master weights, their gradients and momentum (12 bytes a parameter), a
+  // low-precision working copy, and the layer outputs backward reads (the executor shares in-place
+  // ReLU and flatten outputs with their input, so those are not counted). Convolution workspaces and
+  // activation gradients come on top, so a batch over the capacity by this count cannot fit.
   double bytes = static_cast<double>(info.parameters) * (12.0 + (dtype == DType::kF32 ? 0.0 : double(dtype_size_bytes(dtype))));
   for (const LayerInfo& l : info.layers) {
     if (l.type == "relu" || l.type == "flatten" || l.type == "dropout") continue;
@@ -84,7 +85,7 @@ PlanCheck check_model_plan(const ModelWorkload& w, const std::vector<TrialSpec>&
       const double need = estimate_training_bytes(*graph, (batch + replicas - 1) / replicas,
                                                   precision == "fp16" ? DType::kF16 : precision == "bf16" ? DType::kBF16 : DType::kF32);
       if (capacity[config] > 0 && need > capacity[config])
-        reason = "batch " + std::to_string(batch) + " needs at least " + gib(need) + " by estimate (weights, gradients, "
+        reason = "batch " + std::to_string(batch) + " needs about " + gib(need) + " by estimate (weights, gradients, "
                  "momentum and saved activations); the device has " + gib(capacity[config]);
     }
     if (reason.empty()) out.valid.push_back(t);

@@ -91,8 +91,8 @@ struct PlanCheck {
 };
 PlanCheck check_model_plan(const ModelWorkload& workload, const std::vector<TrialSpec>& trials, const DeviceLimits& limits);
 std::string describe_invalid(const PlanCheck& check);  // one indented line per invalid trial
-// A lower-bound estimate of one replica's training memory at `batch`: fp32 weights, gradients and
-// momentum, the low-precision working copy, and the saved layer outputs.
+// An estimate of one replica's training memory at `batch`: fp32 weights, gradients and momentum, the
+// low-precision working copy, and the saved layer outputs (workspaces and gradients not counted).
 double estimate_training_bytes(const Graph& graph, std::int64_t batch, DType dtype);
 
 // Reruns `command` once per iteration; a window is `min_iterations` runs or `window_seconds`, whichever
