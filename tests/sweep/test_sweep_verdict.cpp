@@ -4,7 +4,7 @@
 // --reps auto adds windows to a noisy trial and warns; impossible cells are refused up front or
 // dropped with --skip-invalid; a CPU sweep without energy keeps per-sample units, says "not
 // measured", finds its reference and draws no empty chart; progress is one plain line per trial off
-// a terminal.
+// a terminal; the plan check's memory estimate is within a factor of two of the executor's allocation.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,7 +16,12 @@
 #include <sstream>
 
 #include "sim_sweep_env.hpp"
+#include "backend/ops.hpp"
+#include "core/shape.hpp"
+#include "net/zoo/zoo.hpp"
 #include "report/sweep_data.hpp"
+#include "train/fixed_batch.hpp"
+#include "tune/run/runners.hpp"
 #include "tune/significance.hpp"
 #include "tune/store.hpp"
 
@@ -182,4 +187,22 @@ TEST_F(SweepVerdict, CpuSweepWithoutEnergyKeepsItsUnitsAndItsReference) {
   EXPECT_EQ(page.find("average power vs"), std::string::npos);
   EXPECT_NE(page.find("time per sample vs"), std::string::npos);
   EXPECT_NE(page.find("not measured"), std::string::npos);
+}
+
+// The plan check's memory figure against what the executor really allocates for a training step on
+// the CPU: the same order (it is an estimate, meant to refuse only batches far beyond the device).
+TEST(PlanCheckMemory, TheEstimateIsCloseToTheExecutorsAllocation) {
+  for (const auto& [model, input] : {std::pair<std::string, std::string>{"lenet5", ""}, {"resnet34", "3x64x64"}}) {
+    SCOPED_TRACE(model);
+    const std::optional<cnnergy::Shape> shape = input.empty() ? std::nullopt : std::optional(cnnergy::parse_shape(input));
+    auto graph = cnnergy::build_model(model, shape, std::nullopt);
+    auto backend = cnnergy::create_backend(cnnergy::BackendOptions{});
+    cnnergy::FixedBatchWorkload work(*graph, *backend, 8);
+    const auto& m = work.executor().memory();
+    const double actual = static_cast<double>(m.live_peak_bytes + m.parameter_bytes + m.layer_state_bytes);
+    const double estimate = cnnergy::tune::estimate_training_bytes(*graph, 8, cnnergy::DType::kF32);
+    std::cout << model << ": estimate " << estimate / 1e6 << " MB, executor " << actual / 1e6 << " MB\n";
+    EXPECT_GT(estimate, 0.5 * actual);
+    EXPECT_LT(estimate, 2.0 * actual);
+  }
 }

@@ -35,7 +35,7 @@ double estimate_training_bytes(const Graph& graph, std::int64_t batch, DType dty
   // Kept across a step: fp32 master weights, their gradients and momentum (12 bytes a parameter), a
   // low-precision working copy, and the layer outputs backward reads (the executor shares in-place
   // ReLU and flatten outputs with their input, so those are not counted). Convolution workspaces and
-  // activation gradients come on top, so a batch over the capacity by this count cannot fit.
+  // activation gradients are not counted; the liveness plan shares buffers this count does not.
   double bytes = static_cast<double>(info.parameters) * (12.0 + (dtype == DType::kF32 ? 0.0 : double(dtype_size_bytes(dtype))));
   for (const LayerInfo& l : info.layers) {
     if (l.type == "relu" || l.type == "flatten" || l.type == "dropout") continue;
@@ -84,9 +84,12 @@ PlanCheck check_model_plan(const ModelWorkload& w, const std::vector<TrialSpec>&
       const std::int64_t replicas = g && g->number ? std::max<std::int64_t>(*g->number, 1) : 1;
       const double need = estimate_training_bytes(*graph, (batch + replicas - 1) / replicas,
                                                   precision == "fp16" ? DType::kF16 : precision == "bf16" ? DType::kBF16 : DType::kF32);
-      if (capacity[config] > 0 && need > capacity[config])
+      // The estimate is within a factor of two of what the executor allocates (a test checks it on
+      // the CPU), so only a batch estimated above twice the capacity is refused as surely too big;
+      // one closer to the edge runs, and a real out-of-memory is recorded as does_not_fit.
+      if (capacity[config] > 0 && need > 2 * capacity[config])
         reason = "batch " + std::to_string(batch) + " needs about " + gib(need) + " by estimate (weights, gradients, "
-                 "momentum and saved activations); the device has " + gib(capacity[config]);
+                 "momentum and saved activations), more than twice the device's " + gib(capacity[config]);
     }
     if (reason.empty()) out.valid.push_back(t);
     else out.invalid.push_back({t, reason});
