@@ -125,6 +125,15 @@ TEST_F(SweepVerdict, RepsAutoAddsWindowsToANoisyTrialAndWarns) {
   EXPECT_EQ(calm_store.trials(calm_store.sweeps()[0].id)[0].repetitions, 3u);
   EXPECT_EQ(calm.output.find("stayed noisy"), std::string::npos) << calm.output;
 
+  // The data-parallel trials (--gpus 2: two CPU replicas) follow the same rule.
+  const std::string dp_db = (dir_ / "dp.db").string();
+  const auto dp = run_cli("sweep --model lenet5 --device cpu --gpus 2 --batch 16 --window-s 0.05 --min-iters 1 --warmup 1 "
+                          "--reps auto --max-reps 4 --cv-threshold 0.01 --db " + dp_db);
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  ResultStore dp_store(dp_db, ResultStore::Mode::kReadOnly);
+  EXPECT_EQ(dp_store.trials(dp_store.sweeps()[0].id)[0].repetitions, 4u);  // no step time is that steady
+  EXPECT_NE(dp.output.find("stayed noisy after 4 windows"), std::string::npos) << dp.output;
+
   const auto bad = cnnergy::testing::run_cli("sweep --batch 1 --reps often --db " + (dir_ / "bad.db").string() + " -- true");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }

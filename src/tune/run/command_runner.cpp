@@ -14,8 +14,6 @@
 namespace cnnergy::tune {
 
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
-void warn_if_noisy(const TrialSpec& trial, std::span<const double> ms, std::span<const double> mj,
-                   const RepetitionPolicy& policy);
 
 TrialMeasurement run_command_trial(const std::vector<std::string>& command, const MeasureSettings& settings,
                                    const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler) {

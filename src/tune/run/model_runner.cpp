@@ -47,7 +47,7 @@ void cool_down(const MeasureSettings& s, const std::shared_ptr<telemetry::Sample
 
 std::string percent(double fraction) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %%", fraction * 100);
+  std::snprintf(buf, sizeof buf, "%.3g %%", fraction * 100);
   return buf;
 }
 
@@ -104,7 +104,12 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       if (workload.accuracy_epochs > 0)
         throw NotSupported("accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1");
       // --cuda-graph on: every replica replays its step (all-reduces included) as one CUDA graph.
-      return run_data_parallel_trial(*graph, bo, gpus, batch, cuda_graph, settings);
+      TrialMeasurement dp = run_data_parallel_trial(*graph, bo, gpus, batch, cuda_graph, settings);
+      std::vector<double> ms;
+      for (const auto& r : dp.repetitions) ms.push_back(r.elapsed_ms / static_cast<double>(std::max<std::int64_t>(1, r.iterations)));
+      warn_if_noisy(trial, ms, {}, {settings.repetitions, std::max(settings.repetitions, settings.max_repetitions),
+                                    settings.cv_threshold});
+      return dp;
     }
     auto backend = create_backend(bo);
 

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
 #include "core/shape.hpp"
+#include "measure/statistics.hpp"
 #include "tune/knobs.hpp"
 #include "tune/plan.hpp"
 
@@ -94,6 +96,11 @@ std::string describe_invalid(const PlanCheck& check);  // one indented line per 
 // An estimate of one replica's training memory at `batch`: fp32 weights, gradients and momentum, the
 // low-precision working copy, and the saved layer outputs (workspaces and gradients not counted).
 double estimate_training_bytes(const Graph& graph, std::int64_t batch, DType dtype);
+
+// Logs a warning when a trial's windows (ms and, where metered, mJ per iteration) ended with a CV above
+// the policy's threshold: its interval is wide, whatever --reps allowed.
+void warn_if_noisy(const TrialSpec& trial, std::span<const double> ms, std::span<const double> mj,
+                   const RepetitionPolicy& policy);
 
 // Reruns `command` once per iteration; a window is `min_iterations` runs or `window_seconds`, whichever
 // is longer. A run that exits non-zero fails the trial (recorded, the sweep goes on).
