@@ -300,7 +300,9 @@ int run_sweep(const std::vector<std::string>& args) {
   if (p.get_flag("dry-run")) {
     std::cout << (dev.simulated ? "[simulated device]\n" : "");
     tune::print_plan(std::cout, plan, def, po);
-    if (!dropped.empty()) std::cout << dropped.size() << " trial(s) the device cannot run (see above) are not in the plan\n";
+    if (!dropped.empty())
+      std::cout << dropped.size() << " trial(s) the device cannot run (see above) are not in the plan"
+                << (p.get_flag("skip-invalid") ? "" : "; without --skip-invalid a real run refuses the whole plan") << "\n";
     std::cout << "dry run: no GPU setting was changed and nothing was measured\n";
     return 0;
   }
