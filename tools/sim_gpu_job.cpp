@@ -39,14 +39,20 @@ int main(int argc, char** argv) {
     const auto gpu = static_cast<std::size_t>(p.get_int("gpu", 0, 1024));
     const double work = p.get_double("gcycles", 1e-6, 1e9) * 1e9;
     const double mem = p.get_double("mem-fraction", 0.0, 0.99);
+    // Busy before the driver opens: it reads the load when it starts, so the job runs at the busy
+    // clock from its first step instead of spending up to one sensor period at the idle clock.
+    const std::string load_file = p.get("load-file");
+    write_load(load_file, 1.0);
+    struct Idle {  // marks the GPU idle again however the job ends
+      std::string path;
+      ~Idle() { write_load(path, 0.0); }
+    } idle{load_file};
     auto opened = telemetry::Nvml::open();
     if (!opened.nvml) throw NotSupported("no NVML: " + opened.unavailable_reason);
     if (gpu >= opened.nvml->device_count()) throw InvalidArgument("no GPU " + std::to_string(gpu));
     const auto& dev = opened.nvml->device(gpu);
     const auto c0 = dev.clocks();
     const double max_mhz = c0.sm_max_mhz ? *c0.sm_max_mhz : 1980.0;
-    const std::string load_file = p.get("load-file");
-    write_load(load_file, 1.0);
     double done = 0;
     auto last = std::chrono::steady_clock::now();
     while (done < work) {
@@ -60,7 +66,6 @@ int main(int argc, char** argv) {
       const double rate = 1e6 / ((1.0 - mem) / mhz + mem / max_mhz);
       done += rate * dt;
     }
-    write_load(load_file, 0.0);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "cnnergy-sim-job: error: %s\n", e.what());

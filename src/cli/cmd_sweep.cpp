@@ -1,7 +1,9 @@
-// `cnnergy sweep` implementation: flags -> knob space and definition -> plan (resume, shard, dry run)
-// -> runner (model or command) -> execute (grid or adaptive) -> optimum table and report.
+// `cnnergy sweep` implementation: flags -> device -> knob space and definition -> plan (resume, shard,
+// dry run) checked against the device up front -> runner (model or command) -> execute (grid or
+// adaptive) with honest progress -> optimum table (with intervals and verdicts) and report.
 #include "cli/cmd_sweep.hpp"
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -31,6 +33,15 @@ namespace {
 
 using tune::Knob;
 
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += ' ';
+    out += s;
+  }
+  return out;
+}
+
 // Each knob's help, with its unit (the values themselves are described in the epilog).
 std::string knob_help(Knob k) {
   switch (k) {
@@ -47,21 +58,7 @@ std::string knob_help(Knob k) {
   return "values of this knob";
 }
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) {
-    if (!out.empty()) out += ' ';
-    out += s;
-  }
-  return out;
-}
-
-}  // namespace
-
-int run_sweep(const std::vector<std::string>& args) {
-  ArgParser p("sweep", "Sweep knobs (batch, GPUs, power limit, SM/memory clock, convolution algorithm, precision, "
-                       "layout) over a built-in model or an external command; store every trial; report the optimum "
-                       "for time, energy, EDP, ED2P, EDS(k), GFLOPS/W against the reference (default) setting.");
+void declare_flags(ArgParser& p) {
   p.option("model", "built-in model to train (or give -- CMD ARGS)");
   p.option("db", "results database (SQLite)", "cnnergy-results.db");
   p.group("Knobs (lists, ranges: see below)");
@@ -71,11 +68,16 @@ int run_sweep(const std::vector<std::string>& args) {
   p.option("gpu", "NVML index of the GPU whose knobs are set and energy metered (default: the device's)");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
-  declare_window_flags(p, "3", "3");
-  p.deprecated_alias("reps", "windows", "--reps counted windows here but timed passes in profile");
   p.group("Measurement");
   p.option("warmup", "warm-up iterations (model) or runs (command) per trial", "5");
+  p.option("window-s", "minimum seconds of each measurement window", "3");
   p.option("min-iters", "minimum iterations (or command runs) per window", "10");
+  p.option("windows", "measurement windows per trial (>= 3 for a spread), or 'auto': 3, then more while the CV of "
+                      "time or energy per iteration exceeds --cv-threshold, up to --max-reps", "3");
+  p.short_alias("windows", 'r');
+  p.deprecated_alias("reps", "windows", "--reps counted windows here but timed passes in profile");
+  p.option("cv-threshold", "--windows auto: add windows while the coefficient of variation exceeds this [%]", "5");
+  p.option("max-reps", "--windows auto: most windows per trial", "10");
   p.option("cooldown-c", "before each trial wait until the GPU is at or below this temperature, in degrees C (0 = off)",
            "0");
   p.group("Options");
@@ -88,6 +90,7 @@ int run_sweep(const std::vector<std::string>& args) {
   p.flag("resume", "continue the sweep the database already holds: run only its missing trials (failed ones again)");
   p.flag("new", "store a second sweep even though the database already holds one with the same settings");
   p.flag("dry-run", "print the plan and change nothing (the only mode allowed on shared GPUs)");
+  p.flag("skip-invalid", "drop the trials the device cannot run (listed with the reason) instead of refusing the plan");
   p.option("max-failures", "stop after this many failed trials in a row (0 = never)", "5");
   p.option("report", "write an HTML report to FILE when the sweep ends (also when it is interrupted)");
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
@@ -97,145 +100,175 @@ int run_sweep(const std::vector<std::string>& args) {
   p.allow_passthrough("an external training program, rerun per trial with CNNERGY_<KNOB> variables set");
   p.epilog(
       "Knob values: lists (--batch 64,128,256), inclusive ranges start:stop:step (--power-limit 200:700:25),\n"
-      "--power-limit all[:STEP] = the device's allowed range, --sm-clock supported[:STEP], 'default' = leave as is.\n"
-      "--cuda-graph off,on: the training step run kernel by kernel or replayed as one CUDA graph (no dropout; with\n"
-      "--gpus N > 1 each replica replays its data-parallel step, all-reduces included).\n"
+      "--power-limit all[:STEP] = the device's allowed range [W], --sm-clock supported[:STEP] [MHz], 'default' = leave\n"
+      "as is. --cuda-graph off,on: the training step run kernel by kernel or replayed as one CUDA graph (no dropout;\n"
+      "with --gpus N > 1 each replica replays its data-parallel step, all-reduces included).\n"
+      "Every trial is checked against the device before the first one runs (precision, layout, algorithm, knobs,\n"
+      "estimated memory): a plan with trials it cannot run is refused (exit 2) unless --skip-invalid drops them.\n"
+      "Verdicts: every metric has a 95 % t-interval of the mean over the windows; an optimum whose interval\n"
+      "overlaps the default's or the runner-up's is reported as not distinguishable from it.\n"
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
       "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
-  if (!p.parse(args)) return 0;
-  if (p.get_flag("resume") && p.get_flag("new")) throw InvalidArgument("give --resume or --new, not both");
-  OutputSink sink(p);
+}
 
-  const bool is_command = !p.passthrough().empty();
-  if (is_command == p.get_optional("model").has_value())
-    throw InvalidArgument("give exactly one workload: --model M or -- CMD ARGS");
-
-  // NVML: limits for validation, sampler for energy, knobs for power/clocks.
+// What the sweep runs on: NVML (knob limits, energy, power/clock knobs) and the compute device.
+struct DeviceSetup {
   std::shared_ptr<telemetry::Nvml> nvml;
-  {
-    auto opened = telemetry::Nvml::open();
-    nvml = opened.nvml;
-    if (!nvml) log_info(opened.unavailable_reason + "; no power or clock knobs either");
-  }
-  Device device = Device{};  // commands choose their own device; --device only names the GPU to meter
-  if (p.get_optional("device") || !is_command) device = device_from_flags(p);
-  unsigned gpu = device.is_cuda() ? static_cast<unsigned>(device.index) : 0;
-  if (p.get_optional("gpu")) gpu = static_cast<unsigned>(p.get_int("gpu", 0, 1024));
-  const tune::DeviceLimits limits = tune::query_device_limits(nvml.get(), gpu);
+  Device device;
+  unsigned gpu = 0;
+  tune::DeviceLimits limits;
+  bool simulated = false;  // the fake NVML device: energy and clocks are simulated
+};
 
-  tune::KnobSpace space;
-  for (Knob k : tune::kAllKnobs)
-    if (auto v = p.get_optional(std::string(tune::knob_flag(k)))) space.set(k, tune::parse_knob_values(k, *v, limits));
-  if (!is_command && !device.is_cuda() && space.has(Knob::kCudaGraph))
-    for (const auto& v : space.values(Knob::kCudaGraph))
-      if (v.text == "on") throw NotSupported("--cuda-graph on needs --device cuda (this sweep runs on " + device.str() + ")");
-  const auto reference = p.get_optional("reference") ? space.parse_reference(p.get("reference"), limits)
-                                                      : space.default_reference(limits);
+DeviceSetup open_device(const ArgParser& p, bool is_command) {
+  DeviceSetup s;
+  auto opened = telemetry::Nvml::open();
+  s.nvml = opened.nvml;
+  if (!s.nvml) log_info(opened.unavailable_reason + "; no power or clock knobs either");
+  // Commands choose their own device; --device only names the GPU to meter.
+  if (p.get_optional("device") || !is_command) s.device = device_from_flags(p);
+  s.gpu = s.device.is_cuda() ? static_cast<unsigned>(s.device.index) : 0;
+  if (p.get_optional("gpu")) s.gpu = static_cast<unsigned>(p.get_int("gpu", 0, 1024));
+  s.limits = tune::query_device_limits(s.nvml.get(), s.gpu);
+  s.simulated = s.nvml && s.nvml->device_count() > 0 && s.nvml->device(0).name().find("fake") != std::string::npos;
+  return s;
+}
+
+tune::MeasureSettings measure_settings(const ArgParser& p) {
   tune::MeasureSettings ms;
   ms.warmup_iterations = static_cast<int>(p.get_int("warmup", 0, 1 << 20));
   ms.window_seconds = p.get_double("window-s", 0.0, 86400.0);
   ms.min_iterations = p.get_int("min-iters", 1, 1LL << 40);
-  ms.repetitions = static_cast<int>(p.get_int("windows", 1, 1000));
+  if (p.get("windows") == "auto") {
+    ms.repetitions = 3;
+    ms.max_repetitions = static_cast<int>(p.get_int("max-reps", 3, 1000));
+    ms.cv_threshold = p.get_double("cv-threshold", 0.01, 1000.0) / 100.0;
+  } else {
+    ms.repetitions = static_cast<int>(p.get_int("windows", 1, 1000));
+  }
   ms.cooldown_max_c = p.get_double("cooldown-c", 0.0, 120.0);
+  return ms;
+}
 
-  const bool simulated = nvml && nvml->device_count() > 0 && nvml->device(0).name().find("fake") != std::string::npos;
+// The sweep's identity: workload, knob space, reference and every setting that changes a measurement.
+tune::SweepDefinition sweep_definition(const ArgParser& p, const DeviceSetup& dev, bool is_command) {
   tune::SweepDefinition def;
-  def.workload = is_command ? "command=" + joined(p.passthrough()) : "model=" + p.get("model") + " device=" + device.str();
+  def.workload = is_command ? "command=" + joined(p.passthrough()) : "model=" + p.get("model") + " device=" + dev.device.str();
   if (auto s = p.get_optional("input")) def.workload += " input=" + *s;
-  def.space = space;
-  def.reference = reference;
+  for (Knob k : tune::kAllKnobs)
+    if (auto v = p.get_optional(std::string(tune::knob_flag(k)))) def.space.set(k, tune::parse_knob_values(k, *v, dev.limits));
+  def.reference = p.get_optional("reference") ? def.space.parse_reference(p.get("reference"), dev.limits)
+                                              : def.space.default_reference(dev.limits);
   def.settings = {{"warmup", p.get("warmup")}, {"window_s", p.get("window-s")}, {"min_iters", p.get("min-iters")},
                   {"reps", p.get("windows")}, {"search", p.get("search")}};
-  if (simulated) def.settings["device"] = "simulated";
+  if (p.get("windows") == "auto") {
+    def.settings["cv_threshold_pct"] = p.get("cv-threshold");
+    def.settings["max_reps"] = p.get("max-reps");
+  }
+  if (dev.simulated) def.settings["device"] = "simulated";
+  return def;
+}
 
-  tune::ResultStore store(p.get("db"));
+tune::Environment sweep_environment(const DeviceSetup& dev, bool is_command) {
   tune::Environment env = tune::host_environment();
-  if (nvml) {
-    env.driver_version = nvml->driver_version();
-    for (const auto& d : nvml->devices()) env.gpu_names.push_back(d.name());
+  if (dev.nvml) {
+    env.driver_version = dev.nvml->driver_version();
+    for (const auto& d : dev.nvml->devices()) env.gpu_names.push_back(d.name());
   }
   if (build::kHaveCuda) env.cuda_version = build::kCudaVersion;
-  if (!is_command && device.is_cuda()) {  // what the trials will actually run on
+  if (!is_command && dev.device.is_cuda()) {  // what the trials will actually run on
     BackendOptions probe_options;
-    probe_options.device = device;
+    probe_options.device = dev.device;
     const auto b = create_backend(probe_options);
     env.cuda_version = b->cuda_runtime_version();
     env.cudnn_version = b->cudnn_version();
     env.extra["device_name"] = b->device_name();
   }
-  if (simulated) env.extra["simulated"] = "fake NVML device: energy and clocks are simulated, not measured";
-  const auto existing = store.find_sweep(def.key());
-  const bool resume = p.get_flag("resume");
-  tune::PlanOptions po;
-  po.resume = resume;
-  if (auto s = p.get_optional("shard")) po.shard = tune::parse_shard(*s);
-  const std::string description = (simulated ? "[SIMULATED DEVICE] " : "") + def.canonical();
+  if (dev.simulated) env.extra["simulated"] = "fake NVML device: energy and clocks are simulated, not measured";
+  return env;
+}
 
-  std::int64_t sweep_id = 0;
-  if (resume && existing) sweep_id = existing->id;
-  const auto all_trials = space.trials(reference);
-  auto plan = tune::plan_sweep(all_trials, po, [&](const std::string& key) -> std::optional<tune::TrialStatus> {
-    if (sweep_id == 0) return std::nullopt;
-    return store.trial_status(sweep_id, key);
-  });
-  if (existing && !resume && !p.get_flag("new")) {
-    if (!p.get_flag("dry-run")) refuse_duplicate_sweep(*existing, store, args);
-    std::cout << "note: the database already holds this sweep (sweep " << existing->id
-              << "); a real run needs --resume or --new\n";
+tune::ModelWorkload model_workload(const ArgParser& p, const DeviceSetup& dev) {
+  tune::ModelWorkload w;
+  w.model = p.get("model");
+  if (auto s = p.get_optional("input")) w.input = parse_shape(*s);
+  if (p.get_optional("classes")) w.classes = p.get_int("classes", 1, 1 << 24);
+  w.device = dev.device;
+  if (auto d = p.get_optional("accuracy-data")) {
+    w.accuracy_data = *d;
+    w.accuracy_epochs = p.get_int("accuracy-epochs", 1, 10000);
+    w.accuracy_max_iterations = p.get_int("accuracy-max-iters", 0, 1LL << 40);
   }
-  if (p.get_flag("dry-run")) {
-    std::cout << (simulated ? "[simulated device]\n" : "");
-    tune::print_plan(std::cout, plan, def, po);
-    std::cout << "dry run: no GPU setting was changed and nothing was measured\n";
-    return 0;
-  }
-  if (sweep_id == 0) {
-    tune::SweepRecord rec;
-    rec.sweep_key = def.key();
-    rec.command_line = "cnnergy sweep " + joined(args);
-    rec.description = description;
-    rec.environment = env;
-    sweep_id = store.add_sweep(rec);
-  }
+  return w;
+}
 
+// Checks every trial against the device before anything runs or any file is written. Without
+// --skip-invalid a plan with an impossible trial is refused as a whole (InvalidArgument, exit 2), so
+// no partial database is left; with it the impossible trials leave the list and are returned, to be
+// recorded as skipped with their reason.
+std::vector<tune::InvalidTrial> check_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command,
+                                             std::vector<tune::TrialSpec>& trials) {
+  if (is_command) return {};  // an external command's knobs were checked against the device when parsed
+  const auto check = tune::check_model_plan(model_workload(p, dev), trials, dev.limits);
+  if (check.invalid.empty()) return {};
+  if (!p.get_flag("skip-invalid") && !p.get_flag("dry-run"))
+    throw InvalidArgument(std::to_string(check.invalid.size()) + " of " + std::to_string(trials.size()) +
+                          " trials cannot run on " + dev.device.str() + ":\n" + tune::describe_invalid(check) +
+                          "nothing was run; drop those values, or add --skip-invalid to run the others");
+  std::cerr << "dropping " << check.invalid.size() << " trial(s) the device cannot run:\n" << tune::describe_invalid(check);
+  trials = check.valid;
+  return check.invalid;
+}
+
+std::int64_t open_sweep_record(tune::ResultStore& store, const ArgParser& p, const std::vector<std::string>& args,
+                               const tune::SweepDefinition& def, const tune::Environment& env, bool simulated) {
+  if (p.get_flag("resume"))
+    if (const auto existing = store.find_sweep(def.key())) return existing->id;
+  // (A sweep already in the database without --resume or --new was refused before anything ran.)
+  tune::SweepRecord rec;
+  rec.sweep_key = def.key();
+  rec.command_line = "cnnergy sweep " + joined(args);
+  rec.description = (simulated ? "[SIMULATED DEVICE] " : "") + def.canonical();
+  rec.environment = env;
+  return store.add_sweep(rec);
+}
+
+// "power_limit_w=300: ok" / "...: failed (message)" for the progress line of a finished trial.
+std::string trial_outcome(const tune::TrialRecord& r) {
+  std::string s = r.spec.key + ": " + std::string(tune::trial_status_name(r.status));
+  if (!r.error_message.empty()) s += " (" + r.error_message.substr(0, 80) + ")";
+  return s;
+}
+
+// Runs the plan (grid or adaptive) with the progress bar; the hardware knobs are restored on return.
+void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tune::ResultStore& store,
+                std::int64_t sweep_id, const tune::SweepDefinition& def, const tune::SweepPlan& plan,
+                const SweepInterrupt& interrupt) {
   // Energy: one sampler for the whole sweep, over the GPU whose knobs we turn (all GPUs for commands).
   std::shared_ptr<telemetry::Sampler> sampler;
-  if (nvml && nvml->device_count() > 0 && (device.is_cuda() || is_command)) {
+  if (dev.nvml && dev.nvml->device_count() > 0 && (dev.device.is_cuda() || is_command)) {
     telemetry::SamplerOptions so;
-    if (!is_command || p.get_optional("gpu")) so.gpus = {gpu};
-    sampler = std::make_shared<telemetry::Sampler>(nvml, nullptr, so);
+    if (!is_command || p.get_optional("gpu")) so.gpus = {dev.gpu};
+    sampler = std::make_shared<telemetry::Sampler>(dev.nvml, nullptr, so);
   }
-  // Signals are ours from here: Ctrl-C stops after the trial in progress and the report is still written.
-  SweepInterrupt interrupt;
   std::unique_ptr<tune::HardwareKnobs> hw;
   for (const auto& t : plan.to_run)
     if (tune::HardwareKnobs::touches_hardware(t) && !hw)
-      hw = std::make_unique<tune::HardwareKnobs>(nvml, std::vector<unsigned>{gpu}, false, /*handle_signals=*/false);
-
-  tune::TrialRunner runner;
-  if (is_command) {
-    runner = tune::make_command_runner(p.passthrough(), ms, hw.get(), sampler);
-  } else {
-    tune::ModelWorkload w;
-    w.model = p.get("model");
-    if (auto s = p.get_optional("input")) w.input = parse_shape(*s);
-    if (p.get_optional("classes")) w.classes = p.get_int("classes", 1, 1 << 24);
-    w.device = device;
-    if (auto d = p.get_optional("accuracy-data")) {
-      w.accuracy_data = *d;
-      w.accuracy_epochs = p.get_int("accuracy-epochs", 1, 10000);
-      w.accuracy_max_iterations = p.get_int("accuracy-max-iters", 0, 1LL << 40);
-    }
-    runner = tune::make_model_runner(w, ms, hw.get(), sampler);
-  }
+      hw = std::make_unique<tune::HardwareKnobs>(dev.nvml, std::vector<unsigned>{dev.gpu}, false,
+                                                 /*handle_signals=*/false);
+  const tune::MeasureSettings ms = measure_settings(p);
+  const tune::TrialRunner runner = is_command ? tune::make_command_runner(p.passthrough(), ms, hw.get(), sampler)
+                                              : tune::make_model_runner(model_workload(p, dev), ms, hw.get(), sampler);
 
   std::cerr << "sweep " << def.key() << " (" << plan.to_run.size() << " trials to run, " << plan.already_done
-            << " already done) -> " << p.get("db") << (simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
+            << " already done) -> " << p.get("db") << (dev.simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
   report::ProgressBar bar(plan.to_run.size());
-  auto progress = [&](const tune::SweepProgress& pr) { bar.update(pr.done, pr.last ? pr.last->spec.key : ""); };
-  tune::FailurePolicy policy(static_cast<std::size_t>(p.get_int("max-failures", 0, 1 << 20)));
+  auto progress = [&](const tune::SweepProgress& pr) {
+    if (pr.starting) bar.start(pr.starting->key);
+    else bar.update(pr.done, pr.last ? trial_outcome(*pr.last) : "");
+  };
   if (p.get("search") == "adaptive") {
-    const auto knobs = space.knobs();
+    const auto knobs = def.space.knobs();
     if (knobs.size() != 1 || !tune::knob_is_numeric(knobs.front()))
       throw InvalidArgument("--search adaptive needs exactly one numeric knob (e.g. --power-limit or --sm-clock)");
     tune::AdaptiveOptions ao;
@@ -250,21 +283,23 @@ int run_sweep(const std::vector<std::string>& args) {
       const auto r = tune::execute_adaptive_sweep(store, sweep_id, plan.to_run, knobs.front(),
                                                   tune::parse_objective(p.get("objective")), interruptible, ao, progress);
       bar.finish();
-      std::cout << "adaptive search: " << r.trials_run << " trials of " << plan.to_run.size() << ", best " << r.best_key
-                << "\n";
+      std::cout << "adaptive search: " << r.trials_run << " trials of " << plan.to_run.size() << ", best "
+                << r.best_key << "\n";
     } catch (const NotSupported&) {
       if (!interrupt.requested()) throw;
       bar.finish();
     }
   } else {
+    tune::FailurePolicy policy(static_cast<std::size_t>(p.get_int("max-failures", 0, 1 << 20)));
     const auto out =
         tune::execute_sweep(store, sweep_id, plan, runner, policy, [&] { return interrupt.requested(); }, progress);
     bar.finish();
     std::cout << "trials: " << out.ok << " ok, " << out.failed << " failed, " << out.does_not_fit << " did not fit, "
               << out.skipped << " skipped" << (out.stopped_early ? " (stopped: " + out.stop_reason + ")" : "") << "\n";
   }
-  hw.reset();  // restore the GPU settings before reporting
+}
 
+void report_results(const ArgParser& p, const tune::ResultStore& store, std::int64_t sweep_id, bool simulated) {
   const auto data = report::load_sweep(store, sweep_id);
   if (simulated) std::cout << "\n[SIMULATED DEVICE: energy, power and clocks come from the fake NVML model]\n";
   report::print_trials_table(std::cout, data);
@@ -277,15 +312,70 @@ int run_sweep(const std::vector<std::string>& args) {
     report::write_html_report(store, *path, ho);
     std::cout << "report: " << *path << "\n";
   }
-  sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
-                   [&](const std::string& path) { report::export_csv(store, path); });
-  if (interrupt.requested()) {
-    std::cout.flush();
-    std::fprintf(stderr,
-                 "\ncnnergy: sweep interrupted (signal %d): the trials above finished and are stored in %s.\n"
-                 "Continue it with:\n  %s\n",
-                 interrupt.signal(), p.get("db").c_str(), resume_command(args).c_str());
-    return interrupt.exit_code();
+}
+
+}  // namespace
+
+int run_sweep(const std::vector<std::string>& args) {
+  ArgParser p("sweep", "Sweep knobs (batch, GPUs, power limit, SM/memory clock, convolution algorithm, precision, "
+                       "layout) over a built-in model or an external command; store every trial; report the optimum "
+                       "for time, energy, EDP, ED2P, EDS(k), GFLOPS/W against the reference (default) setting.");
+  declare_flags(p);
+  if (!p.parse(args)) return 0;
+  if (p.get_flag("resume") && p.get_flag("new")) throw InvalidArgument("give --resume or --new, not both");
+  OutputSink sink(p);
+  const bool is_command = !p.passthrough().empty();
+  if (is_command == p.get_optional("model").has_value())
+    throw InvalidArgument("give exactly one workload: --model M or -- CMD ARGS");
+  if (p.get("windows") != "auto") p.get_int("windows", 1, 1000);  // a bad --windows is refused before anything opens
+  measure_settings(p);
+
+  const DeviceSetup dev = open_device(p, is_command);
+  const tune::SweepDefinition def = sweep_definition(p, dev, is_command);
+  auto trials = def.space.trials(def.reference);
+  const auto dropped = check_trials(p, dev, is_command, trials);
+  tune::ResultStore store(p.get("db"));
+  tune::PlanOptions po;
+  po.resume = p.get_flag("resume");
+  if (auto s = p.get_optional("shard")) po.shard = tune::parse_shard(*s);
+  const auto existing = store.find_sweep(def.key());
+  const auto plan = tune::plan_sweep(trials, po, [&](const std::string& key) -> std::optional<tune::TrialStatus> {
+    if (!existing || !po.resume) return std::nullopt;
+    return store.trial_status(existing->id, key);
+  });
+  if (existing && !po.resume && !p.get_flag("new")) {
+    if (!p.get_flag("dry-run")) refuse_duplicate_sweep(*existing, store, args);
+    std::cout << "note: the database already holds this sweep (sweep " << existing->id
+              << "); a real run needs --resume or --new\n";
+  }
+  if (p.get_flag("dry-run")) {
+    std::cout << (dev.simulated ? "[simulated device]\n" : "");
+    tune::print_plan(std::cout, plan, def, po);
+    if (!dropped.empty())
+      std::cout << dropped.size() << " trial(s) the device cannot run (see above) are not in the plan"
+                << (p.get_flag("skip-invalid") ? "" : "; without --skip-invalid a real run refuses the whole plan") << "\n";
+    std::cout << "dry run: no GPU setting was changed and nothing was measured\n";
+    return 0;
+  }
+  const std::int64_t sweep_id = open_sweep_record(store, p, args, def, sweep_environment(dev, is_command), dev.simulated);
+  for (const auto& d : dropped)  // recorded, so the database says why a cell of the grid is empty
+    store.write_trial(sweep_id, tune::TrialRecord{d.trial, tune::TrialStatus::kSkipped, d.reason, {}, tune::utc_timestamp(),
+                                                  tune::utc_timestamp()});
+  {
+    // Signals are ours from here: Ctrl-C stops after the trial in progress and the report is still written.
+    SweepInterrupt interrupt;
+    run_trials(p, dev, is_command, store, sweep_id, def, plan, interrupt);  // knobs restored on return
+    report_results(p, store, sweep_id, dev.simulated);
+    sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
+                     [&](const std::string& path) { report::export_csv(store, path); });
+    if (interrupt.requested()) {
+      std::cout.flush();
+      std::fprintf(stderr,
+                   "\ncnnergy: sweep interrupted (signal %d): the trials above finished and are stored in %s.\n"
+                   "Continue it with:\n  %s\n",
+                   interrupt.signal(), p.get("db").c_str(), resume_command(args).c_str());
+      return interrupt.exit_code();
+    }
   }
   return 0;
 }

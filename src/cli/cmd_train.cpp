@@ -62,7 +62,7 @@ Json report_json(const Graph& graph, const Backend& backend, const std::string& 
     x["seconds"] = e.seconds;
     x["samples_per_s"] = e.samples_per_s;
     x["joules"] = optional_json(e.joules);
-    x["average_watts"] = e.average_watts;
+    x["average_watts"] = optional_json(e.joules ? std::optional<double>(e.average_watts) : std::nullopt);  // null: not measured
     epochs.push_back(x);
   }
   j["epochs"] = epochs;

@@ -19,6 +19,11 @@ LogLevel log_level();
 
 void log_message(LogLevel level, std::string_view message);
 
+// A status line kept at the bottom of a terminal on stderr (the sweep's progress bar): log lines are
+// printed above it (the line is cleared, the message written, the line drawn again), never glued to
+// it. An empty line removes it. Only a caller that knows stderr is a terminal should set one.
+void set_status_line(std::string_view line);
+
 inline void log_debug(std::string_view m) { log_message(LogLevel::kDebug, m); }
 inline void log_info(std::string_view m) { log_message(LogLevel::kInfo, m); }
 inline void log_warn(std::string_view m) { log_message(LogLevel::kWarn, m); }

@@ -25,4 +25,14 @@ Summary summarize(std::span<const double> values) {
   return s;
 }
 
+bool still_noisy(std::span<const double> per_window, const RepetitionPolicy& policy) {
+  return per_window.size() >= 2 && summarize(per_window).cv() > policy.cv_threshold;
+}
+
+bool wants_another_window(std::span<const double> per_window, const RepetitionPolicy& policy) {
+  const auto n = static_cast<int>(per_window.size());
+  if (n < policy.min_repetitions) return true;
+  return n < policy.max_repetitions && still_noisy(per_window, policy);
+}
+
 }  // namespace cnnergy

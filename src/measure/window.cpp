@@ -38,8 +38,9 @@ WindowResult measure_windows(Backend& backend, EnergyProbe* probe, const std::fu
       spec.min_iterations,
       static_cast<std::int64_t>(std::ceil(spec.min_seconds * 1e3 / std::max(per_iter_ms, 1e-6))));
 
+  const RepetitionPolicy policy{spec.repetitions, std::max(spec.repetitions, spec.max_repetitions), spec.cv_threshold};
   std::vector<double> ms, joules, watts, uncertainty;
-  for (int rep = 0; rep < spec.repetitions; ++rep) {
+  while (wants_another_window(ms, policy) || (joules.size() == ms.size() && wants_another_window(joules, policy))) {
     backend.synchronize();
     if (probe) probe->begin();
     const auto t0 = Clock::now();
@@ -59,6 +60,7 @@ WindowResult measure_windows(Backend& backend, EnergyProbe* probe, const std::fu
     }
     r.windows.push_back(std::move(sample));
   }
+  r.noisy = still_noisy(ms, policy) || still_noisy(joules, policy);
   r.ms_per_iteration = summarize(ms);
   if (joules.size() == ms.size() && !joules.empty()) {
     r.joules_per_iteration = summarize(joules);

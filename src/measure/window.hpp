@@ -21,6 +21,8 @@ struct WindowSpec {
   std::int64_t min_iterations = 3;  // ... and runs at least this many iterations
   int repetitions = 3;              // windows per measurement (median and spread)
   int warmup_iterations = 2;        // run before the first window
+  int max_repetitions = 0;          // > repetitions: more windows while the CV exceeds cv_threshold
+  double cv_threshold = 0.05;       // of time (and energy) per iteration, as a fraction
 };
 
 // One window as measured (the raw data behind the summaries; the results store keeps these).
@@ -38,10 +40,12 @@ struct WindowResult {
   std::optional<Summary> watts;
   double uncertainty_joules_per_iteration = 0;  // sensor granularity of the median window
   bool any_short_window = false;
+  bool noisy = false;  // time or energy per iteration ended with a CV above spec.cv_threshold
 };
 
 // Runs `iteration` (which enqueues device work) warm-up times, calibrates how many iterations fill
-// spec.min_seconds, then measures spec.repetitions windows. The device is synchronised at window
+// spec.min_seconds, then measures spec.repetitions windows (more, up to spec.max_repetitions, while
+// time or energy per iteration varies by more than spec.cv_threshold). The device is synchronised at window
 // boundaries only. `probe` may be null (time only). Throws InvalidArgument for a bad spec.
 WindowResult measure_windows(Backend& backend, EnergyProbe* probe, const std::function<void()>& iteration,
                              const WindowSpec& spec);

@@ -15,6 +15,7 @@
 #include "core/errors.hpp"
 #include "report/sweep_data.hpp"
 #include "core/json.hpp"
+#include "tune/significance.hpp"
 #include "tune/store_sql.hpp"
 
 namespace cnnergy::report {
@@ -75,6 +76,8 @@ void export_csv(const ResultStore& store, const std::string& path) {
     header.emplace_back(c);
   for (Metric m : kAllMetrics)
     for (const char* s : {"_median", "_stddev", "_min", "_max"}) header.push_back(std::string(metric_name(m)) + s);
+  for (Metric m : kAllMetrics)
+    for (const char* s : {"_ci95_low", "_ci95_high"}) header.push_back(std::string(metric_name(m)) + s);
   for (const char* c : {"energy_vs_reference_pct", "time_vs_reference_pct", "eds_k2", "eds_k1.5", "pareto"}) header.emplace_back(c);
   for (std::size_t i = 0; i < header.size(); ++i) out += (i ? "," : "") + csv_field(header[i]);
   out += "\r\n";
@@ -105,6 +108,12 @@ void export_csv(const ResultStore& store, const std::string& path) {
         for (int k = 0; k < 4; ++k)
           row.push_back(st ? json_number(k == 0 ? st->median : k == 1 ? st->stddev : k == 2 ? st->min : st->max) : "");
       }
+      for (Metric m : kAllMetrics) {  // 95 % t-interval of the mean; empty with one repetition
+        const Stats* st = s.find(m);
+        const auto ci = st ? mean_interval(*st) : std::nullopt;
+        row.push_back(ci ? json_number(ci->low) : "");
+        row.push_back(ci ? json_number(ci->high) : "");
+      }
       std::optional<double> de, dt;
       if (ref && s.status == TrialStatus::kOk) {
         const auto e = d.median(i, d.analysis.energy_metric()), tm = d.median(i, d.analysis.time_metric());
@@ -130,8 +139,10 @@ namespace {
 Json opt(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
 
 Json stats_json(const Stats& s) {
+  const auto ci = mean_interval(s);  // 95 % t-interval of the mean; null with one repetition
   return Json(Json::Object{{"n", Json(s.n)}, {"median", Json(s.median)}, {"mean", Json(s.mean)}, {"stddev", Json(s.stddev)},
-                           {"min", Json(s.min)}, {"max", Json(s.max)}, {"cv", Json(s.cv())}});
+                           {"min", Json(s.min)}, {"max", Json(s.max)}, {"cv", Json(s.cv())},
+                           {"ci95_low", ci ? Json(ci->low) : Json()}, {"ci95_high", ci ? Json(ci->high) : Json()}});
 }
 
 }  // namespace
@@ -149,6 +160,9 @@ void export_json(const ResultStore& store, const std::string& path) {
       for (const auto& k : t.summary.knobs)
         knobs[std::string(knob_name(k.knob))] = k.value.number ? Json(*k.value.number) : Json(k.value.text);
       for (const auto& [m, s] : t.summary.metrics) metrics[std::string(metric_name(m))] = stats_json(s);
+      if (t.summary.status == TrialStatus::kOk)  // what a finished trial did not measure is null, not absent or 0
+        for (Metric m : kAllMetrics)
+          if (!t.summary.find(m)) metrics[std::string(metric_name(m))] = Json();
       Json::Array reps, phases, layers;
       for (const auto& r : rec.measurement.repetitions) {
         Json::Array e;
@@ -180,8 +194,12 @@ void export_json(const ResultStore& store, const std::string& path) {
     for (const Optimum& o : d.analysis.optima)
       optima.emplace_back(Json::Object{{"objective", Json(o.objective.name())}, {"label", Json(o.objective.label())},
                                        {"trial_key", Json(d.summaries[o.trial].key)}, {"value", Json(o.value)},
-                                       {"energy", Json(o.energy)}, {"time_ms", Json(o.time)}, {"avg_power_w", Json(o.avg_power_w)},
-                                       {"energy_change_pct", opt(o.energy_change_pct)}, {"time_change_pct", opt(o.time_change_pct)}});
+                                       {"energy", opt(o.energy)}, {"time_ms", Json(o.time)}, {"avg_power_w", opt(o.avg_power_w)},
+                                       {"energy_change_pct", opt(o.energy_change_pct)}, {"time_change_pct", opt(o.time_change_pct)},
+                                       {"ci95_low", opt(o.interval_low)}, {"ci95_high", opt(o.interval_high)},
+                                       {"interval_method", Json(kIntervalMethod)},
+                                       {"runner_up_key", o.runner_up ? Json(d.summaries[*o.runner_up].key) : Json()},
+                                       {"verdict", Json(verdict_name(o.verdict))}});
     for (std::size_t i : d.analysis.pareto) pareto.emplace_back(d.summaries[i].key);
     Json::Array gpus;
     for (const auto& g : sw.environment.gpu_names) gpus.emplace_back(g);
@@ -195,7 +213,7 @@ void export_json(const ResultStore& store, const std::string& path) {
                                           {"cuda_version", Json(e.cuda_version)}, {"cudnn_version", Json(e.cudnn_version)},
                                           {"host", Json(e.host)}, {"date", Json(e.date)},
                                           {"cnnergy_version", Json(e.cnnergy_version)}, {"extra", Json(std::move(extra))}})},
-        {"per_sample", Json(d.analysis.per_sample)},
+        {"per_sample", Json(d.analysis.per_sample)}, {"energy_measured", Json(d.analysis.energy_measured)},
         {"reference_key", d.analysis.reference ? Json(d.summaries[*d.analysis.reference].key) : Json()},
         {"trials", Json(std::move(trials))}, {"optima", Json(std::move(optima))}, {"pareto_front", Json(std::move(pareto))}});
   }

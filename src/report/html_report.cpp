@@ -10,6 +10,7 @@
 #include "report/svg.hpp"
 #include "report/sweep_data.hpp"
 #include "report/sweep_title.hpp"
+#include "tune/significance.hpp"
 
 namespace cnnergy::report {
 
@@ -78,22 +79,26 @@ std::string environment_table(const SweepRecord& s) {
 
 std::string optimum_table(const SweepData& d) {
   const char* unit = d.analysis.per_sample ? "sample" : "iteration";
-  std::string o = "<table class=\"optima\"><tr>" + th("target metric", true) + th("value") + th("knobs", true) + th("avg power") +
+  std::string o = "<table class=\"optima\"><tr>" + th("target metric", true) + th("value") + th("95 % interval") +
+                  th("knobs", true) + th("verdict", true) + th("avg power") +
                   th(std::string("energy / ") + unit) + th("energy vs default") + th(std::string("time / ") + unit) +
                   th("time vs default") + "</tr>\n";
   if (d.analysis.reference) {
     const std::size_t r = *d.analysis.reference;
-    o += "<tr class=\"ref\">" + td("default (reference)", true) + td("-") + td(d.label(r), true) +
-         td(format_optional(d.median(r, Metric::kAvgPower), "W")) + td(format_optional(d.median(r, d.analysis.energy_metric()), "J")) +
-         td("-") + td(format_optional(d.median(r, d.analysis.time_metric()), "ms")) + td("-") + "</tr>\n";
+    o += "<tr class=\"ref\">" + td("default (reference)", true) + td("-") + td("-") + td(d.label(r), true) + td("", true) +
+         td(format_metric(d, r, Metric::kAvgPower, "W")) + td(format_metric(d, r, d.analysis.energy_metric(), "J")) + td("-") +
+         td(format_metric(d, r, d.analysis.time_metric(), "ms")) + td("-") + "</tr>\n";
   }
   for (const Optimum& opt : d.analysis.optima) {
     const std::string u = opt.objective.kind == Objective::Kind::kEds ? "" : std::string(metric_unit(opt.objective.metric));
     o += "<tr>" + td((opt.objective.maximise() ? "max " : "min ") + opt.objective.label(), true) + td(format_quantity(opt.value, u)) +
-         td(d.label(opt.trial), true) + td(format_quantity(opt.avg_power_w, "W")) + td(format_quantity(opt.energy, "J")) +
+         td(format_interval(opt, u)) + td(d.label(opt.trial), true) + td(format_verdict(d, opt), true) +
+         td(format_metric(d, opt.trial, Metric::kAvgPower, "W")) + td(format_metric(d, opt.trial, d.analysis.energy_metric(), "J")) +
          td(format_percent(opt.energy_change_pct)) + td(format_quantity(opt.time, "ms")) + td(format_percent(opt.time_change_pct)) + "</tr>\n";
   }
   o = "<div class=\"scroll\">" + o + "</table></div>\n";
+  o += "<p class=\"note\">Interval: " + std::string(kIntervalMethod) +
+       "; an optimum whose interval overlaps the default's or the runner-up's is not distinguishable from it.</p>\n";
   if (!d.analysis.reference)
     o += "<p class=\"note\">No reference (default) trial finished: EDS and the changes against the default are not available.</p>\n";
   return o;
@@ -103,14 +108,8 @@ std::string trials_table(const SweepData& d) {
   const Metric tm = d.analysis.time_metric(), em = d.analysis.energy_metric();
   const char* unit = d.analysis.per_sample ? "sample" : "iteration";
   std::string o = "<table class=\"trials\"><tr>" + th("#") + th("trial", true) + th("status", true) + th("reps") +
-                  th(std::string("time / ") + unit) + th("cv") + th(std::string("energy / ") + unit) + th("cv") + th("avg power") +
+                  th(std::string("time / ") + unit) + th("\u00b1 95 %") + th(std::string("energy / ") + unit) + th("\u00b1 95 %") + th("avg power") +
                   th("peak power") + th("EDP [J*s]") + th("EDS(k=2)") + th("GFLOPS/W") + th("accuracy") + th("error", true) + "</tr>\n";
-  auto cv = [](const Stats* s) {
-    if (!s || s->n < 2) return std::string("-");
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f %%", s->cv() * 100);
-    return std::string(buf);
-  };
   const Objective eds2 = parse_objective("eds:2");
   for (std::size_t i = 0; i < d.summaries.size(); ++i) {
     const TrialSummary& s = d.summaries[i];
@@ -119,9 +118,9 @@ std::string trials_table(const SweepData& d) {
     if (std::find(d.analysis.pareto.begin(), d.analysis.pareto.end(), i) != d.analysis.pareto.end()) cls += " pareto";
     o += "<tr class=\"" + cls + "\">" + td(std::to_string(d.trials[i].trial_index)) + td(s.key + (s.reference ? "  (reference)" : ""), true) +
          td(std::string(trial_status_name(s.status)), true) + td(std::to_string(d.trials[i].repetitions)) +
-         td(format_optional(d.median(i, tm), "ms")) + td(cv(s.find(tm))) + td(format_optional(d.median(i, em), "J")) + td(cv(s.find(em))) +
-         td(format_optional(d.median(i, Metric::kAvgPower), "W")) + td(format_optional(d.median(i, Metric::kPeakPower), "W")) +
-         td(format_optional(d.median(i, Metric::kEdp), "")) + td(format_optional(objective_value(s, eds2, d.reference(), d.analysis.per_sample), "")) +
+         td(format_metric(d, i, tm, "ms")) + td(format_plus_minus(s.find(tm))) + td(format_metric(d, i, em, "J")) +
+         td(format_plus_minus(s.find(em))) + td(format_metric(d, i, Metric::kAvgPower, "W")) +
+         td(format_metric(d, i, Metric::kPeakPower, "W")) + td(format_metric(d, i, Metric::kEdp, "")) + td(format_optional(objective_value(s, eds2, d.reference(), d.analysis.per_sample), "")) +
          td(format_optional(d.median(i, Metric::kGflopsPerWatt), "")) + td(format_optional(d.median(i, Metric::kAccuracy), "")) +
          "<td class=\"l wrap\">" + html_escape(d.trials[i].error_message) + "</td></tr>\n";
   }
@@ -136,7 +135,7 @@ std::string sweep_section(const SweepData& d, const HtmlReportOptions& options) 
   o += "<p>Command: <code>" + html_escape(d.sweep.command_line) + "</code></p>\n";
   o += "<p>" + std::to_string(d.summaries.size()) + " trials: " + std::to_string(counts[0]) + " ok, " + std::to_string(counts[1]) +
        " failed, " + std::to_string(counts[2]) + " did not fit, " + std::to_string(counts[3]) + " skipped. Energy and time are per " +
-       (d.analysis.per_sample ? "sample" : "iteration") + ", all GPUs together; values are medians over the repetitions.</p>\n";
+       (d.analysis.per_sample ? "sample" : "iteration") + ", all GPUs together; values are medians over the repetitions; \u00b1 is the " + std::string(kIntervalMethod) + ", relative to the mean.</p>\n";
   if (!d.sweep.notes.empty()) o += "<p class=\"note\">Notes: <code>" + html_escape(d.sweep.notes) + "</code></p>\n";
   o += "<h3>Environment</h3>\n" + environment_table(d.sweep);
   o += "<h3>Optimum per metric</h3>\n" + optimum_table(d);

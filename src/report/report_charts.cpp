@@ -48,8 +48,8 @@ std::string value_label(Knob k, const KnobValue* v) {
 
 std::string normalised_chart(const SweepData& d, const std::vector<double>& eds_k, const std::string& id) {
   const TrialSummary* ref = d.reference();
-  if (!ref) return "";
   const Metric tm = d.analysis.time_metric(), em = d.analysis.energy_metric();
+  if (!ref || !ref->find(em) || !ref->find(tm)) return "";  // no energy measured: no chart rather than an empty one
   const double t_ref = ref->find(tm)->median, e_ref = ref->find(em)->median;
   ChartSeries pts, front, reference;
   pts.name = "trials";
@@ -146,8 +146,15 @@ std::vector<std::string> knob_charts(const SweepData& d, const std::string& id_p
     for (std::size_t i = 0; i < d.summaries.size(); ++i) any = any || d.median(i, m).has_value();
     if (any) metrics.push_back({title, unit, m, false});
   }
-  std::vector<std::string> out;
   const Objective eds2 = parse_objective("eds:2");
+  // A metric no trial has (energy without a meter) gets no chart, rather than an empty one.
+  std::erase_if(metrics, [&](const M& m) {
+    for (std::size_t i = 0; i < d.summaries.size(); ++i)
+      if (m.eds ? objective_value(d.summaries[i], eds2, d.reference(), ps).has_value() : d.median(i, m.metric).has_value())
+        return false;
+    return true;
+  });
+  std::vector<std::string> out;
   for (Knob k : d.knobs) {
     // x: numbers when every value is numeric, else categories ("default" first, then numeric, then text)
     bool numeric = true;

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <set>
 
+#include "tune/significance.hpp"
+
 namespace cnnergy::report {
 
 using namespace cnnergy::tune;
@@ -87,6 +89,37 @@ std::string format_percent(const std::optional<double>& pct) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%+.1f %%", *pct);
   return buf;
+}
+
+std::string format_metric(const SweepData& d, std::size_t trial, Metric metric, std::string_view unit) {
+  if (const auto v = d.median(trial, metric)) return format_quantity(*v, unit);
+  return d.summaries.at(trial).status == TrialStatus::kOk ? kNotMeasured : "-";
+}
+
+std::string format_plus_minus(const Stats* s) {
+  if (!s) return "-";
+  const auto ci = mean_interval(*s);
+  if (!ci || s->mean == 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "\u00b1 %.1f %%", ci->half_width() / std::fabs(s->mean) * 100);
+  return buf;
+}
+
+std::string format_interval(const Optimum& o, std::string_view unit) {
+  if (!o.interval_low || !o.interval_high) return "-";
+  return "[" + format_quantity(*o.interval_low, unit) + ", " + format_quantity(*o.interval_high, unit) + "]";
+}
+
+std::string format_verdict(const SweepData& d, const Optimum& o) {
+  switch (o.verdict) {
+    case Verdict::kDistinct: return "distinct";
+    case Verdict::kNotDistinguishableFromDefault:
+      return verdict_text(o.verdict) + (d.analysis.reference ? " (" + d.label(*d.analysis.reference) + ")" : "");
+    case Verdict::kNotDistinguishableFromRunnerUp:
+      return verdict_text(o.verdict) + (o.runner_up ? " (" + d.label(*o.runner_up) + ")" : "");
+    case Verdict::kNoInterval: return verdict_text(o.verdict);
+  }
+  return "";
 }
 
 }  // namespace cnnergy::report

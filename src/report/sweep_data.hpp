@@ -42,4 +42,16 @@ std::string format_quantity(double value, std::string_view unit);
 std::string format_optional(const std::optional<double>& value, std::string_view unit);
 std::string format_percent(const std::optional<double>& pct);  // "+4.5 %", "-25.7 %", "-"
 
+inline constexpr const char* kNotMeasured = "not measured";
+// A metric's median on one trial for tables: the value, "not measured" where the trial finished
+// without it (no energy meter), "-" where the trial did not finish.
+std::string format_metric(const SweepData& d, std::size_t trial, tune::Metric metric, std::string_view unit);
+// The metric's 95 % interval half-width relative to its mean, as perf stat's ± column: "± 2.1 %";
+// "-" with fewer than two repetitions or without the metric.
+std::string format_plus_minus(const tune::Stats* s);
+// An optimum's interval "[1.23 J, 1.31 J]" and its verdict ("distinct" or "not distinguishable from
+// the default (knobs)" / "... from the runner-up (knobs)").
+std::string format_interval(const tune::Optimum& o, std::string_view unit);
+std::string format_verdict(const SweepData& d, const tune::Optimum& o);
+
 }  // namespace cnnergy::report

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "report/sweep_title.hpp"
+#include "tune/significance.hpp"
 
 namespace cnnergy::report {
 
@@ -58,13 +59,6 @@ std::string TextTable::render() const {
 
 namespace {
 
-std::string cv_percent(const Stats* s) {
-  if (!s || s->n < 2) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %%", s->cv() * 100);
-  return buf;
-}
-
 std::string knob_cell(const TrialSummary& t, Knob k) {
   for (const auto& s : t.knobs)
     if (s.knob == k) return s.value.text;
@@ -88,9 +82,9 @@ void print_trials_table(std::ostream& out, const SweepData& d) {
   for (Knob k : d.knobs) t.add_column(header_with_unit(k));
   t.add_column("status", TextTable::Align::kLeft);
   t.add_column(std::string("time/") + unit_name);
-  t.add_column("cv");
+  t.add_column("\u00b1 95 %");
   t.add_column(std::string("energy/") + unit_name);
-  t.add_column("cv");
+  t.add_column("\u00b1 95 %");
   t.add_column("avg power");
   t.add_column("EDP [J*s]");
   t.add_column("EDS(k=2)");
@@ -102,14 +96,15 @@ void print_trials_table(std::ostream& out, const SweepData& d) {
     std::vector<std::string> row = {std::to_string(d.trials[i].trial_index)};
     for (Knob k : d.knobs) row.push_back(knob_cell(s, k));
     row.push_back(std::string(trial_status_name(s.status)));
-    row.push_back(format_optional(d.median(i, tm), "ms"));
-    row.push_back(cv_percent(s.find(tm)));
-    row.push_back(format_optional(d.median(i, em), "J"));
-    row.push_back(cv_percent(s.find(em)));
-    row.push_back(format_optional(d.median(i, Metric::kAvgPower), "W"));
-    row.push_back(format_optional(d.median(i, Metric::kEdp), ""));
-    row.push_back(format_optional(objective_value(s, parse_objective("eds:2"), ref, ps), ""));
-    row.push_back(format_optional(d.median(i, Metric::kGflopsPerWatt), ""));
+    row.push_back(format_metric(d, i, tm, "ms"));
+    row.push_back(format_plus_minus(s.find(tm)));
+    row.push_back(format_metric(d, i, em, "J"));
+    row.push_back(format_plus_minus(s.find(em)));
+    row.push_back(format_metric(d, i, Metric::kAvgPower, "W"));
+    row.push_back(format_metric(d, i, Metric::kEdp, ""));
+    const auto eds2 = objective_value(s, parse_objective("eds:2"), ref, ps);
+    row.push_back(!eds2 && s.status == TrialStatus::kOk && !s.find(em) ? std::string(kNotMeasured) : format_optional(eds2, ""));
+    row.push_back(s.find(Metric::kGflops) ? format_metric(d, i, Metric::kGflopsPerWatt, "") : "-");
     std::string note;
     if (s.reference) note = "reference";
     if (std::find(d.analysis.pareto.begin(), d.analysis.pareto.end(), i) != d.analysis.pareto.end())
@@ -120,6 +115,8 @@ void print_trials_table(std::ostream& out, const SweepData& d) {
   }
   out << "sweep " << d.sweep.id << ": " << sweep_title(d) << " (" << d.sweep.sweep_key << ")\n";
   out << t.render();
+  out << "values are medians; \u00b1 is the " << kIntervalMethod << ", relative to the mean\n";
+  if (!d.analysis.energy_measured) out << "energy: " << kNotMeasured << " (no GPU energy meter or RAPL for this workload)\n";
   if (!ref) out << "no reference trial finished: EDS and savings against the default are not available\n";
 }
 
@@ -129,7 +126,9 @@ void print_optimum_table(std::ostream& out, const SweepData& d) {
   TextTable t;
   t.add_column("target metric", TextTable::Align::kLeft);
   t.add_column("value");
+  t.add_column("95 % interval");
   t.add_column("knobs", TextTable::Align::kLeft);
+  t.add_column("verdict", TextTable::Align::kLeft);
   t.add_column("avg power");
   t.add_column(std::string("energy/") + unit_name);
   t.add_column("energy vs default");
@@ -137,18 +136,19 @@ void print_optimum_table(std::ostream& out, const SweepData& d) {
   t.add_column("time vs default");
   if (d.analysis.reference) {
     const std::size_t r = *d.analysis.reference;
-    t.add_row({"default (reference)", "-", d.label(r), format_optional(d.median(r, Metric::kAvgPower), "W"),
-               format_optional(d.median(r, d.analysis.energy_metric()), "J"), "-",
-               format_optional(d.median(r, d.analysis.time_metric()), "ms"), "-"});
+    t.add_row({"default (reference)", "-", "-", d.label(r), "", format_metric(d, r, Metric::kAvgPower, "W"),
+               format_metric(d, r, d.analysis.energy_metric(), "J"), "-", format_metric(d, r, d.analysis.time_metric(), "ms"),
+               "-"});
   }
   for (const Optimum& o : d.analysis.optima) {
     const std::string unit = o.objective.kind == Objective::Kind::kEds ? "" : std::string(metric_unit(o.objective.metric));
-    t.add_row({(o.objective.maximise() ? "max " : "min ") + o.objective.label(), format_quantity(o.value, unit), d.label(o.trial),
-               format_optional(d.median(o.trial, Metric::kAvgPower), "W"),
-               format_optional(d.median(o.trial, d.analysis.energy_metric()), "J"), format_percent(o.energy_change_pct),
+    t.add_row({(o.objective.maximise() ? "max " : "min ") + o.objective.label(), format_quantity(o.value, unit),
+               format_interval(o, unit), d.label(o.trial), format_verdict(d, o), format_metric(d, o.trial, Metric::kAvgPower, "W"),
+               format_metric(d, o.trial, d.analysis.energy_metric(), "J"), format_percent(o.energy_change_pct),
                format_quantity(o.time, "ms"), format_percent(o.time_change_pct)});
   }
   out << t.render();
+  out << "interval: " << kIntervalMethod << "; overlapping intervals are \"not distinguishable\"\n";
   if (!d.analysis.pareto.empty()) {
     out << "Pareto front (time, energy): ";
     for (std::size_t k = 0; k < d.analysis.pareto.size(); ++k) out << (k ? "; " : "") << d.label(d.analysis.pareto[k]);

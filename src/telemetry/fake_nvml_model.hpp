@@ -300,15 +300,21 @@ class FakeDriver {
         (600ull << 20) + static_cast<unsigned long long>(util * static_cast<double>(80ull << 30));
   }
 
-  // Brings every GPU's simulation up to `now`: ticks in order, each re-reading the load.
+  // Brings every GPU's simulation up to `now`: ticks in order, at the load the file holds now.
   void advance(std::int64_t now) {
     if (init_count == 0) return;
     load_state_file(false);
+    bool tick_due = false;
+    for (const auto& g : gpus) tick_due = tick_due || g.next_tick <= now;
+    // The load file is read whole at every tick that falls due, not only when its mtime changed: file
+    // times are coarse (one kernel tick, 4 ms here), so a job that marked the GPU busy within the
+    // same tick as the previous job marked it idle went unseen, and that job then ran its whole
+    // length at the idle clock (the "repetition 0 takes 1.2 s whatever the power limit" effect).
+    if (tick_due) read_load_file(true);
     for (auto& g : gpus) {
       while (g.next_tick <= now) {
         const std::int64_t t = g.next_tick;
         ++g.tick_index;
-        read_load_file(false);
         push_segment(g, t, noisy_power_w(g));
         take_snapshot(g, t);
         g.next_tick += cfg.update_ns;

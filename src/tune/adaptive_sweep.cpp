@@ -41,6 +41,7 @@ AdaptiveSweepResult execute_adaptive_sweep(ResultStore& store, std::int64_t swee
     TrialRecord& rec = stored.try_emplace(spec.key, TrialRecord{spec, TrialStatus::kOk, "", {}, utc_timestamp(), ""}).first->second;
     std::optional<std::map<Metric, Stats>> own;
     TrialRecord attempt = rec;
+    if (on_progress) on_progress(SweepProgress{result.trials_run, planned, nullptr, &spec});
     try {
       const TrialMeasurement m = run(spec);
       own = compute_trial_metrics(m);  // validates this run before it joins the stored record

@@ -1,5 +1,6 @@
 // Metrics, statistics, objectives, optima and the Pareto front.
 #include "tune/metrics.hpp"
+#include "tune/significance.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -238,12 +239,18 @@ std::optional<double> objective_value(const TrialSummary& trial, const Objective
     const Stats* s = trial.find(o.metric);
     return s ? std::optional<double>(s->median) : std::nullopt;
   }
+  const auto in = eds_inputs(trial, reference, per_sample);
+  return in ? std::optional<double>(eds(in->e->median, in->t->median, in->e_ref->median, in->t_ref->median, o.eds_k))
+            : std::nullopt;
+}
+
+std::optional<EdsInputs> eds_inputs(const TrialSummary& trial, const TrialSummary* reference, bool per_sample) {
   const Metric tm = per_sample ? Metric::kTimePerSample : Metric::kTimePerIteration;
   const Metric em = per_sample ? Metric::kEnergyPerSample : Metric::kEnergyPerIteration;
-  if (!reference || reference->status != TrialStatus::kOk) return std::nullopt;
-  const Stats *t = trial.find(tm), *e = trial.find(em), *tr = reference->find(tm), *er = reference->find(em);
-  if (!t || !e || !tr || !er || !(tr->median > 0) || !(er->median > 0)) return std::nullopt;
-  return eds(e->median, t->median, er->median, tr->median, o.eds_k);
+  if (trial.status != TrialStatus::kOk || !reference || reference->status != TrialStatus::kOk) return std::nullopt;
+  const EdsInputs in{trial.find(tm), trial.find(em), reference->find(tm), reference->find(em)};
+  if (!in.t || !in.e || !in.t_ref || !in.e_ref || !(in.t_ref->median > 0) || !(in.e_ref->median > 0)) return std::nullopt;
+  return in;
 }
 
 std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& te) {
@@ -264,18 +271,69 @@ std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double
   return front;
 }
 
+namespace {
+
+// Best and second-best trial of one objective (by median value).
+struct Ranking {
+  std::optional<std::size_t> best, runner_up;
+  double best_value = 0;
+};
+
+Ranking rank(const std::vector<TrialSummary>& trials, const Objective& o, const TrialSummary* ref, bool per_sample) {
+  Ranking r;
+  double second_value = 0;
+  auto better = [&](double a, double b) { return o.maximise() ? a > b : a < b; };
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    const auto v = objective_value(trials[i], o, ref, per_sample);
+    if (!v || !std::isfinite(*v)) continue;
+    if (!r.best || better(*v, r.best_value)) {
+      r.runner_up = r.best;
+      second_value = r.best_value;
+      r.best = i;
+      r.best_value = *v;
+    } else if (!r.runner_up || better(*v, second_value)) {
+      r.runner_up = i;
+      second_value = *v;
+    }
+  }
+  return r;
+}
+
+// Distinct, or not distinguishable from the default (checked first: "no better than leaving the
+// setting alone" is what a user most needs to know) or from the runner-up.
+Verdict judge(const std::vector<TrialSummary>& trials, const Objective& o, const TrialSummary* ref,
+              std::optional<std::size_t> reference_index, bool per_sample, Optimum& opt) {
+  const auto mine = objective_interval(trials[opt.trial], o, ref, per_sample);
+  if (!mine) return Verdict::kNoInterval;
+  opt.interval_low = mine->low;
+  opt.interval_high = mine->high;
+  if (reference_index && *reference_index != opt.trial)
+    if (const auto r = objective_interval(trials[*reference_index], o, ref, per_sample); r && r->overlaps(*mine))
+      return Verdict::kNotDistinguishableFromDefault;
+  if (opt.runner_up)
+    if (const auto r = objective_interval(trials[*opt.runner_up], o, ref, per_sample); r && r->overlaps(*mine))
+      return Verdict::kNotDistinguishableFromRunnerUp;
+  return Verdict::kDistinct;
+}
+
+}  // namespace
+
 Analysis analyse(const std::vector<TrialSummary>& trials, const std::vector<Objective>& objectives) {
   Analysis a;
-  bool any_ok = false, all_per_sample = true;
+  bool any_ok = false, all_per_sample = true, any_energy = false;
   for (const auto& t : trials) {
     if (t.status != TrialStatus::kOk) continue;
     any_ok = true;
-    all_per_sample = all_per_sample && t.find(Metric::kTimePerSample) && t.find(Metric::kEnergyPerSample);
+    // The basis depends on samples only: a trial without energy must not turn time per sample into
+    // time per iteration behind the user's back.
+    all_per_sample = all_per_sample && t.find(Metric::kTimePerSample);
+    any_energy = any_energy || t.find(Metric::kEnergyPerIteration);
   }
   a.per_sample = any_ok && all_per_sample;
+  a.energy_measured = any_energy;
   const Metric tm = a.time_metric(), em = a.energy_metric();
   for (std::size_t i = 0; i < trials.size(); ++i)
-    if (trials[i].reference && trials[i].status == TrialStatus::kOk && trials[i].find(tm) && trials[i].find(em)) {
+    if (trials[i].reference && trials[i].status == TrialStatus::kOk && trials[i].find(tm)) {
       a.reference = i;
       break;
     }
@@ -283,29 +341,20 @@ Analysis analyse(const std::vector<TrialSummary>& trials, const std::vector<Obje
 
   for (const Objective& raw : objectives) {
     const Objective o = resolve_objective(raw, a.per_sample);
-    std::optional<std::size_t> best;
-    double best_value = 0;
-    for (std::size_t i = 0; i < trials.size(); ++i) {
-      const auto v = objective_value(trials[i], o, ref, a.per_sample);
-      if (!v || !std::isfinite(*v)) continue;
-      if (!best || (o.maximise() ? *v > best_value : *v < best_value)) {
-        best = i;
-        best_value = *v;
-      }
-    }
-    if (!best) continue;
+    const Ranking r = rank(trials, o, ref, a.per_sample);
+    if (!r.best) continue;
     Optimum opt;
     opt.objective = o;
-    opt.trial = *best;
-    opt.value = best_value;
-    const TrialSummary& t = trials[*best];
+    opt.trial = *r.best;
+    opt.value = r.best_value;
+    opt.runner_up = r.runner_up;
+    const TrialSummary& t = trials[*r.best];
     if (const Stats* s = t.find(em)) opt.energy = s->median;
     if (const Stats* s = t.find(tm)) opt.time = s->median;
     if (const Stats* s = t.find(Metric::kAvgPower)) opt.avg_power_w = s->median;
-    if (ref && t.find(em) && t.find(tm)) {
-      opt.energy_change_pct = (opt.energy / ref->find(em)->median - 1.0) * 100.0;
-      opt.time_change_pct = (opt.time / ref->find(tm)->median - 1.0) * 100.0;
-    }
+    if (ref && t.find(tm)) opt.time_change_pct = (opt.time / ref->find(tm)->median - 1.0) * 100.0;
+    if (ref && opt.energy && ref->find(em)) opt.energy_change_pct = (*opt.energy / ref->find(em)->median - 1.0) * 100.0;
+    opt.verdict = judge(trials, o, ref, a.reference, a.per_sample, opt);
     a.optima.push_back(opt);
   }
 

@@ -122,17 +122,33 @@ struct TrialSummary {
   const Stats* find(Metric m) const;
 };
 
+// Is the optimum told apart from the alternatives by more than the noise? Intervals are 95 %
+// t-intervals of the mean (tune/significance.hpp); overlapping intervals are "not distinguishable".
+enum class Verdict {
+  kDistinct,                        // its interval overlaps neither the default's nor the runner-up's
+  kNotDistinguishableFromDefault,   // its interval overlaps the reference (default) trial's
+  kNotDistinguishableFromRunnerUp,  // ... the second-best trial's
+  kNoInterval,                      // fewer than two repetitions: no interval, no verdict
+};
+
 struct Optimum {
   Objective objective;
   std::size_t trial = 0;           // index into the summaries
   double value = 0;                // objective value (median)
-  double energy = 0, time = 0;     // per work unit: J and ms
-  double avg_power_w = 0;
+  std::optional<double> energy;    // per work unit, J (empty: energy not measured)
+  double time = 0;                 // per work unit, ms
+  std::optional<double> avg_power_w;
   std::optional<double> energy_change_pct, time_change_pct;  // against the reference: -25 = 25 % less
+  std::optional<double> interval_low, interval_high;          // 95 % t-interval of the objective
+  std::optional<std::size_t> runner_up;                       // the second-best trial, when there is one
+  Verdict verdict = Verdict::kNoInterval;
 };
 
 struct Analysis {
-  bool per_sample = false;               // energy/time per sample (else per iteration)
+  // Time (and energy) per sample where every finished trial knows its samples, else per iteration;
+  // energy being measured or not never changes the basis.
+  bool per_sample = false;
+  bool energy_measured = false;          // every finished trial has energy
   std::optional<std::size_t> reference;  // index of the reference trial, when it ran fine
   std::vector<Optimum> optima;           // one per objective that has a value on some trial
   std::vector<std::size_t> pareto;       // indices on the (time, energy) Pareto front, by time
@@ -144,6 +160,12 @@ struct Analysis {
 // computed (failed trial, metric not measured, EDS without a reference).
 std::optional<double> objective_value(const TrialSummary& trial, const Objective& objective,
                                       const TrialSummary* reference, bool per_sample);
+// What EDS(k) of a trial needs: its time and energy statistics and the reference's (per sample or
+// per iteration); empty when a trial did not finish, a figure is missing or a reference is zero.
+struct EdsInputs {
+  const Stats *t, *e, *t_ref, *e_ref;
+};
+std::optional<EdsInputs> eds_inputs(const TrialSummary& trial, const TrialSummary* reference, bool per_sample);
 // Resolves time/energy/EDP objectives to the per-sample or per-iteration basis.
 Objective resolve_objective(Objective objective, bool per_sample);
 

@@ -136,6 +136,7 @@ SweepOutcome execute_sweep(ResultStore& store, std::int64_t sweep_id, const Swee
       rec.status = TrialStatus::kSkipped;
       rec.error_message = *reason;
     } else {
+      if (on_progress) on_progress(SweepProgress{done, plan.to_run.size(), nullptr, &spec});
       try {
         rec.measurement = run(spec);
         rec.status = TrialStatus::kOk;

@@ -79,7 +79,8 @@ class FailurePolicy {
 
 struct SweepProgress {
   std::size_t done = 0, total = 0;   // trials finished in this run / planned in this run
-  const TrialRecord* last = nullptr;  // the trial just stored
+  const TrialRecord* last = nullptr;  // the trial just stored (null in a "starting" call)
+  const TrialSpec* starting = nullptr;  // set in the call made just before a trial runs
 };
 
 struct SweepOutcome {
@@ -95,7 +96,8 @@ using TrialRunner = std::function<TrialMeasurement(const TrialSpec&)>;
 
 // Runs the plan, writing every trial to the store as soon as it finishes (one transaction each), so an
 // interruption loses at most the trial in progress. `should_cancel` is polled between trials (the CLI
-// sets it on SIGINT/SIGTERM); `on_progress` is called after each stored trial.
+// sets it on SIGINT/SIGTERM); `on_progress` is called before each trial runs (`starting` set) and
+// after each stored trial (`last` set).
 SweepOutcome execute_sweep(ResultStore& store, std::int64_t sweep_id, const SweepPlan& plan, const TrialRunner& run,
                            FailurePolicy& policy, const std::function<bool()>& should_cancel = {},
                            const std::function<void(const SweepProgress&)>& on_progress = {});

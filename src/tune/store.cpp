@@ -15,6 +15,7 @@
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "tune/sqlite.hpp"
+#include "tune/significance.hpp"
 #include "tune/store_sql.hpp"
 
 namespace cnnergy::tune {
@@ -83,8 +84,12 @@ Json knobs_json(const std::vector<KnobSetting>& knobs) {
 }
 
 Json stats_json(const Stats& s) {
+  // ci95_low/high (a 95 % t-interval of the mean, null with one repetition) are derived from n, mean and
+  // stddev, so stores written before they existed need no upgrade: readers recompute them.
+  const auto ci = mean_interval(s);
   return Json(Json::Object{{"n", Json(s.n)}, {"median", Json(s.median)}, {"mean", Json(s.mean)},
-                           {"stddev", Json(s.stddev)}, {"min", Json(s.min)}, {"max", Json(s.max)}});
+                           {"stddev", Json(s.stddev)}, {"min", Json(s.min)}, {"max", Json(s.max)},
+                           {"ci95_low", ci ? Json(ci->low) : Json()}, {"ci95_high", ci ? Json(ci->high) : Json()}});
 }
 
 std::map<Metric, Stats> metrics_from_json(const std::string& text) {

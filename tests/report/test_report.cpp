@@ -2,6 +2,8 @@
 // report's structure and escaping.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -105,30 +107,56 @@ TEST(Report, QuantitiesCarryUnits) {
   EXPECT_EQ(format_quantity(NAN, "W"), "-");
 }
 
-TEST(Report, ProgressBarShowsEtaAndStaysOffPipes) {
+TEST(Report, ProgressBarShowsTheRunningTrialElapsedAndEta) {
   ProgressBar bar(10, nullptr, false);
   EXPECT_FALSE(bar.enabled());
+  EXPECT_EQ(bar.mode(), ProgressBar::Mode::kOff);
   const std::string line = bar.render(4, "power_limit_w=300", std::chrono::seconds(40));
   EXPECT_NE(line.find("[############..................]"), std::string::npos) << line;
   EXPECT_NE(line.find("4/10"), std::string::npos);
+  EXPECT_NE(line.find("elapsed 40s"), std::string::npos) << line;
   EXPECT_NE(line.find("ETA 1m00s"), std::string::npos) << line;  // 10 s per trial, 6 left
-  EXPECT_NE(line.find("power_limit_w=300"), std::string::npos);
+  EXPECT_NE(line.find("now: power_limit_w=300"), std::string::npos) << line;  // the trial running now
+  // 4 trials took 40 s; the running one has run 4 s of its 10: 6 left, minus those 4 s.
+  const std::string running = bar.render(4, "power_limit_w=350", std::chrono::seconds(44), std::chrono::seconds(4));
+  EXPECT_NE(running.find("ETA 56s"), std::string::npos) << running;
+  EXPECT_NE(running.find("(4s)"), std::string::npos) << running;
   EXPECT_NE(bar.render(10, "", std::chrono::seconds(3725)).find("done in 1h02m"), std::string::npos);
-  EXPECT_NE(bar.render(0, "", std::chrono::seconds(1)).find("ETA ?"), std::string::npos);
+  EXPECT_NE(bar.render(0, "power_limit_w=200", std::chrono::seconds(1)).find("ETA ?"), std::string::npos);
+  EXPECT_NE(bar.render(0, "power_limit_w=200", std::chrono::seconds(1)).find("now: power_limit_w=200"), std::string::npos);
+}
 
+TEST(Report, ProgressIsOnePlainLinePerTrialWhenNotATerminal) {
   std::FILE* f = std::tmpfile();
   ASSERT_NE(f, nullptr);
   {
-    ProgressBar silent(3, f, false);  // a file is not a terminal: nothing drawn
-    silent.update(1, "a");
+    ProgressBar lines(3, f, false);  // a file is not a terminal: plain lines, no escape codes
+    EXPECT_EQ(lines.mode(), ProgressBar::Mode::kLines);
+    lines.start("a");
+    lines.update(1, "a: ok");
+    lines.start("b");
+    lines.update(2, "b: failed (exit 3)");
   }
-  EXPECT_EQ(std::ftell(f), 0);
-  {
-    ProgressBar forced(3, f, true);
-    forced.update(2, "b");
-  }
-  EXPECT_GT(std::ftell(f), 0);
+  std::rewind(f);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), f));
   std::fclose(f);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_NE(text.find("[1/3] a: ok  elapsed"), std::string::npos) << text;
+  EXPECT_NE(text.find("[2/3] b: failed (exit 3)"), std::string::npos) << text;
+  EXPECT_NE(text.find("ETA"), std::string::npos) << text;
+
+  std::FILE* g = std::tmpfile();
+  ASSERT_NE(g, nullptr);
+  {
+    ProgressBar forced(3, g, true);  // a bar drawn in place
+    forced.start("c");
+    forced.update(2, "c: ok");
+  }
+  EXPECT_GT(std::ftell(g), 0);
+  std::fclose(g);
 }
 
 TEST(Report, CsvFieldsAreQuotedAndFormulasDefused) {
@@ -171,6 +199,16 @@ TEST(Report, ExportsReadBackExactly) {
   }
   EXPECT_TRUE(found_error);
   EXPECT_TRUE(found_eds);
+  // Every metric's 95 % t-interval is exported beside its median.
+  ASSERT_LT(col("time_per_iteration_ms_ci95_high"), rows[0].size());
+  std::size_t intervals = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const std::string lo = rows[i][col("time_per_iteration_ms_ci95_low")], hi = rows[i][col("time_per_iteration_ms_ci95_high")];
+    if (lo.empty()) continue;
+    ++intervals;
+    EXPECT_LE(std::stod(lo), std::stod(hi));
+  }
+  EXPECT_GT(intervals, 0u);
 
   export_json(store, dir.file("r.json"));
   const Json doc = Json::parse(read_file(dir.file("r.json")));
@@ -185,6 +223,12 @@ TEST(Report, ExportsReadBackExactly) {
   EXPECT_EQ(t0["repetitions"].as_array()[1]["energy_mj"].as_array()[0].as_number(), rec.measurement.repetitions[1].energy_mj[0]);
   EXPECT_EQ(t0["layers"].as_array().size(), 9u);
   EXPECT_FALSE(sweeps[0]["optima"].as_array().empty());
+  for (const auto& o : sweeps[0]["optima"].as_array()) {  // each optimum says whether it is told apart
+    const std::string v = o["verdict"].as_string();
+    EXPECT_TRUE(v == "distinct" || v == "not_distinguishable_from_default" || v == "not_distinguishable_from_runner_up" ||
+                v == "no_interval") << v;
+    EXPECT_EQ(o["ci95_low"].is_null(), v == "no_interval");
+  }
   EXPECT_FALSE(sweeps[0]["pareto_front"].as_array().empty());
   EXPECT_THROW(export_csv(store, dir.file("no/such/dir/x.csv")), DataError);
 }

@@ -12,8 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "../train/cli_run.hpp"
-#include "sim_sweep_fixture.hpp"
+#include "sim_sweep_env.hpp"
 #include "tune/store.hpp"
 
 namespace fs = std::filesystem;
@@ -21,7 +20,10 @@ using cnnergy::testing::run_cli;
 
 namespace {
 
-using SweepCli = cnnergy::testing::SimulatedSweepTest;
+class SweepCli : public cnnergy::testing::SimulatedSweepTest {
+ protected:
+  SweepCli() : SimulatedSweepTest("cnnergy_sweep_", 0.25) {}
+};
 
 }  // namespace
 
@@ -76,7 +78,7 @@ TEST_F(SweepCli, BadKnobValuesNameTheRangeOrTheNearestClock) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("choose on or off"), std::string::npos) << r.output;
   r = run_cli("sweep --model lenet5 --device cpu --cuda-graph off,on --db " + (dir_ / "b.db").string());
-  EXPECT_EQ(r.exit_code, 4) << r.output;  // refused before any trial
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // the plan is refused as a whole before any trial
   EXPECT_NE(r.output.find("needs --device cuda"), std::string::npos) << r.output;
   std::ofstream(dir_ / "garbage.db") << "this is not a database";
   r = sweep("--power-limit 300,400 --db " + (dir_ / "garbage.db").string() + " -- " + job_);

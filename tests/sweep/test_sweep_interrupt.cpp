@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "sim_sweep_fixture.hpp"
+#include "sim_sweep_env.hpp"
 #include "tune/store.hpp"
 
 namespace fs = std::filesystem;

@@ -2,6 +2,8 @@
 // unsupported readings as empty optionals, an old driver without the versioned symbols, a lost
 // GPU, no driver at all, and paths that are not NVML.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <set>
 #include <thread>
@@ -120,6 +122,25 @@ TEST(Nvml, LoadFileDrivesTheSimulatedUtilisation) {
   EXPECT_TRUE(test::wait_until([&] { return nvml->device(0).utilization()->gpu_percent == 10u; },
                                std::chrono::seconds(5)));
   EXPECT_EQ(nvml->device(1).utilization()->gpu_percent, 10u);  // one value: every GPU
+}
+
+// File times are coarse (one kernel tick): a job that marks the GPU busy in the same tick as the
+// previous job marked it idle must still be seen, or it runs its whole length at the idle clock.
+TEST(Nvml, ALoadWrittenWithAnUnchangedMtimeIsStillSeen) {
+  test::FakeNvmlEnv fake(1, 20);
+  test::ScopedEnv env;
+  const std::string load = fake.dir.file("load.txt");
+  test::write_file(load, "0\n");
+  env.set("CNNERGY_FAKE_NVML_LOAD_FILE", load);
+  auto nvml = open_fake();
+  EXPECT_EQ(nvml->device(0).utilization()->gpu_percent, 0u);
+  struct stat before {};
+  ASSERT_EQ(::stat(load.c_str(), &before), 0);
+  test::write_file(load, "1\n");
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, load.c_str(), times, 0), 0);  // the same mtime as the idle content
+  EXPECT_TRUE(test::wait_until([&] { return nvml->device(0).utilization()->gpu_percent == 100u; },
+                               std::chrono::seconds(5)));
 }
 
 TEST(Nvml, UnsupportedReadingsAreEmptyNotErrors) {

@@ -40,6 +40,8 @@ TEST(TrainCli, LeNet5ReachesEightyNinePercentOnFashionMnist) {
   const double top1 = epochs.back().at("top1").number();
   EXPECT_GE(top1, 0.89) << r.output;
   EXPECT_GT(epochs.back().at("top5").number(), top1);
+  // Energy measured (RAPL) or not, joules and average watts agree: never 0 W beside a null J.
+  EXPECT_EQ(epochs.back().at("joules").is_null(), epochs.back().at("average_watts").is_null());
   EXPECT_LT(epochs.back().at("train_loss").number(), epochs.front().at("train_loss").number());
   EXPECT_TRUE(fs::exists(dir / "ck.bin"));
   // Resuming the finished run trains nothing more and keeps the checkpoint readable.

@@ -117,8 +117,14 @@ TEST(Plan, ExecuteRecordsEveryOutcomeAndSkipsLargerBatchesAfterOom) {
     return random_trial(rng, t).measurement;
   };
   FailurePolicy policy(0);
-  std::size_t progress_calls = 0;
+  std::size_t progress_calls = 0, starting_calls = 0;
   const SweepOutcome out = execute_sweep(store, id, plan, runner, policy, {}, [&](const SweepProgress& p) {
+    if (p.starting) {  // the trial about to run is announced (the progress bar shows it while it runs)
+      EXPECT_EQ(p.last, nullptr);
+      EXPECT_EQ(p.done, progress_calls);
+      ++starting_calls;
+      return;
+    }
     ++progress_calls;
     EXPECT_EQ(p.done, progress_calls);
     EXPECT_EQ(p.total, plan.to_run.size());
@@ -129,6 +135,7 @@ TEST(Plan, ExecuteRecordsEveryOutcomeAndSkipsLargerBatchesAfterOom) {
   EXPECT_EQ(out.failed, 3u);   // 400 W for each batch, minus none skipped
   EXPECT_EQ(out.ok + out.failed + out.does_not_fit + out.skipped, plan.to_run.size());
   EXPECT_EQ(ran.size(), plan.to_run.size() - 1);
+  EXPECT_EQ(starting_calls, ran.size());  // every trial that ran, not the skipped one
   EXPECT_EQ(store.trial_status(id, "batch=256,power_limit_w=200"), TrialStatus::kSkipped);
   EXPECT_EQ(store.trial_status(id, "batch=128,power_limit_w=200"), TrialStatus::kDoesNotFit);
   for (const auto& t : store.trials(id))

@@ -1,6 +1,8 @@
 // The trial runner for external commands: the command is rerun per iteration with CNNERGY_* knob
 // variables in its environment; each window covers whole runs, metered over the sampled GPUs.
+#include <algorithm>
 #include <chrono>
+#include <span>
 
 #include "core/errors.hpp"
 #include "core/subprocess.hpp"
@@ -25,7 +27,11 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
   for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   auto probe = make_energy_probe(sampler, {});
   TrialMeasurement m;
-  for (int rep = 0; rep < settings.repetitions; ++rep) {
+  const RepetitionPolicy policy{settings.repetitions, std::max(settings.repetitions, settings.max_repetitions),
+                                settings.cv_threshold};
+  std::vector<double> ms_per_run, mj_per_run;
+  while (wants_another_window(ms_per_run, policy) ||
+         (mj_per_run.size() == ms_per_run.size() && wants_another_window(mj_per_run, policy))) {
     WindowSample w;
     if (probe) probe->begin();
     const auto t0 = std::chrono::steady_clock::now();
@@ -39,7 +45,10 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
     WindowResult one;
     one.windows.push_back(w);
     for (auto& r : to_repetitions(one, probe ? probe->source() : std::string())) m.repetitions.push_back(std::move(r));
+    ms_per_run.push_back(w.elapsed_ms / static_cast<double>(w.iterations));
+    if (w.energy) mj_per_run.push_back(w.energy->joules * 1e3 / static_cast<double>(w.iterations));
   }
+  warn_if_noisy(trial, ms_per_run, mj_per_run, policy);
   return m;
 }
 

@@ -2,10 +2,13 @@
 // this node (N CPU replicas on the CPU), the batch knob being the global batch split over them (Castro et al. 2019,
 // Section 5). Each repetition is one timed data-parallel run, every GPU metered and summed. With
 // the cuda_graph knob on, every replica replays its step as one recorded CUDA graph.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "data/dataset.hpp"
+#include "measure/statistics.hpp"
 #include "net/graph.hpp"
 #include "train/parallel/dp_trainer.hpp"
 #include "tune/run/runners.hpp"
@@ -48,7 +51,10 @@ TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOption
   const auto iterations = std::max<std::int64_t>(
       settings.min_iterations, static_cast<std::int64_t>(std::ceil(settings.window_seconds / std::max(step_s, 1e-6))));
   TrialMeasurement m;
-  for (int rep = 0; rep < settings.repetitions; ++rep) {
+  const RepetitionPolicy policy{settings.repetitions, std::max(settings.repetitions, settings.max_repetitions),
+                                settings.cv_threshold};
+  std::vector<double> ms_per_step;  // --reps auto: more repetitions while the step time varies
+  while (wants_another_window(ms_per_step, policy)) {
     const auto r = run(iterations);
     Repetition out;
     out.elapsed_ms = r.seconds * 1e3;
@@ -57,6 +63,7 @@ TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOption
       for (const auto& rank : r.ranks) out.energy_mj.push_back(rank.joules.value_or(0) * 1e3);
       out.energy_source = r.ranks.empty() ? "" : r.ranks.front().energy_source;
     }
+    ms_per_step.push_back(out.elapsed_ms / static_cast<double>(std::max<std::int64_t>(1, out.iterations)));
     m.repetitions.push_back(std::move(out));
     m.flops_per_iteration = r.flops_per_sample * static_cast<double>(global_batch);
   }

@@ -1,7 +1,10 @@
 // The trial runner for built-in models: a backend configured by the trial's knobs, the model on
 // synthetic data already on the device (the workload, not the loader, is what a sweep compares),
 // repeated measurement windows, and optionally a short training for accuracy.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <span>
 #include <thread>
 
 #include "core/errors.hpp"
@@ -42,10 +45,25 @@ void cool_down(const MeasureSettings& s, const std::shared_ptr<telemetry::Sample
   log_warn("cool-down: the GPU did not reach " + std::to_string(s.cooldown_max_c) + " C within the timeout");
 }
 
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g %%", fraction * 100);
+  return buf;
+}
+
 }  // namespace
 
 TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOptions& backend_options, std::int64_t gpus,
                                          std::int64_t global_batch, bool cuda_graph, const MeasureSettings& settings);
+
+void warn_if_noisy(const TrialSpec& trial, std::span<const double> ms, std::span<const double> mj,
+                   const RepetitionPolicy& policy) {
+  const bool time_noisy = still_noisy(ms, policy), energy_noisy = mj.size() == ms.size() && still_noisy(mj, policy);
+  if (!time_noisy && !energy_noisy) return;
+  log_warn("trial " + trial.key + " stayed noisy after " + std::to_string(ms.size()) + " windows (CV of time " +
+           percent(summarize(ms).cv()) + (mj.empty() ? std::string() : ", of energy " + percent(summarize(mj).cv())) +
+           " > " + percent(policy.cv_threshold) + "): its interval is wide");
+}
 
 // Turns measured windows into the store's repetitions.
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source) {
@@ -86,7 +104,12 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       if (workload.accuracy_epochs > 0)
         throw NotSupported("accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1");
       // --cuda-graph on: every replica replays its step (all-reduces included) as one CUDA graph.
-      return run_data_parallel_trial(*graph, bo, gpus, batch, cuda_graph, settings);
+      TrialMeasurement dp = run_data_parallel_trial(*graph, bo, gpus, batch, cuda_graph, settings);
+      std::vector<double> ms;
+      for (const auto& r : dp.repetitions) ms.push_back(r.elapsed_ms / static_cast<double>(std::max<std::int64_t>(1, r.iterations)));
+      warn_if_noisy(trial, ms, {}, {settings.repetitions, std::max(settings.repetitions, settings.max_repetitions),
+                                    settings.cv_threshold});
+      return dp;
     }
     auto backend = create_backend(bo);
 
@@ -96,8 +119,17 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       FixedBatchWorkload work(*graph, *backend, batch, 1, cuda_graph);
       Backend* be = backend.get();
       auto probe = make_energy_probe(sampler, [be] { be->synchronize(); });
-      WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations};
+      WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations,
+                    settings.max_repetitions, settings.cv_threshold};
       const WindowResult r = measure_windows(*backend, probe.get(), [&] { work.step(); }, ws);
+      if (r.noisy) {
+        std::vector<double> ms, mj;
+        for (const auto& w : r.windows) {
+          ms.push_back(w.elapsed_ms / static_cast<double>(w.iterations));
+          if (w.energy) mj.push_back(w.energy->joules * 1e3 / static_cast<double>(w.iterations));
+        }
+        warn_if_noisy(trial, ms, mj, {ws.repetitions, std::max(ws.repetitions, ws.max_repetitions), ws.cv_threshold});
+      }
       m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
       const Workload w = graph->total_workload();
       m.samples_per_iteration = static_cast<double>(batch);

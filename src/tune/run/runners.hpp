@@ -8,15 +8,18 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
 #include "core/shape.hpp"
+#include "measure/statistics.hpp"
 #include "tune/knobs.hpp"
 #include "tune/plan.hpp"
 
 namespace cnnergy {
+class Graph;
 namespace telemetry {
 class Nvml;
 class Sampler;
@@ -30,6 +33,8 @@ struct MeasureSettings {
   double window_seconds = 3.0;  // each repetition lasts at least this long (DESIGN: >= 1 s, better 3 s)
   std::int64_t min_iterations = 10;
   int repetitions = 3;
+  int max_repetitions = 0;       // --reps auto: > repetitions adds windows while the CV exceeds cv_threshold
+  double cv_threshold = 0.05;    // fraction (0.05 = 5 %) of time (and energy) per iteration
   double cooldown_max_c = 0;    // > 0: before a trial, wait until the GPU is at or below this temperature
   double cooldown_timeout_s = 120;
 };
@@ -76,6 +81,29 @@ struct ModelWorkload {
 // `sampler` may be null (no NVML: time only); `knobs` may be null (no hardware knobs swept).
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
                               std::shared_ptr<telemetry::Sampler> sampler);
+
+// Up-front validation of a model sweep (before the first trial runs): every trial the device cannot
+// run — a precision, layout or convolution algorithm the backend refuses (each distinct combination is
+// created once), CUDA graphs or several GPUs off CUDA, more GPUs than the machine has, a batch whose
+// estimated training memory exceeds the device's — is listed with its reason.
+struct InvalidTrial {
+  TrialSpec trial;
+  std::string reason;
+};
+struct PlanCheck {
+  std::vector<TrialSpec> valid;
+  std::vector<InvalidTrial> invalid;
+};
+PlanCheck check_model_plan(const ModelWorkload& workload, const std::vector<TrialSpec>& trials, const DeviceLimits& limits);
+std::string describe_invalid(const PlanCheck& check);  // one indented line per invalid trial
+// An estimate of one replica's training memory at `batch`: fp32 weights, gradients and momentum, the
+// low-precision working copy, and the saved layer outputs (workspaces and gradients not counted).
+double estimate_training_bytes(const Graph& graph, std::int64_t batch, DType dtype);
+
+// Logs a warning when a trial's windows (ms and, where metered, mJ per iteration) ended with a CV above
+// the policy's threshold: its interval is wide, whatever --reps allowed.
+void warn_if_noisy(const TrialSpec& trial, std::span<const double> ms, std::span<const double> mj,
+                   const RepetitionPolicy& policy);
 
 // Reruns `command` once per iteration; a window is `min_iterations` runs or `window_seconds`, whichever
 // is longer. A run that exits non-zero fails the trial (recorded, the sweep goes on).
