@@ -8,6 +8,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/knobs_flag.hpp"
 #include "core/build_info.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -63,6 +64,7 @@ int run_sweep(const std::vector<std::string>& args) {
   p.option("shard", "run only shard i of N (i/N), for cluster job arrays; merge the databases afterwards");
   p.flag("resume", "skip trials the database already holds (failed ones run again)");
   p.flag("dry-run", "print the plan and change nothing (the only mode allowed on shared GPUs)");
+  add_knobs_option(p);
   p.option("max-failures", "stop after this many failed trials in a row (0 = never)", "5");
   p.option("report", "write an HTML report here when the sweep ends");
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
@@ -75,7 +77,7 @@ int run_sweep(const std::vector<std::string>& args) {
       "--cuda-graph off,on: the training step run kernel by kernel or replayed as one CUDA graph (no dropout; with\n"
       "--gpus N > 1 each replica replays its data-parallel step, all-reduces included).\n"
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
-      "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
+      "they need root, or the cnnergyd daemon (--knobs). Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
 
   const bool is_command = !p.passthrough().empty();
@@ -175,7 +177,7 @@ int run_sweep(const std::vector<std::string>& args) {
   }
   std::unique_ptr<tune::HardwareKnobs> hw;
   for (const auto& t : plan.to_run)
-    if (tune::HardwareKnobs::touches_hardware(t) && !hw) hw = std::make_unique<tune::HardwareKnobs>(nvml, std::vector<unsigned>{gpu}, false);
+    if (tune::HardwareKnobs::touches_hardware(t) && !hw) hw = std::make_unique<tune::HardwareKnobs>(open_knobs(p, nvml, false, "", true), std::vector<unsigned>{gpu});
 
   tune::TrialRunner runner;
   if (is_command) {

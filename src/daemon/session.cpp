@@ -311,7 +311,7 @@ Json Session::release() {
   if (controller_) {
     const std::size_t before = controller_->active_changes();
     controller_->restore();  // DeviceError when something could not be put back: leases kept
-    restored.push_back(std::to_string(before) + " setting(s) restored");
+    restored.push_back(std::to_string(before) + " setting(s)");
   }
   for (unsigned g : held_) daemon_.leases_.erase(g);
   held_.clear();

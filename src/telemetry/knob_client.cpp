@@ -1,6 +1,7 @@
 // KnobClient (requests to cnnergyd) and open_knob_control (which path a command takes).
 #include "telemetry/knob_client.hpp"
 
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -26,10 +28,19 @@ const char* kHowToGetOne =
     "ask the administrator to run cnnergyd (packaging/cnnergyd.service; docs/daemon.md), or set "
     "CNNERGY_DAEMON_SOCKET to its socket; without it use --knobs dry-run, or run as root";
 
-std::string group_of(const std::string& path) {
+// "group cnnergy (gid 990)": the group that owns the socket, which a user must join.
+std::string group_of(const std::string& path, std::string& name) {
   struct stat st {};
+  name = "cnnergy";
   if (::stat(path.c_str(), &st) != 0) return "the daemon's group";
-  return "group " + std::to_string(st.st_gid);
+  std::vector<char> buf(65536);
+  group gr{}, *out = nullptr;
+  if (::getgrgid_r(st.st_gid, &gr, buf.data(), buf.size(), &out) == 0 && out) {
+    name = out->gr_name;
+    return "group " + name + " (gid " + std::to_string(st.st_gid) + ")";
+  }
+  name = std::to_string(st.st_gid);
+  return "group " + name;
 }
 
 int connect_to(const std::string& path) {
@@ -55,11 +66,12 @@ int connect_to(const std::string& path) {
     const int err = errno;
     ::close(fd);
     if (err == EACCES || err == EPERM) {
-      std::string user = std::to_string(::getuid());
+      std::string name;
+      const std::string group = group_of(path, name);
       throw PermissionDenied("cannot connect to cnnergyd at " + path + ": permission denied; uid " +
-                             user + " is not in " + group_of(path) +
-                             " that owns the socket (ask the administrator to add you, e.g. "
-                             "`usermod -aG cnnergy USER`, then log in again)");
+                             std::to_string(::getuid()) + " is not in " + group +
+                             ", which owns the socket (ask the administrator to add you: "
+                             "`usermod -aG " + name + " USER`, then log in again)");
     }
     throw NotSupported("nobody answers on the cnnergyd socket " + path + " (" +
                        std::strerror(err) + "): " + kHowToGetOne);
@@ -145,8 +157,7 @@ void KnobClient::set_power_limit_w(unsigned gpu, double watts) {
   Json r = request("set_power_limit");
   r["gpu"] = gpu;
   r["watts"] = watts;
-  const Json reply = call(std::move(r));
-  if (announce_) announce_("via cnnergyd: " + reply["done"].as_string());
+  note(call(std::move(r)));
 }
 
 void KnobClient::lock_sm_clocks(unsigned gpu, std::uint32_t min_mhz, std::uint32_t max_mhz) {
@@ -154,16 +165,14 @@ void KnobClient::lock_sm_clocks(unsigned gpu, std::uint32_t min_mhz, std::uint32
   r["gpu"] = gpu;
   r["min_mhz"] = min_mhz;
   r["max_mhz"] = max_mhz;
-  const Json reply = call(std::move(r));
-  if (announce_) announce_("via cnnergyd: " + reply["done"].as_string());
+  note(call(std::move(r)));
 }
 
 void KnobClient::set_memory_clock(unsigned gpu, std::uint32_t mhz) {
   Json r = request("set_mem_clock");
   r["gpu"] = gpu;
   r["mhz"] = mhz;
-  const Json reply = call(std::move(r));
-  if (announce_) announce_("via cnnergyd: " + reply["done"].as_string());
+  note(call(std::move(r)));
 }
 
 void KnobClient::reset_sm_clocks(unsigned gpu) {
@@ -181,7 +190,22 @@ void KnobClient::reset_memory_clock(unsigned gpu) {
 void KnobClient::restore() {
   const Json reply = call(request("release"));
   if (announce_)
-    for (const Json& line : reply["restored"].items()) announce_("via cnnergyd: restored " + line.as_string());
+    for (const Json& line : reply["restored"].items()) announce_("via cnnergyd: restored " + line.as_string());  // "2 setting(s)"
+}
+
+void KnobClient::note(const Json& reply) {
+  const Json* done = reply.find("done");
+  const std::string line = done && done->is_string() ? done->as_string() : "done";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plan_.push_back(line);
+  }
+  if (announce_) announce_("via cnnergyd: " + line);
+}
+
+std::vector<std::string> KnobClient::plan() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return plan_;
 }
 
 Json KnobClient::state() { return call(request("state")); }

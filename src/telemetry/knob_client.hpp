@@ -30,6 +30,7 @@ class KnobClient final : public KnobControl {
   void reset_memory_clock(unsigned gpu) override;
   void restore() override;  // "release": the daemon restores this connection's changes
   bool dry_run() const override { return false; }
+  std::vector<std::string> plan() const override;
   std::string describe() const override;
 
   // The daemon's view of the GPUs (readings, leases) and of what this user may do.
@@ -39,11 +40,14 @@ class KnobClient final : public KnobControl {
   const Json& hello() const { return hello_; }
 
  private:
+  void note(const Json& reply);
+
   std::string path_;
   std::function<void(const std::string&)> announce_;
   int fd_ = -1;
   Json hello_;
-  std::mutex mutex_;
+  std::vector<std::string> plan_;  // what the daemon reported doing for us
+  mutable std::mutex mutex_;
 };
 
 // True when a cnnergyd answers a greeting on `socket_path` (never throws).

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cnnergy::telemetry {
 
@@ -27,6 +28,7 @@ class KnobControl {
   // Restores every setting this controller changed (and keeps the controller usable).
   virtual void restore() = 0;
   virtual bool dry_run() const = 0;
+  virtual std::vector<std::string> plan() const = 0;  // every change made (or, dry, planned)
   // One line naming the path the changes take, e.g. "direct NVML (root), journal /root/...".
   virtual std::string describe() const = 0;
 };

@@ -255,6 +255,11 @@ void KnobController::set_memory_clock(unsigned gpu, std::uint32_t mhz) {
   say("set " + line + " (application clocks, SM " + std::to_string(sm) + " MHz)");
 }
 
+std::vector<std::string> KnobController::plan() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return plan_;
+}
+
 std::size_t KnobController::active_changes() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   return data_.entries.size();

@@ -62,7 +62,7 @@ class KnobController final : public KnobControl {
   bool dry_run() const override { return options_.dry_run; }
   std::string describe() const override;
   const std::string& journal_path() const { return journal_.path(); }
-  const std::vector<std::string>& plan() const { return plan_; }  // every change made or planned
+  std::vector<std::string> plan() const override;  // every change made or planned
   std::size_t active_changes() const;
 
  private:

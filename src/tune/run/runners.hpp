@@ -20,7 +20,7 @@ namespace cnnergy {
 namespace telemetry {
 class Nvml;
 class Sampler;
-class KnobController;
+class KnobControl;
 }  // namespace telemetry
 
 namespace tune {
@@ -43,6 +43,8 @@ DeviceLimits query_device_limits(const telemetry::Nvml* nvml, unsigned gpu);
 class HardwareKnobs {
  public:
   HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::vector<unsigned> gpus, bool dry_run);
+  // Any knob control: direct, through cnnergyd (telemetry::open_knob_control picks), or a dry run.
+  HardwareKnobs(std::unique_ptr<telemetry::KnobControl> control, std::vector<unsigned> gpus);
   ~HardwareKnobs();
   HardwareKnobs(const HardwareKnobs&) = delete;
   HardwareKnobs& operator=(const HardwareKnobs&) = delete;
@@ -52,7 +54,7 @@ class HardwareKnobs {
  private:
   std::shared_ptr<const telemetry::Nvml> nvml_;
   std::vector<unsigned> gpus_;
-  std::unique_ptr<telemetry::KnobController> controller_;
+  std::unique_ptr<telemetry::KnobControl> controller_;
 };
 
 struct ModelWorkload {
