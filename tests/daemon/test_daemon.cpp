@@ -46,6 +46,18 @@ TEST(DaemonPolicy, ParsesStrictlyAndResolvesIds) {
   EXPECT_FALSE(ro.user_allowed(0, 0, {}));
 }
 
+TEST(DaemonPolicy, ThePackagedExampleIsValid) {
+  std::string text = read_file(std::string(CNNERGY_TEST_SOURCE_DIR) + "/packaging/cnnergyd.policy.example");
+  ASSERT_FALSE(text.empty());
+  for (std::size_t at; (at = text.find("\"cnnergy\"")) != std::string::npos;)
+    text.replace(at, 9, "\"0\"");  // the group need not exist on the test machine
+  const auto p = daemon::Policy::parse(text, "cnnergyd.policy.example");
+  EXPECT_EQ(p.socket_path, "/run/cnnergy/cnnergyd.sock");
+  EXPECT_FALSE(p.read_only);
+  ASSERT_TRUE(p.power_limit_w.has_value());
+  EXPECT_TRUE(p.power_limit_w->contains(300));
+}
+
 TEST(Daemon, ChangesWithinPolicyAndRefusesBadRequestsLeavingTheGpuAsItWas) {
   FakeNvmlEnv fake(2);
   DaemonPolicy pol;

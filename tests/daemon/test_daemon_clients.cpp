@@ -111,6 +111,13 @@ TEST(DaemonClients, UnprivilegedUsersOutsideTheGroupCannotConnectAndInsideItStay
   EXPECT_TRUE(contains(within.out, "power_limit_mw=300000")) << within.out;
   EXPECT_EQ(fake_setting(d.state_file(), 0, "power_limit_mw"), "700000");
   EXPECT_TRUE(contains(d.log(), "uid 65534")) << d.log();
+
+  // Not root and no daemon: a clear message how to get one, nothing changed.
+  env.set("CNNERGY_DAEMON_SOCKET", fake.dir.file("no-daemon.sock"));
+  const RunResult none = run_as({in_group}, {"monitor", "--power-limit", "300", "--", "true"}, fake.dir);
+  EXPECT_EQ(none.exit_code, static_cast<int>(ExitCode::kPermission)) << none.err;
+  EXPECT_TRUE(contains(none.err, "needs root, or the cnnergyd daemon")) << none.err;
+  EXPECT_TRUE(contains(none.err, "cnnergyd.service")) << none.err;
 }
 
 TEST(DaemonClients, HundredClientsAtOnceAreAllAnswered) {
