@@ -66,6 +66,7 @@ const std::map<std::string, std::set<std::string>>& operations() {
       {"reset_sm_clocks", {"gpu"}},
       {"set_mem_clock", {"gpu", "mhz"}},
       {"reset_mem_clock", {"gpu"}},
+      {"reset_all", {}},
       {"release", {}},
       {"restore", {}},
   };
@@ -166,7 +167,8 @@ Json Session::dispatch(const Json& request) {
     return r;
   }
   if (op == "state") return state();
-  if (op == "release") return release();
+  if (op == "release") return release(true);
+  if (op == "reset_all") return release(false);
   if (op == "restore") return restore_orphans();
   return change(request, op);
 }
@@ -305,7 +307,9 @@ Json Session::change(const Json& request, const std::string& op) {
   return r;
 }
 
-Json Session::release() {
+// Restores every setting this connection changed; with free_gpus its leases end too (otherwise it
+// keeps its GPUs, as a sweep does between trials).
+Json Session::release(bool free_gpus) {
   std::lock_guard<std::mutex> lock(daemon_.state_mutex_);
   Json restored = Json::array();
   if (controller_) {
@@ -313,15 +317,17 @@ Json Session::release() {
     controller_->restore();  // DeviceError when something could not be put back: leases kept
     restored.push_back(std::to_string(before) + " setting(s)");
   }
-  for (unsigned g : held_) daemon_.leases_.erase(g);
-  held_.clear();
+  if (free_gpus) {
+    for (unsigned g : held_) daemon_.leases_.erase(g);
+    held_.clear();
+  }
   Json r = telemetry::ok_reply();
   r["restored"] = std::move(restored);
   return r;
 }
 
 Json Session::restore_orphans() {
-  Json r = release();
+  Json r = release(true);
   std::lock_guard<std::mutex> lock(daemon_.state_mutex_);
   auto& orphans = daemon_.orphans_;
   std::vector<std::string> failed;

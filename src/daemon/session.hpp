@@ -38,7 +38,7 @@ class Session {
   Json dispatch(const Json& request);
   Json state() const;
   Json change(const Json& request, const std::string& op);
-  Json release();
+  Json release(bool free_gpus);
   Json restore_orphans();
   void check_may_change(unsigned gpu);
   void take_lease(unsigned gpu);

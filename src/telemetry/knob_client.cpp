@@ -188,7 +188,7 @@ void KnobClient::reset_memory_clock(unsigned gpu) {
 }
 
 void KnobClient::restore() {
-  const Json reply = call(request("release"));
+  const Json reply = call(request("reset_all"));  // keeps this connection's GPUs
   if (announce_)
     for (const Json& line : reply["restored"].items()) announce_("via cnnergyd: restored " + line.as_string());  // "2 setting(s)"
 }

@@ -28,7 +28,9 @@ class KnobClient final : public KnobControl {
   void set_memory_clock(unsigned gpu, std::uint32_t mhz) override;
   void reset_sm_clocks(unsigned gpu) override;
   void reset_memory_clock(unsigned gpu) override;
-  void restore() override;  // "release": the daemon restores this connection's changes
+  // "reset_all": the daemon restores this connection's changes; its GPUs stay held (a sweep
+  // between trials). Closing the connection (the destructor) restores and frees them.
+  void restore() override;
   bool dry_run() const override { return false; }
   std::vector<std::string> plan() const override;
   std::string describe() const override;

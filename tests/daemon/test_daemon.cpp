@@ -107,8 +107,11 @@ TEST(Daemon, ChangesWithinPolicyAndRefusesBadRequestsLeavingTheGpuAsItWas) {
   EXPECT_FALSE(st["gpus"].items()[1]["changeable"].as_bool());
   ::close(fd);
 
-  c.restore();  // "release": back to the original, connection kept
+  c.restore();  // "reset_all": back to the original; the connection keeps GPU 0 (a sweep between trials)
   EXPECT_EQ(fake_setting(d.state_file(), 0, "power_limit_mw"), "700000");
+  EXPECT_TRUE(c.state()["gpus"].items()[0]["held_by_you"].as_bool());
+  c.call(request("release"));  // gives it back
+  EXPECT_TRUE(c.state()["gpus"].items()[0]["held_by_uid"].is_null());
 }
 
 TEST(Daemon, LeasesBelongToTheConnectionAndAreRestoredWhenItCloses) {
