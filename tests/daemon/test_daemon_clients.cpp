@@ -3,7 +3,10 @@
 // an unprivileged uid with setpriv, and 100 clients connecting at once.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <thread>
 
@@ -19,26 +22,43 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 constexpr const char* kNobody = "65534";
 constexpr const char* kGroup = "4242";  // a gid no account needs to exist for
 
-// Whether setpriv can run the client binary as uid 65534 here; the reason when it cannot.
-std::string setpriv_unavailable(const TempDir& dir) {
-  if (::geteuid() != 0) return "the tests do not run as root, so they cannot switch to another uid";
-  const RunResult r = wait_result(
-      spawn({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", cnnergy_binary(), "--help"},
-            dir.file("sp.out"), dir.file("sp.err")),
-      dir.file("sp.out"), dir.file("sp.err"));
-  if (r.exit_code == 126 || r.exit_code == 127) return "setpriv is not installed (util-linux)";
-  if (r.exit_code != 0)
-    return "setpriv cannot run " + cnnergy_binary() + " as uid 65534 (exit " +
-           std::to_string(r.exit_code) + "): " + r.err;
-  return "";
+RunResult setpriv_run(const std::vector<std::string>& argv, const TempDir& dir) {
+  return wait_result(spawn(argv, dir.file("sp.out"), dir.file("sp.err")), dir.file("sp.out"), dir.file("sp.err"));
 }
 
-RunResult run_as(const std::vector<std::string>& setpriv_args, const std::vector<std::string>& args,
-                 const TempDir& dir) {
+// A client binary uid 65534 can run: the built one, or (when the build folder is not readable by
+// others, e.g. under /root) a copy in the test's folder together with the fake NVML library, which
+// CNNERGY_NVML_LIBRARY is then pointed at. Empty, with the reason in `why`, when setpriv cannot.
+std::string unprivileged_client(const TempDir& dir, ScopedEnv& env, std::string& why) {
+  if (::geteuid() != 0) {
+    why = "the tests do not run as root, so they cannot switch to another uid";
+    return "";
+  }
+  auto works = [&](const std::string& bin) {
+    const RunResult r = setpriv_run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "--help"}, dir);
+    if (r.exit_code == 126 || r.exit_code == 127) why = "setpriv is not installed (util-linux) or cannot run " + bin;
+    else if (r.exit_code != 0) why = "setpriv cannot run " + bin + " as uid 65534 (exit " + std::to_string(r.exit_code) + "): " + r.err;
+    return r.exit_code == 0;
+  };
+  if (works(cnnergy_binary())) return cnnergy_binary();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string bin = dir.file("cnnergy"), lib = dir.file("libnvidia-ml-fake.so");
+  fs::copy_file(cnnergy_binary(), bin, fs::copy_options::overwrite_existing, ec);
+  fs::copy_file(fake_nvml_path(), lib, fs::copy_options::overwrite_existing, ec);
+  ::chmod(bin.c_str(), 0755);
+  ::chmod(lib.c_str(), 0755);
+  if (!works(bin)) return "";
+  env.set("CNNERGY_NVML_LIBRARY", lib);
+  return bin;
+}
+
+RunResult run_as(const std::string& bin, const std::vector<std::string>& setpriv_args,
+                 const std::vector<std::string>& args, const TempDir& dir) {
   std::vector<std::string> argv = {"setpriv", std::string("--reuid=") + kNobody,
                                    std::string("--regid=") + kNobody};
   argv.insert(argv.end(), setpriv_args.begin(), setpriv_args.end());
-  argv.push_back(cnnergy_binary());
+  argv.push_back(bin);
   argv.insert(argv.end(), args.begin(), args.end());
   return wait_result(spawn(argv, dir.file("as.out"), dir.file("as.err")), dir.file("as.out"),
                      dir.file("as.err"));
@@ -77,28 +97,29 @@ TEST(DaemonClients, SweepKilledWithSigkillHasItsSettingsRestoredWithinOneSecond)
 
 TEST(DaemonClients, UnprivilegedUsersOutsideTheGroupCannotConnectAndInsideItStayWithinThePolicy) {
   FakeNvmlEnv fake(1);
-  if (const std::string why = setpriv_unavailable(fake.dir); !why.empty())
-    GTEST_SKIP() << "unprivileged-client part skipped: " << why;
+  ScopedEnv env;
+  std::string why;
+  const std::string bin = unprivileged_client(fake.dir, env, why);
+  if (bin.empty()) GTEST_SKIP() << "unprivileged-client part skipped: " << why;
   DaemonPolicy pol;
   pol.socket_group = kGroup;
   pol.extra += std::string(R"(, "groups": [")") + kGroup + R"("], "power_limit_w": {"min": 250, "max": 600})";
   DaemonProcess d(fake, pol);
   ASSERT_TRUE(d.start()) << d.log();
-  ScopedEnv env;
   env.set("CNNERGY_DAEMON_SOCKET", d.socket());
   env.set("CNNERGY_JOURNAL", std::nullopt);  // nobody's own journal would be unwritable; unused here
 
-  const RunResult outside = run_as({"--clear-groups"}, {"daemon-state"}, fake.dir);
+  const RunResult outside = run_as(bin, {"--clear-groups"}, {"daemon-state"}, fake.dir);
   EXPECT_EQ(outside.exit_code, static_cast<int>(ExitCode::kPermission)) << outside.err;
   EXPECT_TRUE(contains(outside.err, "is not in group 4242")) << outside.err;
 
   const std::string in_group = std::string("--groups=") + kGroup;
-  const RunResult state = run_as({in_group}, {"daemon-state"}, fake.dir);
+  const RunResult state = run_as(bin, {in_group}, {"daemon-state"}, fake.dir);
   EXPECT_EQ(state.exit_code, 0) << state.err;
   EXPECT_TRUE(contains(state.out, "you (uid 65534) may change")) << state.out;
 
   // Past the policy: refused, nothing changes (auto mode: not root, so the daemon is used).
-  const RunResult over = run_as({in_group}, {"monitor", "--power-limit", "200", "--gpus", "0", "--", "true"}, fake.dir);
+  const RunResult over = run_as(bin, {in_group}, {"monitor", "--power-limit", "200", "--gpus", "0", "--", "true"}, fake.dir);
   EXPECT_EQ(over.exit_code, static_cast<int>(ExitCode::kUsage)) << over.err;
   EXPECT_TRUE(contains(over.err, "knobs: daemon")) << over.err;
   EXPECT_TRUE(contains(over.err, "250 to 600 W")) << over.err;
@@ -106,7 +127,7 @@ TEST(DaemonClients, UnprivilegedUsersOutsideTheGroupCannotConnectAndInsideItStay
 
   // Within it: changed for the command's duration, restored afterwards.
   const RunResult within = run_as(
-      {in_group}, {"monitor", "--power-limit", "300", "--gpus", "0", "--", "cat", d.state_file()}, fake.dir);
+      bin, {in_group}, {"monitor", "--power-limit", "300", "--gpus", "0", "--", "cat", d.state_file()}, fake.dir);
   EXPECT_EQ(within.exit_code, 0) << within.err;
   EXPECT_TRUE(contains(within.out, "power_limit_mw=300000")) << within.out;
   EXPECT_EQ(fake_setting(d.state_file(), 0, "power_limit_mw"), "700000");
@@ -114,7 +135,7 @@ TEST(DaemonClients, UnprivilegedUsersOutsideTheGroupCannotConnectAndInsideItStay
 
   // Not root and no daemon: a clear message how to get one, nothing changed.
   env.set("CNNERGY_DAEMON_SOCKET", fake.dir.file("no-daemon.sock"));
-  const RunResult none = run_as({in_group}, {"monitor", "--power-limit", "300", "--", "true"}, fake.dir);
+  const RunResult none = run_as(bin, {in_group}, {"monitor", "--power-limit", "300", "--", "true"}, fake.dir);
   EXPECT_EQ(none.exit_code, static_cast<int>(ExitCode::kPermission)) << none.err;
   EXPECT_TRUE(contains(none.err, "needs root, or the cnnergyd daemon")) << none.err;
   EXPECT_TRUE(contains(none.err, "cnnergyd.service")) << none.err;
