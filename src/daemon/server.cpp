@@ -28,23 +28,12 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
-sockaddr_un socket_address(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    throw InvalidArgument("socket path too long (" + std::to_string(path.size()) + " bytes): " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return addr;
-}
-
 // Whether something accepts connections on the socket at `path`.
 bool socket_alive(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = telemetry::connect_unix(path);
   if (fd < 0) return false;
-  sockaddr_un addr = socket_address(path);
-  const bool alive = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
-  return alive;
+  return true;
 }
 
 }  // namespace
@@ -141,10 +130,10 @@ void Daemon::listen() {
   }
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw InternalError("socket() failed: " + errno_text());
-  sockaddr_un addr = socket_address(path);
+  const sockaddr_un addr = telemetry::unix_address(path);
   // Created with no access for anyone but us; the group and mode are set before listen().
   const mode_t old_mask = ::umask(0177);
-  const int rc = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  const int rc = ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
   const int bind_errno = errno;
   ::umask(old_mask);
   if (rc != 0) throw InvalidArgument("cannot bind " + path + ": " + std::strerror(bind_errno));

@@ -55,16 +55,9 @@ int connect_to(const std::string& path) {
   if (!S_ISSOCK(st.st_mode))
     throw InvalidArgument(path + " exists but is not a socket, so it is not a cnnergyd socket; "
                           "check CNNERGY_DAEMON_SOCKET");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    throw InvalidArgument("socket path too long (" + std::to_string(path.size()) + " bytes): " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw InternalError(std::string("socket() failed: ") + std::strerror(errno));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  const int fd = connect_unix(path);
+  if (fd < 0) {
     const int err = errno;
-    ::close(fd);
     if (err == EACCES || err == EPERM) {
       std::string name;
       const std::string group = group_of(path, name);

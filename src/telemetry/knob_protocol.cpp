@@ -111,6 +111,28 @@ bool write_frame(int fd, const std::string& payload) {
 
 bool write_message(int fd, const Json& message) { return write_frame(fd, message.dump()); }
 
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    throw InvalidArgument("socket path too long (" + std::to_string(path.size()) + " bytes): " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+int connect_unix(const std::string& path) {
+  const sockaddr_un addr = unix_address(path);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 Json ok_reply() {
   Json j = Json::object();
   j["v"] = kKnobProtocolVersion;

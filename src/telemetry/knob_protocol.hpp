@@ -4,6 +4,8 @@
 // carries "v" and "ok", and on failure "error": {"code", "exit_code", "message"}.
 #pragma once
 
+#include <sys/un.h>
+
 #include <cstdint>
 #include <string>
 
@@ -39,6 +41,12 @@ Frame read_frame(int fd, int idle_timeout_ms, int frame_timeout_ms);
 // Writes one message (never raises SIGPIPE). False when the peer is gone or it is over the limit.
 bool write_frame(int fd, const std::string& payload);
 bool write_message(int fd, const Json& message);
+
+// A connected AF_UNIX stream socket (close-on-exec) to `path`, or -1 with errno set.
+// InvalidArgument when the path does not fit in sockaddr_un.
+int connect_unix(const std::string& path);
+// The address for bind()/connect() (InvalidArgument when the path is too long).
+sockaddr_un unix_address(const std::string& path);
 
 // A reply skeleton ({"v": 1, "ok": true}) and an error reply carrying `code`'s exit code.
 Json ok_reply();

@@ -46,17 +46,7 @@ inline std::string fake_setting(const std::string& state_file, unsigned gpu, con
   return line.substr(v, line.find(' ', v) - v);
 }
 
-inline int connect_unix(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using telemetry::connect_unix;  // fd or -1
 
 inline Json request(const std::string& op) {
   Json j = Json::object();
