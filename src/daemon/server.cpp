@@ -207,6 +207,7 @@ void Daemon::serve_one(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
   std::lock_guard<std::mutex> lock(slots_mutex_);
+  reap_finished_locked();  // count only connections still being served
   if (slots_.size() >= policy_.max_clients) {
     telemetry::write_message(
         fd, telemetry::error_reply(ExitCode::kUsage, "cnnergyd is serving its maximum of " +

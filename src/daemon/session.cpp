@@ -131,7 +131,7 @@ Json Session::handle(const std::string& payload) {
     const Json* v = request.find("v");
     if (!v) throw InvalidArgument("the request has no protocol version 'v' (this cnnergyd speaks 1)");
     if (!v->is_number() || v->as_number() != telemetry::kKnobProtocolVersion)
-      throw NotSupported("unknown protocol version " + v->dump() + ": this cnnergyd speaks version " +
+      throw NotSupported("unknown protocol version " + v->dump().substr(0, 32) + ": this cnnergyd speaks version " +
                          std::to_string(telemetry::kKnobProtocolVersion) +
                          "; use a cnnergy of the same release");
     Json reply = dispatch(request);

@@ -232,3 +232,37 @@ TEST(Daemon, ReadOnlyPolicyAndRateLimitRefuseChanges) {
     EXPECT_EQ(fake_setting(d.state_file(), 0, "power_limit_mw"), "320000");
   }
 }
+
+TEST(Daemon, ConnectionsBeyondTheBoundAreAnsweredBusyAndClosed) {
+  FakeNvmlEnv fake(1);
+  DaemonPolicy pol;
+  pol.extra = R"("max_clients": 2)";
+  DaemonProcess d(fake, pol);
+  ASSERT_TRUE(d.start()) << d.log();
+  // A served connection (retrying while the start-up probe's slot is still being freed).
+  const auto served = [&] {
+    int fd = -1;
+    wait_until(
+        [&] {
+          fd = connect_unix(d.socket());
+          const Json r = roundtrip(fd, request("hello"));
+          if (r.is_object() && r["ok"].is_bool() && r["ok"].as_bool()) return true;
+          ::close(fd);
+          return false;
+        },
+        std::chrono::seconds(10));
+    return fd;
+  };
+  const int a = served(), b = served();
+  const int c = connect_unix(d.socket());
+  const telemetry::Frame f = telemetry::read_frame(c, 10000, 10000);  // answered without asking
+  ASSERT_EQ(f.status, telemetry::FrameStatus::kOk);
+  EXPECT_TRUE(contains(error_message(Json::parse(f.payload)), "maximum of 2 connections"));
+  EXPECT_EQ(telemetry::read_frame(c, 10000, 10000).status, telemetry::FrameStatus::kClosed);
+  ::close(c);
+  ::close(a);  // a slot frees: a new client is served again
+  const int e = served();
+  EXPECT_TRUE(roundtrip(e, request("state"))["ok"].as_bool());
+  ::close(e);
+  ::close(b);
+}

@@ -141,6 +141,11 @@ TEST(DaemonFuzz, ThousandsOfMutatedAndOversizedMessagesNeverCrashOrHangIt) {
   tally(exchange(d.socket(), framed(std::string(70000, ' '), 70000), true));
   const std::string deep = std::string(60000, '[') + std::string(60000, ']');
   tally(exchange(d.socket(), framed(deep.substr(0, 65536), 65536), true));
+  // Replies that would echo a huge value must stay under the limit and be answered.
+  const std::string huge_v = "{\"v\":\"" + std::string(65000, 'A') + "\",\"op\":\"hello\"}";
+  const Outcome echoed = exchange(d.socket(), framed(huge_v, static_cast<std::uint32_t>(huge_v.size())), true);
+  EXPECT_EQ(echoed, Outcome::kAnswered);
+  tally(echoed);
   // Stalled mid-message without closing: answered after the frame timeout (300 ms here).
   for (int i = 0; i < 3; ++i) tally(exchange(d.socket(), framed("{\"v\":1", 40), false));
 
