@@ -95,6 +95,24 @@ TEST(DaemonClients, SweepKilledWithSigkillHasItsSettingsRestoredWithinOneSecond)
   EXPECT_TRUE(c.state()["gpus"].items()[0]["held_by_uid"].is_null());
 }
 
+TEST(DaemonClients, ASweepThroughTheDaemonRunsEveryTrialAndLeavesTheGpuAsItWas) {
+  FakeNvmlEnv fake(1);
+  DaemonProcess d(fake);
+  ASSERT_TRUE(d.start()) << d.log();
+  ScopedEnv env;
+  env.set("CNNERGY_DAEMON_SOCKET", d.socket());
+  const RunResult r = run_cnnergy({"sweep", "--knobs", "daemon", "--power-limit", "300,450", "--reference",
+                                   "power_limit_w=300", "--db", fake.dir.file("r.db"), "--warmup", "0",
+                                   "--window-s", "0.05", "--min-iters", "1", "--reps", "1", "--", "true"},
+                                  fake.dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "trials: 2 ok, 0 failed")) << r.out;
+  EXPECT_TRUE(contains(r.err, "knobs: daemon")) << r.err;
+  EXPECT_TRUE(contains(d.log(), "power limit 700 W -> 300 W")) << d.log();
+  EXPECT_TRUE(contains(d.log(), "power limit 700 W -> 450 W")) << d.log();
+  EXPECT_EQ(fake_setting(d.state_file(), 0, "power_limit_mw"), "700000");
+}
+
 TEST(DaemonClients, UnprivilegedUsersOutsideTheGroupCannotConnectAndInsideItStayWithinThePolicy) {
   FakeNvmlEnv fake(1);
   ScopedEnv env;
