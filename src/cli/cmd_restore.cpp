@@ -39,10 +39,11 @@ int run_restore(const std::vector<std::string>& args) {
       "restores a client's settings when it disconnects; this asks it to retry any it could not.");
   add_knobs_option(p);
   if (!p.parse(args)) return 0;
-  const bool dry_run = p.get_flag("dry-run"), forget = p.get_flag("forget");
+  const telemetry::KnobsMode mode = knobs_mode(p);
+  const bool dry_run = p.get_flag("dry-run") || mode == telemetry::KnobsMode::kDryRun;
+  const bool forget = p.get_flag("forget");
   telemetry::Journal journal(
       p.get_optional("journal").value_or(telemetry::Journal::default_path()));
-  const telemetry::KnobsMode mode = knobs_mode(p);
   struct stat st {};
   const std::string socket = telemetry::default_daemon_socket();
   if (mode == telemetry::KnobsMode::kDaemon ||
@@ -60,9 +61,8 @@ int run_restore(const std::vector<std::string>& args) {
     std::printf("cnnergyd has no setting of yours left to restore\n");
     return 0;
   }
-  if (mode == telemetry::KnobsMode::kDryRun && !dry_run)
-    throw InvalidArgument("use --dry-run (or --knobs dry-run with --dry-run) to list without restoring");
-  std::fprintf(stderr, "cnnergy: restore: direct, journal %s\n", journal.path().c_str());
+  std::fprintf(stderr, "cnnergy: restore: %s, journal %s\n", dry_run ? "dry run" : "direct",
+               journal.path().c_str());
 
   if (!journal.exists()) {
     std::printf("nothing to restore (no journal at %s)\n", journal.path().c_str());
