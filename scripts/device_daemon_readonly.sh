@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Read-only check of the cnnergyd client path on a real (lent) GPU, run as root there:
-#   scripts/device_daemon_readonly.sh [BIN_DIR]        (default build/release/bin)
+#   scripts/device_daemon_readonly.sh [BIN_DIR]   (default build/release/bin, else cnnergyd on PATH)
 # Starts cnnergyd with a READ-ONLY policy (read_only: true, no GPU listed, zero changes per minute)
 # on a socket in a temp folder, then sends ONLY state queries: `cnnergy daemon-state` as root and,
 # where setpriv can, as uid 65534 inside and outside the socket's group. It records each GPU's power
@@ -9,6 +9,8 @@
 set -euo pipefail
 
 BIN=${1:-build/release/bin}
+# On a lent machine set up by scripts/device_env.sh the binaries may be on PATH instead.
+if [[ ! -x $BIN/cnnergyd ]] && command -v cnnergyd >/dev/null; then BIN=$(dirname "$(command -v cnnergyd)"); fi
 CNNERGY=$(readlink -f "$BIN/cnnergy")
 CNNERGYD=$(readlink -f "$BIN/cnnergyd")
 [[ $(id -u) -eq 0 ]] || { echo "run as root (the daemon must run as root)" >&2; exit 2; }
