@@ -12,6 +12,7 @@
 
 #include "cli/args.hpp"
 #include "cli/monitor_session.hpp"
+#include "cli/knobs_flag.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -84,6 +85,7 @@ int run_monitor(const std::vector<std::string>& args) {
   p.option("mem-clock", "run the command with this memory clock, in MHz");
   p.flag("dry-run", "validate the knobs and print the plan; change nothing (the command still runs)");
   p.option("journal", "knob journal file [default: $CNNERGY_JOURNAL or ~/.cache/cnnergy/knob-journal.json]");
+  add_knobs_option(p);
   p.group("Output");
   p.option("out", "write the report to FILE instead of stderr (the command's stdout stays its own)");
   p.short_alias("out", 'o');
@@ -149,14 +151,10 @@ int run_monitor(const std::vector<std::string>& args) {
   });
 
   // Knobs first (they may be refused), through the journal; monitor handles signals itself.
-  std::unique_ptr<telemetry::KnobController> knobs;
+  std::unique_ptr<telemetry::KnobControl> knobs;
   if (want_knobs) {
-    telemetry::KnobOptions ko;
-    ko.dry_run = p.get_flag("dry-run");
-    ko.handle_signals = false;
-    if (auto j = p.get_optional("journal")) ko.journal_path = *j;
-    ko.announce = [](const std::string& line) { std::fprintf(stderr, "cnnergy: %s\n", line.c_str()); };
-    knobs = std::make_unique<telemetry::KnobController>(opened.nvml, ko);
+    knobs = open_knobs(p, opened.nvml, p.get_flag("dry-run"), p.get_optional("journal").value_or(""),
+                       /*handle_signals=*/false);
     std::vector<unsigned> targets = so.gpus;
     if (targets.empty())
       for (const auto& d : opened.nvml->devices())

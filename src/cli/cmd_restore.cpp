@@ -1,16 +1,22 @@
 // `cnnergy restore`: after a crash or kill -9, puts back the GPU settings recorded in the knob
 // journal (matching GPUs by UUID) and deletes it. Entries that cannot be restored stay in the
 // journal and make the command fail, so nothing is silently forgotten (unless --forget).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
 #include "cli/args.hpp"
+#include "cli/knobs_flag.hpp"
 #include "cli/vocabulary.hpp"
 #include "core/json.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "telemetry/journal.hpp"
+#include "telemetry/knob_client.hpp"
+#include "telemetry/knob_protocol.hpp"
 #include "telemetry/nvml.hpp"
 
 namespace cnnergy::cli {
@@ -31,7 +37,10 @@ int run_restore(const std::vector<std::string>& args) {
       "journal;\n"
       "4 without NVML; 7 when a setting could not be restored (e.g. its GPU is gone); 2 when the "
       "run that\n"
-      "wrote the journal is still alive (it restores on exit).");
+      "wrote the journal is still alive (it restores on exit).\n"
+      "Through cnnergyd (--knobs daemon, or auto when not root and there is no local journal): the daemon\n"
+      "restores a client's settings when it disconnects; this asks it to retry any it could not.");
+  add_knobs_option(p);
   if (!p.parse(args)) return 0;
   OutputSink sink(p);
   Json doc = Json::object();  // the machine-readable summary: one row per setting in CSV
@@ -42,11 +51,40 @@ int run_restore(const std::vector<std::string>& args) {
     sink.finish(doc, "settings");
     return rc;
   };
-  const bool dry_run = p.get_flag("dry-run"), forget = p.get_flag("forget");
+  const telemetry::KnobsMode mode = knobs_mode(p);
+  const bool dry_run = p.get_flag("dry-run") || mode == telemetry::KnobsMode::kDryRun;
+  const bool forget = p.get_flag("forget");
   telemetry::Journal journal(
       p.get_optional("journal").value_or(telemetry::Journal::default_path()));
   doc["journal"] = journal.path();
   doc["dry_run"] = dry_run;
+  struct stat st {};
+  const std::string socket = telemetry::default_daemon_socket();
+  if (mode == telemetry::KnobsMode::kDaemon ||
+      (mode == telemetry::KnobsMode::kAuto && ::geteuid() != 0 && !journal.exists() &&
+       ::stat(socket.c_str(), &st) == 0)) {
+    if (dry_run || forget)
+      throw InvalidArgument("--dry-run and --forget apply to a local journal, not to cnnergyd");
+    telemetry::KnobClient client(socket);
+    std::fprintf(stderr, "cnnergy: restore: %s\n", client.describe().c_str());
+    Json r = Json::object();
+    r["v"] = telemetry::kKnobProtocolVersion;
+    r["op"] = "restore";
+    const Json reply = client.call(std::move(r));
+    for (const Json& line : reply["restored"].items()) {
+      std::printf("restored %s\n", line.as_string().c_str());
+      Json x = Json::object();
+      x["setting"] = line;
+      x["result"] = "restored";
+      settings.push_back(x);
+    }
+    std::printf("cnnergyd has no setting of yours left to restore\n");
+    doc["journal"] = Json();
+    doc["daemon"] = socket;
+    return finish("restored through cnnergyd", 0);
+  }
+  std::fprintf(stderr, "cnnergy: restore: %s, journal %s\n", dry_run ? "dry run" : "direct",
+               journal.path().c_str());
 
   if (!journal.exists()) {
     std::printf("nothing to restore (no journal at %s)\n", journal.path().c_str());

@@ -12,6 +12,7 @@
 #include "cli/args.hpp"
 #include "cli/sweep_session.hpp"
 #include "cli/vocabulary.hpp"
+#include "cli/knobs_flag.hpp"
 #include "core/build_info.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -91,6 +92,7 @@ void declare_flags(ArgParser& p) {
   p.flag("new", "store a second sweep even though the database already holds one with the same settings");
   p.flag("dry-run", "print the plan and change nothing (the only mode allowed on shared GPUs)");
   p.flag("skip-invalid", "drop the trials the device cannot run (listed with the reason) instead of refusing the plan");
+  add_knobs_option(p);
   p.option("max-failures", "stop after this many failed trials in a row (0 = never)", "5");
   p.option("report", "write an HTML report to FILE when the sweep ends (also when it is interrupted)");
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
@@ -108,7 +110,7 @@ void declare_flags(ArgParser& p) {
       "Verdicts: every metric has a 95 % t-interval of the mean over the windows; an optimum whose interval\n"
       "overlaps the default's or the runner-up's is reported as not distinguishable from it.\n"
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
-      "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
+      "they need root, or the cnnergyd daemon (--knobs). Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
 }
 
 // What the sweep runs on: NVML (knob limits, energy, power/clock knobs) and the compute device.
@@ -254,8 +256,8 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
   std::unique_ptr<tune::HardwareKnobs> hw;
   for (const auto& t : plan.to_run)
     if (tune::HardwareKnobs::touches_hardware(t) && !hw)
-      hw = std::make_unique<tune::HardwareKnobs>(dev.nvml, std::vector<unsigned>{dev.gpu}, false,
-                                                 /*handle_signals=*/false);
+      hw = std::make_unique<tune::HardwareKnobs>(open_knobs(p, dev.nvml, false, "", /*handle_signals=*/false),
+                                                 std::vector<unsigned>{dev.gpu});
   const tune::MeasureSettings ms = measure_settings(p);
   const tune::TrialRunner runner = is_command ? tune::make_command_runner(p.passthrough(), ms, hw.get(), sampler)
                                               : tune::make_model_runner(model_workload(p, dev), ms, hw.get(), sampler);

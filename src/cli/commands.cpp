@@ -25,6 +25,7 @@ const std::vector<Command>& commands() {
       {"devices", "GPUs NVML sees: readings, what each can measure and control", run_devices},
       {"monitor", "run a command and report its time and energy (perf stat for joules)", run_monitor},
       {"restore", "restore GPU settings left changed by a crashed or killed run", run_restore},
+      {"daemon-state", "GPU state, leases and your rights as the cnnergyd knob daemon reports them", run_daemon_state},
   };
   return table;
 }

@@ -11,5 +11,6 @@ namespace cnnergy::cli {
 int run_devices(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
 int run_restore(const std::vector<std::string>& args);
+int run_daemon_state(const std::vector<std::string>& args);  // cmd_daemon_state.cpp
 
 }  // namespace cnnergy::cli

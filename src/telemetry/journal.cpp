@@ -107,6 +107,7 @@ JournalData Journal::read() const {
     d.pid = static_cast<long>(j.at("pid").number("pid"));
     d.host = j.at("host").str("host");
     if (const Json* b = j.find("boot_id")) d.boot_id = b->str("boot_id");
+    if (const Json* u = j.find("owner_uid")) d.owner_uid = as_u32(*u, "owner_uid");
     d.created_unix_s = static_cast<std::int64_t>(j.at("created_unix_s").number("created_unix_s"));
     const Json& entries = j.at("entries");
     if (!entries.is_array()) throw DataError("'entries' must be an array");
@@ -142,6 +143,7 @@ void Journal::write(const JournalData& data) const {
   j["pid"] = data.pid;
   j["host"] = data.host;
   j["boot_id"] = data.boot_id;
+  if (data.owner_uid) j["owner_uid"] = *data.owner_uid;
   j["created_unix_s"] = data.created_unix_s;
   Json entries = Json::array();
   for (const auto& e : data.entries) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct JournalEntry {
 
 struct JournalData {
   long pid = 0;
+  // The user on whose behalf the changes were made (set by cnnergyd, which changes GPUs for
+  // clients; absent for a cnnergy process changing them itself). Written as "owner_uid".
+  std::optional<std::uint32_t> owner_uid;
   std::string host, boot_id;
   std::int64_t created_unix_s = 0;
   std::vector<JournalEntry> entries;

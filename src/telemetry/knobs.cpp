@@ -56,6 +56,7 @@ KnobController::KnobController(std::shared_ptr<const Nvml> nvml, KnobOptions opt
     if (!options_.dry_run) journal_.remove();
   }
   data_ = Journal::for_this_process();
+  data_.owner_uid = options_.owner_uid;
   if (options_.handle_signals && !options_.dry_run) {
     signals_.emplace([this](int signo, bool) {
       restore_noexcept();
@@ -254,6 +255,11 @@ void KnobController::set_memory_clock(unsigned gpu, std::uint32_t mhz) {
   say("set " + line + " (application clocks, SM " + std::to_string(sm) + " MHz)");
 }
 
+std::vector<std::string> KnobController::plan() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return plan_;
+}
+
 std::size_t KnobController::active_changes() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   return data_.entries.size();
@@ -273,6 +279,50 @@ void KnobController::restore() {
   std::string msg = "could not restore every GPU setting (kept in " + journal_.path() + "):";
   for (const auto& f : r.failed) msg += "\n  " + f;
   throw DeviceError(msg + "\nfix the cause, then run `cnnergy restore`");
+}
+
+void KnobController::reset_sm_clocks(unsigned gpu) {
+  restore_kinds(gpu, {KnobKind::kSmLockedClocks}, "SM clocks");
+}
+
+void KnobController::reset_memory_clock(unsigned gpu) {
+  restore_kinds(gpu, {KnobKind::kMemLockedClocks, KnobKind::kApplicationClocks}, "memory clock");
+}
+
+// Restores only the journal entries of one GPU and these kinds; the others stay as they are.
+void KnobController::restore_kinds(unsigned gpu, std::initializer_list<KnobKind> kinds,
+                                   const char* what) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  const GpuDevice& d = device(gpu);
+  if (options_.dry_run) {
+    say("dry run: would reset the " + std::string(what) + " of " + gpu_name(d));
+    return;
+  }
+  std::vector<JournalEntry> chosen, kept;
+  for (const auto& e : data_.entries) {
+    const bool match =
+        e.uuid == d.uuid() && std::find(kinds.begin(), kinds.end(), e.kind) != kinds.end();
+    (match ? chosen : kept).push_back(e);
+  }
+  if (chosen.empty()) return;
+  RestoreReport r = restore_entries(nvml_.get(), chosen, false);
+  for (const auto& line : r.restored) say("restored " + line);
+  kept.insert(kept.end(), r.remaining.begin(), r.remaining.end());
+  data_.entries = std::move(kept);
+  if (data_.entries.empty())
+    journal_.remove();
+  else
+    journal_.write(data_);
+  if (!r.failed.empty()) {
+    std::string msg = "could not reset the " + std::string(what) + " (kept in " + journal_.path() + "):";
+    for (const auto& f : r.failed) msg += "\n  " + f;
+    throw DeviceError(msg);
+  }
+}
+
+std::string KnobController::describe() const {
+  if (options_.dry_run) return "dry run (validated against NVML, nothing is changed)";
+  return "direct NVML calls, journal " + journal_.path();
 }
 
 void KnobController::restore_noexcept() noexcept {

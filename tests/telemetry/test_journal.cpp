@@ -55,6 +55,23 @@ TEST(Journal, RoundTripsEveryKind) {
   EXPECT_NO_THROW(j.remove());  // removing twice is fine
 }
 
+TEST(Journal, OwnerUidIsOptionalAndRoundTrips) {
+  test::TempDir dir;
+  Journal j(dir.file("journal.json"));
+  JournalData d = Journal::for_this_process();
+  d.entries.push_back({"GPU-aaaa", 0, "NVIDIA H200", KnobKind::kPowerLimit, 300000, 0, 0});
+  j.write(d);  // a cnnergy process changing GPUs itself: no owner
+  EXPECT_EQ(test::read_file(j.path()).find("owner_uid"), std::string::npos);
+  EXPECT_FALSE(j.read().owner_uid.has_value());
+  d.owner_uid = 1234;  // cnnergyd, on behalf of uid 1234
+  j.write(d);
+  EXPECT_EQ(j.read().owner_uid.value_or(0), 1234u);
+  std::string text = test::read_file(j.path());
+  text.replace(text.find("1234"), 4, "-5");
+  test::write_file(j.path(), text);
+  EXPECT_THROW(j.read(), DataError);
+}
+
 TEST(Journal, CorruptFilesAreDataErrors) {
   test::TempDir dir;
   const std::string path = dir.file("journal.json");

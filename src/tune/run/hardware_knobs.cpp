@@ -38,6 +38,11 @@ HardwareKnobs::HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::v
   controller_ = std::make_unique<telemetry::KnobController>(nvml_, o);
 }
 
+HardwareKnobs::HardwareKnobs(std::unique_ptr<telemetry::KnobControl> control, std::vector<unsigned> gpus)
+    : gpus_(std::move(gpus)), controller_(std::move(control)) {
+  if (!controller_) throw InternalError("HardwareKnobs without a knob control");
+}
+
 HardwareKnobs::~HardwareKnobs() = default;  // the controller restores everything
 
 bool HardwareKnobs::touches_hardware(const TrialSpec& trial) {

@@ -23,7 +23,7 @@ class Graph;
 namespace telemetry {
 class Nvml;
 class Sampler;
-class KnobController;
+class KnobControl;
 }  // namespace telemetry
 
 namespace tune {
@@ -51,6 +51,8 @@ class HardwareKnobs {
   // progress and restores through the destructor) instead of the controller restoring and dying at once.
   HardwareKnobs(std::shared_ptr<const telemetry::Nvml> nvml, std::vector<unsigned> gpus, bool dry_run,
                 bool handle_signals = true);
+  // Any knob control: direct, through cnnergyd (telemetry::open_knob_control picks), or a dry run.
+  HardwareKnobs(std::unique_ptr<telemetry::KnobControl> control, std::vector<unsigned> gpus);
   ~HardwareKnobs();
   HardwareKnobs(const HardwareKnobs&) = delete;
   HardwareKnobs& operator=(const HardwareKnobs&) = delete;
@@ -60,7 +62,7 @@ class HardwareKnobs {
  private:
   std::shared_ptr<const telemetry::Nvml> nvml_;
   std::vector<unsigned> gpus_;
-  std::unique_ptr<telemetry::KnobController> controller_;
+  std::unique_ptr<telemetry::KnobControl> controller_;
 };
 
 struct ModelWorkload {
