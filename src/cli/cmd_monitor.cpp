@@ -21,6 +21,7 @@
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "exporter/monitor_exporter.hpp"
 #include "telemetry/energy_meter.hpp"
 #include "core/json.hpp"
 #include "telemetry/knobs.hpp"
@@ -235,6 +236,10 @@ int run_monitor(const std::vector<std::string>& args) {
          "validate the knobs and print the plan; change nothing (the command still runs)");
   p.option("journal",
            "knob journal file [default: $CNNERGY_JOURNAL or ~/.cache/cnnergy/knob-journal.json]");
+  p.option("prometheus-port",
+           "serve live OpenMetrics (energy counter, power, clocks, utilisation, temperature, "
+           "throttle reasons, window energies) at http://127.0.0.1:PORT/metrics; 0: a free port");
+  p.option("jsonl", "stream one JSON object per sample and per completed window to this file");
   p.allow_passthrough("the command to run and its arguments");
   p.epilog(
       "The report goes to stderr (or --output) so the command's own stdout stays clean.\n"
@@ -313,6 +318,11 @@ int run_monitor(const std::vector<std::string>& args) {
       *sampler,
       csv ? sampler->add_listener([w = csv.get()](const telemetry::Sample& s) { w->write(s); })
           : 0);  // declared after csv: the listener is gone before the writer is
+  std::optional<unsigned> prometheus_port;
+  if (p.has("prometheus-port"))
+    prometheus_port = static_cast<unsigned>(p.get_int("prometheus-port", 0, 65535));
+  auto exporter =
+      exporter::MonitorExporter::create(sampler, prometheus_port, p.get_optional("jsonl"));
   if (int s = early_signal.load())
     return 128 + s;  // interrupted before the start; knobs restore on the way out
 
@@ -347,6 +357,7 @@ int run_monitor(const std::vector<std::string>& args) {
   child = -1;
   meter.close(window);
   const telemetry::Measurement m = meter.result(window);
+  if (exporter) exporter->on_window(m);
   sampler->stop();
   if (knobs) knobs->restore();  // errors here are reported (the destructor would only log them)
 

@@ -275,6 +275,27 @@ void KnobController::restore() {
   throw DeviceError(msg + "\nfix the cause, then run `cnnergy restore`");
 }
 
+void KnobController::restore_kind(unsigned gpu, KnobKind kind) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (options_.dry_run) return;
+  const GpuDevice& d = device(gpu);
+  std::vector<JournalEntry> mine, others;
+  for (const auto& e : data_.entries)
+    (e.uuid == d.uuid() && e.kind == kind ? mine : others).push_back(e);
+  if (mine.empty()) return;
+  RestoreReport r = restore_entries(nvml_.get(), mine, false);
+  for (const auto& line : r.restored) say("restored " + line);
+  others.insert(others.end(), r.remaining.begin(), r.remaining.end());
+  data_.entries = others;
+  if (data_.entries.empty())
+    journal_.remove();
+  else
+    journal_.write(data_);
+  if (!r.failed.empty())
+    throw DeviceError("could not restore " + r.failed.front() + " (kept in " + journal_.path() +
+                      "; run `cnnergy restore`)");
+}
+
 void KnobController::restore_noexcept() noexcept {
   try {
     restore();

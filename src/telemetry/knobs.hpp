@@ -50,6 +50,10 @@ class KnobController {
   // Restores every changed setting now and deletes the journal; throws DeviceError listing what
   // could not be restored (those entries stay in the journal for `cnnergy restore`).
   void restore();
+  // Restores one setting of one GPU (kPowerLimit, kSmLockedClocks, ...) and drops it from the
+  // journal, leaving the others in force; a no-op when it was not changed. DeviceError on failure
+  // (the entry stays journaled). Lets nested scopes (the C API's knob leases) undo only their own.
+  void restore_kind(unsigned gpu, KnobKind kind);
 
   bool dry_run() const { return options_.dry_run; }
   const std::string& journal_path() const { return journal_.path(); }
