@@ -223,6 +223,7 @@ void JsonlStream::on_sample(const telemetry::Sample& s) {
   j["type"] = "sample";
   j["time_s"] = double(s.t_ns - t0_ns_) / 1e9;
   j["unix_time_s"] = double(s.t_ns) / 1e9 + unix_minus_steady_s_;
+  j["steady_time_s"] = double(s.t_ns) / 1e9;  // CLOCK_MONOTONIC: the time base of cnnergy windows
   Json gpus = Json::array();
   for (std::size_t slot = 0; slot < s.gpus.size() && slot < gpus_.size(); ++slot) {
     const auto& g = s.gpus[slot];
