@@ -119,6 +119,14 @@ CNNERGY_EXPORT int cnnergy_monitor_has_cpu(const cnnergy_monitor* monitor);
 CNNERGY_EXPORT double cnnergy_monitor_sensor_period_ms(const cnnergy_monitor* monitor);
 CNNERGY_EXPORT double cnnergy_monitor_interval_ms(const cnnergy_monitor* monitor);
 
+/* Serves this monitor's live metrics as OpenMetrics at http://127.0.0.1:PORT/metrics (the metric
+ * names of `cnnergy monitor --prometheus-port`; prometheus_port 0: a free port the system picks,
+ * given back in *bound_port; < 0: no server) and/or writes JSON lines to jsonl_path (NULL: none):
+ * every sample, and every window as soon as the sampler covers its end (read or not). Once per
+ * monitor. INVALID_ARGUMENT for a port in use; DATA for a file that cannot be written. */
+CNNERGY_EXPORT cnnergy_status cnnergy_monitor_export(cnnergy_monitor* monitor, int prometheus_port,
+                                                     const char* jsonl_path, unsigned* bound_port);
+
 /* ---- windows ---------------------------------------------------------------------------------- */
 /* Opens the window `name` (1 to CNNERGY_NAME_MAX-1 bytes). Windows may nest and overlap; a name can
  * be open once at a time (INVALID_ARGUMENT otherwise). Only stamps the time: microseconds. */

@@ -2,15 +2,18 @@
 // monitor, windows kept by name. begin/end only take the monitor's mutex and stamp the time; the
 // energy at the edges is resolved on the sampler's thread (EnergyMeter, cpu_from_samples).
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "api/api_guard.hpp"
+#include "exporter/monitor_exporter.hpp"
 #include "telemetry/energy_meter.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/rapl.hpp"
@@ -31,6 +34,13 @@ struct cnnergy_monitor {
   std::uint64_t generation = 0;  // of the meter: ids of an earlier meter are refused
   std::map<std::string, EnergyMeter::WindowId> open;  // window name -> meter id
   double sensor_period_ms = 0, interval_ms = 0;
+  // Exporting (cnnergy_monitor_export): ended windows are collected on the sampler thread as soon
+  // as they are covered, exported, and kept in `done` until the caller reads them.
+  std::unique_ptr<cnnergy::exporter::MonitorExporter> exporter;
+  int export_listener = 0;
+  std::set<EnergyMeter::WindowId> pending;
+  std::map<EnergyMeter::WindowId, Measurement> done;
+  std::condition_variable done_cv;
 };
 
 namespace cnnergy::api {
@@ -49,17 +59,54 @@ cnnergy_status bad(const std::string& message) {
   return set_error(CNNERGY_ERROR_INVALID_ARGUMENT, message);
 }
 
+// Runs on the sampler thread after the meter's own listener: collects covered windows. Never
+// waits for the monitor's lock (stop() holds it while joining this thread): busy -> next sample.
+void collect_covered(cnnergy_monitor& m) {
+  std::unique_lock<std::mutex> lock(m.mutex, std::try_to_lock);
+  if (!lock.owns_lock() || !m.meter) return;
+  bool any = false;
+  for (auto it = m.pending.begin(); it != m.pending.end();) {
+    auto r = m.meter->try_result(*it);
+    if (!r) {
+      ++it;
+      continue;
+    }
+    m.exporter->on_window(*r);
+    m.done.emplace(*it, std::move(*r));
+    it = m.pending.erase(it);
+    any = true;
+  }
+  if (any) m.done_cv.notify_all();
+}
+
+void attach_export(cnnergy_monitor& m) {
+  if (!m.exporter || !m.sampler) return;
+  m.exporter->attach(m.sampler);
+  cnnergy_monitor* self = &m;
+  m.export_listener = m.sampler->add_listener([self](const Sample&) { collect_covered(*self); });
+}
+
+void detach_export(cnnergy_monitor& m) {
+  if (m.export_listener && m.sampler) m.sampler->remove_listener(m.export_listener);
+  m.export_listener = 0;
+  if (m.exporter) m.exporter->detach();
+}
+
 void start_locked(cnnergy_monitor& m) {
   if (m.running) return;
-  if (m.meter && m.meter->open_windows() > 0)
+  if (m.meter && (m.meter->open_windows() > 0 || !m.done.empty()))
     throw InvalidArgument("cannot restart the monitor while windows of the last run are not "
                           "collected (read or discard them first)");
+  detach_export(m);
   m.meter.reset();
   m.sampler = std::make_shared<Sampler>(m.nvml, m.rapl, m.sampler_options);
   m.meter = std::make_unique<EnergyMeter>(m.sampler, /*cpu_from_samples=*/true);
   m.open.clear();
+  m.done.clear();
+  m.pending.clear();
   ++m.generation;
   m.running = true;
+  attach_export(m);
   m.sensor_period_ms = m.sampler->sensor_period_ms();
   m.interval_ms = m.sampler->interval_ms();
 }
@@ -116,6 +163,34 @@ EnergyMeter::WindowId meter_id(const cnnergy_monitor& m, cnnergy_window_id id) {
     throw InvalidArgument("window " + std::to_string(id) +
                           " belongs to no window of this monitor (already read or discarded?)");
   return id & ((std::uint64_t{1} << kIdBits) - 1);
+}
+
+// cnnergy_window_result for an exporting monitor: the sampler thread collects windows, so wait for
+// this one in `done` (the meter must not be waited on: the collector erases windows from it).
+cnnergy_status result_exported(cnnergy_monitor& m, std::unique_lock<std::mutex>& lock,
+                               EnergyMeter::WindowId wid, double timeout_ms,
+                               cnnergy_measurement& out) {
+  const double slack_ms = 3.0 * (m.interval_ms + m.sensor_period_ms) + 1000.0;
+  const double wait_ms = timeout_ms < 0 ? slack_ms : timeout_ms;
+  m.done_cv.wait_for(lock, std::chrono::microseconds(static_cast<long long>(wait_ms * 1000)),
+                     [&] { return m.done.count(wid) > 0 || !m.pending.count(wid); });
+  auto it = m.done.find(wid);
+  if (it == m.done.end()) {
+    if (!m.pending.count(wid))
+      throw InvalidArgument("energy window " + std::to_string(wid) + " is not open");
+    if (timeout_ms == 0)
+      return set_error(CNNERGY_NOT_READY, "the sampler has not yet covered the end of window " +
+                                              std::to_string(wid));
+    // Not covered in time (the sampler stopped?): the data there is, as the meter would give.
+    m.pending.erase(wid);
+    Measurement r = m.meter->result(wid, std::chrono::milliseconds(0));
+    m.exporter->on_window(r);
+    fill(r, out);
+    return CNNERGY_OK;
+  }
+  fill(it->second, out);
+  m.done.erase(it);
+  return CNNERGY_OK;
 }
 
 }  // namespace
@@ -222,6 +297,8 @@ cnnergy_status cnnergy_monitor_open(const cnnergy_monitor_options* options,
 void cnnergy_monitor_close(cnnergy_monitor* monitor) {
   if (!monitor) return;
   try {
+    detach_export(*monitor);
+    monitor->exporter.reset();
     monitor->meter.reset();  // removes its listener before the sampler goes
     if (monitor->sampler) monitor->sampler->stop();
   } catch (...) {
@@ -305,6 +382,7 @@ cnnergy_status cnnergy_window_end(cnnergy_monitor* monitor, const char* name,
     if (it == monitor->open.end())
       return bad(std::string("window '") + name + "' was never begun (or has already ended)");
     monitor->meter->close(it->second);
+    if (monitor->exporter) monitor->pending.insert(it->second);
     if (id) *id = (monitor->generation << kIdBits) | it->second;
     monitor->open.erase(it);
     return CNNERGY_OK;
@@ -318,11 +396,13 @@ cnnergy_status cnnergy_window_result(cnnergy_monitor* monitor, cnnergy_window_id
     EnergyMeter* meter = nullptr;
     EnergyMeter::WindowId wid = 0;
     {
-      std::lock_guard<std::mutex> lock(monitor->mutex);
+      std::unique_lock<std::mutex> lock(monitor->mutex);
       wid = meter_id(*monitor, id);
       for (const auto& [name, open_id] : monitor->open)
         if (open_id == wid) return bad("window '" + name + "' is still open: end it first");
       meter = monitor->meter.get();
+      if (monitor->exporter && (monitor->pending.count(wid) || monitor->done.count(wid)))
+        return result_exported(*monitor, lock, wid, timeout_ms, *out);
     }
     // Waiting happens without the monitor's lock, so other threads keep beginning windows. The
     // meter outlives this call: it is replaced only by start(), which refuses while windows exist.
@@ -348,7 +428,31 @@ cnnergy_status cnnergy_window_discard(cnnergy_monitor* monitor, cnnergy_window_i
     const auto wid = meter_id(*monitor, id);
     for (const auto& [name, open_id] : monitor->open)
       if (open_id == wid) return bad("window '" + name + "' is still open: end it first");
+    if (monitor->done.erase(wid)) return CNNERGY_OK;
+    monitor->pending.erase(wid);
     monitor->meter->discard(wid);
+    return CNNERGY_OK;
+  });
+}
+
+cnnergy_status cnnergy_monitor_export(cnnergy_monitor* monitor, int prometheus_port,
+                                      const char* jsonl_path, unsigned* bound_port) {
+  return guarded([&] {
+    if (!monitor) return bad("cnnergy_monitor_export: monitor is NULL");
+    if (prometheus_port > 65535) return bad("port " + std::to_string(prometheus_port) + " > 65535");
+    if (prometheus_port < 0 && !jsonl_path)
+      return bad("cnnergy_monitor_export: neither a port nor a JSON-lines file");
+    std::lock_guard<std::mutex> lock(monitor->mutex);
+    if (monitor->exporter) return bad("this monitor already exports its metrics");
+    if (!monitor->sampler) return bad("the monitor has no sampler");
+    std::optional<unsigned> port;
+    if (prometheus_port >= 0) port = static_cast<unsigned>(prometheus_port);
+    std::optional<std::string> path;
+    if (jsonl_path) path = jsonl_path;
+    monitor->exporter = std::make_unique<cnnergy::exporter::MonitorExporter>(
+        cnnergy::exporter::gpu_labels(*monitor->sampler), port, path);
+    if (monitor->running) attach_export(*monitor);
+    if (bound_port) *bound_port = monitor->exporter->port().value_or(0);
     return CNNERGY_OK;
   });
 }

@@ -123,7 +123,8 @@ void EnergyMeter::on_sample(const Sample& s) {
     // CPU energy at an edge between the previous sample and this one: linear interpolation.
     const auto cpu_at = [&](std::int64_t t) -> std::optional<double> {
       if (!s.cpu_energy_mj || s.t_ns < t) return std::nullopt;
-      if (!last_cpu_ || last_cpu_->first >= s.t_ns || last_cpu_->first > t) return s.cpu_energy_mj;
+      if (!last_cpu_ || last_cpu_->first >= s.t_ns) return s.cpu_energy_mj;
+      if (last_cpu_->first > t) return last_cpu_->second;  // registered late: the nearest reading
       const double f = double(t - last_cpu_->first) / double(s.t_ns - last_cpu_->first);
       return last_cpu_->second + f * (*s.cpu_energy_mj - last_cpu_->second);
     };

@@ -173,6 +173,46 @@ class WindowTest(unittest.TestCase):
               % (per_pair_us, cnnergy.backend_name))
 
 
+class ExportTest(unittest.TestCase):
+    """Monitor(prometheus_port=0, jsonl=...): every window is exported as it completes."""
+
+    def test_windows_reach_prometheus_and_json_lines(self):
+        import urllib.request
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "run.jsonl")
+            with cnnergy.Monitor(gpus=[0], prometheus_port=0, jsonl=path) as mon:
+                self.assertGreater(mon.prometheus_port, 0)
+                with mon.window("epoch") as w:
+                    time.sleep(0.3)
+                deadline = time.monotonic() + 10
+                text = ""
+                while time.monotonic() < deadline:
+                    with urllib.request.urlopen(mon.metrics_url, timeout=5) as r:
+                        self.assertIn("openmetrics-text", r.headers["Content-Type"])
+                        text = r.read().decode()
+                    if 'cnnergy_window_completions_total{window="epoch"} 1' in text:
+                        break
+                    time.sleep(0.05)
+                self.assertIn('cnnergy_window_completions_total{window="epoch"} 1', text)
+                self.assertIn('cnnergy_gpu_energy_joules_total{gpu="0",uuid="GPU-', text)
+                self.assertTrue(text.endswith("# EOF\n"))
+                m = w.measurement  # collected by the exporter, still readable here
+                self.assertGreater(m.energy_j, 0)
+                exported = float(text.split(
+                    'cnnergy_window_last_energy_joules{window="epoch"} ')[1].split()[0])
+                self.assertAlmostEqual(exported, m.energy_j, places=6)
+                # a port in use is refused with a clear message, nothing started
+                with self.assertRaises(cnnergy.InvalidArgument) as e:
+                    cnnergy.Monitor(gpus=[0], prometheus_port=mon.prometheus_port)
+                self.assertIn("already in use", str(e.exception))
+            with open(path) as f:
+                lines = [json.loads(line) for line in f]
+            self.assertTrue(any(j["type"] == "sample" for j in lines))
+            windows = [j for j in lines if j["type"] == "window"]
+            self.assertEqual([j["name"] for j in windows], ["epoch"])
+            self.assertAlmostEqual(windows[0]["energy_j"], m.energy_j, places=6)
+
+
 class KnobTest(unittest.TestCase):
     def setUp(self):
         for p in (STATE, JOURNAL):

@@ -127,6 +127,11 @@ PYBIND11_MODULE(_cnnergy_ext, mod) {
     d["interval_ms"] = cnnergy_monitor_interval_ms(m);
     return d;
   });
+  mod.def("export", [](std::uintptr_t h, int port, std::optional<std::string> jsonl) {
+    unsigned bound = 0;
+    check(cnnergy_monitor_export(monitor_of(h), port, jsonl ? jsonl->c_str() : nullptr, &bound));
+    return bound;
+  });
   mod.def("begin", [](std::uintptr_t h, const std::string& name) {
     cnnergy_window_id id = 0;
     check(cnnergy_window_begin(monitor_of(h), name.c_str(), &id));

@@ -164,11 +164,25 @@ class Monitor:
     """Samples GPUs (NVML indices, default all) and, where RAPL is readable, the CPU packages, on a
     background thread, and measures named windows that may nest and overlap."""
 
-    def __init__(self, gpus=None, interval_ms=0.0, cpu=True):
+    def __init__(self, gpus=None, interval_ms=0.0, cpu=True, prometheus_port=None, jsonl=None):
+        """prometheus_port: serve live metrics and every completed window as OpenMetrics at
+        http://127.0.0.1:PORT/metrics (0: a free port, see .prometheus_port); jsonl: a file that
+        gets one JSON object per sample and per completed window."""
         self._handle = 0
+        self.prometheus_port = None
         if gpus is not None:
             gpus = [int(g) for g in gpus]
         self._handle = _backend.open(gpus, float(interval_ms), bool(cpu))
+        if prometheus_port is not None or jsonl is not None:
+            try:
+                port = _backend.export(self._handle,
+                                       -1 if prometheus_port is None else int(prometheus_port),
+                                       None if jsonl is None else os.fspath(jsonl))
+            except BaseException:
+                self.close()
+                raise
+            if prometheus_port is not None:
+                self.prometheus_port = port
         info = _backend.info(self._handle)
         self.gpus = [g[0] for g in info["gpus"]]
         self.gpu_uuids = {g[0]: g[1] for g in info["gpus"]}
@@ -176,6 +190,13 @@ class Monitor:
         self.has_cpu = info["has_cpu"]
         self.sensor_period_ms = info["sensor_period_ms"]
         self.interval_ms = info["interval_ms"]
+
+    @property
+    def metrics_url(self):
+        """http://127.0.0.1:PORT/metrics when serving metrics, else None."""
+        if self.prometheus_port is None:
+            return None
+        return "http://127.0.0.1:%d/metrics" % self.prometheus_port
 
     def begin_window(self, name: str) -> None:
         """Opens the window `name` (a name is open once at a time). Only stamps the time."""

@@ -85,6 +85,8 @@ for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
 _lib.cnnergy_window_result.argtypes = [ctypes.c_void_p, _u64, ctypes.c_double,
                                        ctypes.POINTER(_Measurement)]
 _lib.cnnergy_window_discard.argtypes = [ctypes.c_void_p, _u64]
+_lib.cnnergy_monitor_export.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
+                                        ctypes.POINTER(ctypes.c_uint)]
 _lib.cnnergy_power_limit_set.argtypes = [ctypes.c_uint, ctypes.c_double, ctypes.POINTER(_u64)]
 _lib.cnnergy_sm_clocks_lock.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                                         ctypes.POINTER(_u64)]
@@ -149,6 +151,13 @@ def info(h):
     return {"gpus": gpus, "has_cpu": _lib.cnnergy_monitor_has_cpu(m) != 0,
             "sensor_period_ms": _lib.cnnergy_monitor_sensor_period_ms(m),
             "interval_ms": _lib.cnnergy_monitor_interval_ms(m)}
+
+
+def export(h, port, jsonl):
+    bound = ctypes.c_uint()
+    path = None if jsonl is None else os.fsencode(jsonl)
+    _check(_lib.cnnergy_monitor_export(_handle(h), port, path, ctypes.byref(bound)))
+    return bound.value
 
 
 def begin(h, name):

@@ -30,6 +30,9 @@ def _parse(argv):
                    help="sampling interval in ms (default: the sensor's update period)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--output", help="write the report to this file instead of stderr")
+    p.add_argument("--prometheus-port", type=int,
+                   help="serve live OpenMetrics at http://127.0.0.1:PORT/metrics; 0: a free port")
+    p.add_argument("--jsonl", help="stream one JSON object per sample and per window to this file")
     p.add_argument("--power-limit", type=float, help="run the command with this power limit, in W")
     p.add_argument("--sm-clock", help="run the command with the SM clock locked: MHz or MIN-MAX")
     args = p.parse_args(argv)
@@ -102,10 +105,13 @@ def json_report(cmd, exit_code, status_text, m, monitor, knobs):
 def main(argv=None):
     args, cmd, gpus, sm = _parse(sys.argv[1:] if argv is None else argv)
     try:
-        monitor = cnnergy.Monitor(gpus=gpus, interval_ms=args.interval)
+        monitor = cnnergy.Monitor(gpus=gpus, interval_ms=args.interval,
+                                  prometheus_port=args.prometheus_port, jsonl=args.jsonl)
     except cnnergy.CnnergyError as e:
         print("cnnergy: error: %s" % e, file=sys.stderr)
         return e.status
+    if monitor.metrics_url:
+        print("cnnergy: serving OpenMetrics at %s" % monitor.metrics_url, file=sys.stderr)
     leases, knobs = [], []
     try:
         for g in (gpus if gpus is not None else monitor.gpus):
