@@ -27,29 +27,28 @@ JOURNAL = os.environ["CNNERGY_JOURNAL"]
 DEFAULT_LIMIT_MW = 350000
 
 
-def power_limit_mw(gpu):
-    """The power limit the fake driver's state file records for `gpu` (the default when absent)."""
+def state_field(gpu, key):
+    """A setting the fake driver's state file records for `gpu` ("power_limit_mw", "sm_lock"), or
+    None when the file has no line for it yet."""
     tail = "%012x " % (0x5eed0000 + gpu)
     try:
         with open(STATE) as f:
             for line in f:
-                if tail in line and "power_limit_mw=" in line:
-                    return int(line.split("power_limit_mw=")[1].split()[0])
+                if tail in line and key + "=" in line:
+                    return line.split(key + "=")[1].split()[0]
     except FileNotFoundError:
         pass
-    return DEFAULT_LIMIT_MW
+    return None
+
+
+def power_limit_mw(gpu):
+    v = state_field(gpu, "power_limit_mw")
+    return DEFAULT_LIMIT_MW if v is None else int(v)
 
 
 def sm_lock(gpu):
-    tail = "%012x " % (0x5eed0000 + gpu)
-    try:
-        with open(STATE) as f:
-            for line in f:
-                if tail in line and "sm_lock=" in line:
-                    return tuple(int(x) for x in line.split("sm_lock=")[1].split()[0].split(","))
-    except FileNotFoundError:
-        pass
-    return (0, 0)
+    v = state_field(gpu, "sm_lock")
+    return (0, 0) if v is None else tuple(int(x) for x in v.split(","))
 
 
 def run_python(code, **kw):

@@ -32,6 +32,16 @@ cnnergy_monitor* monitor_of(std::uintptr_t h) {
   return reinterpret_cast<cnnergy_monitor*>(h);
 }
 
+// Calls a monitor function that may block (joining or starting the sampler) without the GIL.
+void without_gil(cnnergy_status (*fn)(cnnergy_monitor*), cnnergy_monitor* m) {
+  cnnergy_status s;
+  {
+    py::gil_scoped_release release;
+    s = fn(m);
+  }
+  check(s);
+}
+
 py::object num(double v) { return std::isnan(v) ? py::none() : py::object(py::float_(v)); }
 
 py::dict to_dict(const cnnergy_measurement& m) {
@@ -92,24 +102,8 @@ PYBIND11_MODULE(_cnnergy_ext, mod) {
     py::gil_scoped_release release;
     cnnergy_monitor_close(reinterpret_cast<cnnergy_monitor*>(h));
   });
-  mod.def("start", [](std::uintptr_t h) {
-    cnnergy_monitor* m = monitor_of(h);
-    cnnergy_status s;
-    {
-      py::gil_scoped_release release;
-      s = cnnergy_monitor_start(m);
-    }
-    check(s);
-  });
-  mod.def("stop", [](std::uintptr_t h) {
-    cnnergy_monitor* m = monitor_of(h);
-    cnnergy_status s;
-    {
-      py::gil_scoped_release release;
-      s = cnnergy_monitor_stop(m);
-    }
-    check(s);
-  });
+  mod.def("start", [](std::uintptr_t h) { without_gil(cnnergy_monitor_start, monitor_of(h)); });
+  mod.def("stop", [](std::uintptr_t h) { without_gil(cnnergy_monitor_stop, monitor_of(h)); });
   mod.def("running", [](std::uintptr_t h) { return cnnergy_monitor_running(monitor_of(h)) != 0; });
   mod.def("info", [](std::uintptr_t h) {
     cnnergy_monitor* m = monitor_of(h);
