@@ -4,7 +4,9 @@
 Run on a lent GPU from the repository root, with a build tree carried there (the package is used
 through its ctypes backend, so the device's Python 3.12 needs no compiler):
 
-    /opt/torch/.venv/bin/python bench/python_window_agreement.py --build build/release --out $OUT
+    scripts/pack_device.sh    # here, then on the device (carrying .carry):
+    source scripts/device_env.sh
+    /opt/torch/.venv/bin/python bench/python_window_agreement.py --build .carry --out $OUT
 
 It runs two things and prints their figures:
  1. agreement: `cnnergy monitor --json --jsonl -- python3 this.py --inner agreement` trains
