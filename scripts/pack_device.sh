@@ -8,7 +8,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$repo/build/device}
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCNNERGY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build "$build" -j "${CNNERGY_JOBS:-2}" --target cnnergy bench_train_throughput test_backend_cuda \
+cmake --build "$build" -j "${CNNERGY_JOBS:-2}" --target cnnergy bench_train_throughput test_backend_cuda cnnergy_api \
   ${CNNERGY_EXTRA_TARGETS:-}
 out=$repo/.carry
 rm -rf "$out"; mkdir -p "$out/bin" "$out/lib" "$out/data"
@@ -24,6 +24,13 @@ for b in "$out"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/=> \//{print $3}' |
   esac
 done
 [ -f "$build/lib/libnvidia-ml-fake.so" ] && cp "$build/lib/libnvidia-ml-fake.so" "$out/lib/" || true
+# The Python package (pure Python, ctypes backend: the device's Python needs no compiler) with
+# libcnnergy beside it, where the ctypes backend looks first; the extension is for this Python only.
+if [ -d "$build/python/cnnergy" ]; then
+  mkdir -p "$out/python/cnnergy"
+  cp "$build"/python/cnnergy/*.py "$build"/python/cnnergy/*.pyi "$out/python/cnnergy/"
+  cp -L "$build/lib/libcnnergy.so.1" "$out/python/cnnergy/" && strip --strip-unneeded "$out/python/cnnergy/libcnnergy.so.1"
+fi
 # Fashion-MNIST (30 MB) for the GPU training tests; CNNERGY_PACK_DATA=0 leaves it out (the tree that
 # travels is capped at 64 MiB, and the Open MPI runtime below needs room too).
 [ "${CNNERGY_PACK_DATA:-1}" = 1 ] && cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/" 2>/dev/null || true

@@ -9,7 +9,8 @@ jobs=${CNNERGY_JOBS:-$(nproc)}
 # Debian packages the build and tests need; dataset-fashion-mnist is the real data for training.
 packages=(cmake g++ make pkg-config libgtest-dev libopenblas-dev libsqlite3-dev libjpeg-dev libpng-dev
           dataset-fashion-mnist openmpi-bin libopenmpi-dev chromium
-          libcli11-dev)
+          libcli11-dev
+          pybind11-dev python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,11 +11,12 @@
 #include <string>
 
 #include "cli/args.hpp"
-#include "cli/monitor_session.hpp"
 #include "cli/knobs_flag.hpp"
+#include "cli/monitor_session.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "exporter/monitor_exporter.hpp"
 #include "telemetry/energy_meter.hpp"
 #include "core/json.hpp"
 #include "telemetry/knobs.hpp"
@@ -95,6 +96,10 @@ int run_monitor(const std::vector<std::string>& args) {
   p.implicit_value("json", "", "use --format json (the report as JSON) or --json FILE");
   p.option("csv", "write every sample to FILE: UTC time, power (W), energy (J), clocks (MHz), utilisation, "
                   "temperature");
+  p.option("prometheus-port",
+           "serve live OpenMetrics (energy counter, power, clocks, utilisation, temperature, "
+           "throttle reasons, window energies) at http://127.0.0.1:PORT/metrics; 0: a free port");
+  p.option("jsonl", "stream one JSON object per sample and per completed window to FILE");
   p.group("Options");
   p.allow_passthrough("the command to run and its arguments");
   p.epilog(
@@ -174,6 +179,11 @@ int run_monitor(const std::vector<std::string>& args) {
   ListenerGuard csv_listener(
       *sampler, csv ? sampler->add_listener([w = csv.get()](const telemetry::Sample& s) { w->write(s); })
                     : 0);  // declared after csv: the listener is gone before the writer is
+  std::optional<unsigned> prometheus_port;
+  if (p.has("prometheus-port"))
+    prometheus_port = static_cast<unsigned>(p.get_int("prometheus-port", 0, 65535));
+  auto exporter =
+      exporter::MonitorExporter::create(sampler, prometheus_port, p.get_optional("jsonl"));
   if (int s = early_signal.load()) return 128 + s;  // interrupted before the start; knobs restore on the way out
 
   std::vector<MonitorRun> runs;
@@ -181,9 +191,11 @@ int run_monitor(const std::vector<std::string>& args) {
     const double every_ms = so.interval_ms.value_or(1000.0);
     std::fprintf(stderr, "cnnergy monitor: sampling until Ctrl-C (SIGINT) or SIGTERM\n");
     runs.push_back(sample_until_stopped(meter, *sampler, early_signal, every_ms, stdout));
+    if (exporter) exporter->on_window(runs.back().m);
   } else {
     for (std::int64_t i = 0; i < repeats; ++i) {
       runs.push_back(run_command_measured(cmd, meter, child, early_signal));
+      if (exporter) exporter->on_window(runs.back().m);  // each run's window, as it completes
       if (runs.back().exit_code != 0 || early_signal.load() != 0) break;
     }
   }

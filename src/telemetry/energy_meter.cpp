@@ -40,7 +40,8 @@ std::optional<double> Measurement::gpu_uncertainty_mj() const {
   return gpus.empty() ? std::nullopt : std::optional<double>(sum);
 }
 
-EnergyMeter::EnergyMeter(std::shared_ptr<Sampler> sampler) : sampler_(std::move(sampler)) {
+EnergyMeter::EnergyMeter(std::shared_ptr<Sampler> sampler, bool cpu_from_samples)
+    : sampler_(std::move(sampler)), cpu_from_samples_(cpu_from_samples) {
   if (!sampler_) throw InvalidArgument("EnergyMeter needs a sampler");
   listener_token_ = sampler_->add_listener([this](const Sample& s) { on_sample(s); });
 }
@@ -52,7 +53,8 @@ EnergyMeter::WindowId EnergyMeter::begin(std::string label, const SyncFn& sync) 
   Window w;
   w.label = std::move(label);
   w.begin_ns = steady_now_ns();
-  if (const auto& rapl = sampler_->rapl()) w.cpu_begin_mj = rapl->total_mj();  // cheap sysfs read
+  if (const auto& rapl = sampler_->rapl(); rapl && !cpu_from_samples_)
+    w.cpu_begin_mj = rapl->total_mj();  // a sysfs read (tens of µs)
   w.gpus.resize(sampler_->gpu_count());
   std::lock_guard<std::mutex> lock(mutex_);
   const WindowId id = next_id_++;
@@ -64,7 +66,7 @@ void EnergyMeter::close(WindowId id, const SyncFn& sync) {
   if (sync) sync();
   const std::int64_t t = steady_now_ns();
   std::optional<double> cpu;
-  if (const auto& rapl = sampler_->rapl()) cpu = rapl->total_mj();
+  if (const auto& rapl = sampler_->rapl(); rapl && !cpu_from_samples_) cpu = rapl->total_mj();
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = windows_.find(id);
   if (it == windows_.end())
@@ -103,6 +105,7 @@ void EnergyMeter::resolve(Window& w) {
 
 bool EnergyMeter::complete(const Window& w) const {
   if (!w.closed) return false;
+  if (cpu_from_samples_ && sampler_->rapl() && !w.cpu_end_mj) return false;
   for (std::size_t slot = 0; slot < w.gpus.size(); ++slot) {
     const GpuWindow& g = w.gpus[slot];
     if (sampler_->has_counter(slot)) {
@@ -117,7 +120,19 @@ bool EnergyMeter::complete(const Window& w) const {
 void EnergyMeter::on_sample(const Sample& s) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // CPU energy at an edge between the previous sample and this one: linear interpolation.
+    const auto cpu_at = [&](std::int64_t t) -> std::optional<double> {
+      if (!s.cpu_energy_mj || s.t_ns < t) return std::nullopt;
+      if (!last_cpu_ || last_cpu_->first >= s.t_ns) return s.cpu_energy_mj;
+      if (last_cpu_->first > t) return last_cpu_->second;  // registered late: the nearest reading
+      const double f = double(t - last_cpu_->first) / double(s.t_ns - last_cpu_->first);
+      return last_cpu_->second + f * (*s.cpu_energy_mj - last_cpu_->second);
+    };
     for (auto& [id, w] : windows_) {
+      if (cpu_from_samples_) {
+        if (!w.cpu_begin_mj) w.cpu_begin_mj = cpu_at(w.begin_ns);
+        if (w.closed && !w.cpu_end_mj) w.cpu_end_mj = cpu_at(w.end_ns);
+      }
       for (std::size_t slot = 0; slot < w.gpus.size() && slot < s.gpus.size(); ++slot) {
         const GpuSample& g = s.gpus[slot];
         GpuWindow& gw = w.gpus[slot];
@@ -134,8 +149,26 @@ void EnergyMeter::on_sample(const Sample& s) {
       }
       resolve(w);
     }
+    if (s.cpu_energy_mj) last_cpu_ = std::make_pair(s.t_ns, *s.cpu_energy_mj);
   }
   cv_.notify_all();
+}
+
+std::optional<Measurement> EnergyMeter::try_result(WindowId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = windows_.find(id);
+  if (it == windows_.end())
+    throw InvalidArgument("energy window " + std::to_string(id) + " is not open");
+  if (!it->second.closed || !complete(it->second)) return std::nullopt;
+  Measurement m = make_measurement(it->second);
+  windows_.erase(it);
+  return m;
+}
+
+void EnergyMeter::discard(WindowId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (windows_.erase(id) == 0)
+    throw InvalidArgument("energy window " + std::to_string(id) + " is not open");
 }
 
 Measurement EnergyMeter::result(WindowId id, std::optional<std::chrono::milliseconds> timeout) {

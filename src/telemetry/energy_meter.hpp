@@ -55,7 +55,10 @@ class EnergyMeter {
  public:
   using WindowId = std::uint64_t;
 
-  explicit EnergyMeter(std::shared_ptr<Sampler> sampler);
+  // `cpu_from_samples`: take the CPU (RAPL) energy at window edges from the sampler's samples
+  // (interpolated) instead of reading sysfs on the caller's thread, so begin/close only stamp a
+  // time (the C API and Python module, whose begin/end must cost microseconds, ask for this).
+  explicit EnergyMeter(std::shared_ptr<Sampler> sampler, bool cpu_from_samples = false);
   ~EnergyMeter();
   EnergyMeter(const EnergyMeter&) = delete;
   EnergyMeter& operator=(const EnergyMeter&) = delete;
@@ -71,6 +74,12 @@ class EnergyMeter {
   Measurement result(WindowId id, std::optional<std::chrono::milliseconds> timeout = {});
   // close() + result().
   Measurement end(WindowId id, const SyncFn& sync = {});
+
+  // The Measurement of a closed window if the sampler already covers it (then the window is
+  // forgotten), else empty; never waits.
+  std::optional<Measurement> try_result(WindowId id);
+  // Forgets a window without computing its result (InvalidArgument if unknown).
+  void discard(WindowId id);
 
   std::size_t open_windows() const;
   const Sampler& sampler() const { return *sampler_; }
@@ -103,6 +112,8 @@ class EnergyMeter {
   Measurement make_measurement(const Window& w) const;
 
   std::shared_ptr<Sampler> sampler_;
+  bool cpu_from_samples_ = false;
+  std::optional<std::pair<std::int64_t, double>> last_cpu_;  // (t_ns, mJ) of the previous sample
   int listener_token_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable cv_;

@@ -58,6 +58,10 @@ class KnobController final : public KnobControl {
   // Restores every changed setting now and deletes the journal; throws DeviceError listing what
   // could not be restored (those entries stay in the journal for `cnnergy restore`).
   void restore() override;
+  // Restores one setting of one GPU (kPowerLimit, kSmLockedClocks, ...) and drops it from the
+  // journal, leaving the others in force; a no-op when it was not changed. DeviceError on failure
+  // (the entry stays journaled). Lets nested scopes (the C API's knob leases) undo only their own.
+  void restore_kind(unsigned gpu, KnobKind kind) { restore_kinds(gpu, {kind}, to_string(kind)); }
 
   bool dry_run() const override { return options_.dry_run; }
   std::string describe() const override;
