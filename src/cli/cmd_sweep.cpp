@@ -2,6 +2,7 @@
 // -> runner (model or command) -> execute (grid or adaptive) -> optimum table and report.
 #include "cli/cmd_sweep.hpp"
 
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -27,6 +28,18 @@ namespace cnnergy::cli {
 namespace {
 
 using tune::Knob;
+
+// The CPU's model name (/proc/cpuinfo), so a CPU result set is labelled by what it ran on.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const auto v = line.substr(line.find(':') + 1);
+      return v.substr(std::min(v.size(), v.find_first_not_of(' ')));
+    }
+  return "";
+}
 
 std::string joined(const std::vector<std::string>& v) {
   std::string out;
@@ -68,6 +81,8 @@ int run_sweep(const std::vector<std::string>& args) {
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
   p.option("accuracy-epochs", "epochs of that training", "1");
   p.option("accuracy-max-iters", "iterations per epoch of that training (0 = all)", "0");
+  p.option("tag", "a label stored with the sweep (part of its identity), for `cnnergy compare --by tag`");
+  p.option("preset", "run a paper's experiment: hardware-comparison (Gera et al. 2018; see docs/compare.md)");
   p.allow_passthrough("an external training program, rerun per trial with CNNERGY_<KNOB> variables set");
   p.epilog(
       "Knob values: lists (--batch 64,128,256), inclusive ranges start:stop:step (--power-limit 200:700:25),\n"
@@ -77,6 +92,7 @@ int run_sweep(const std::vector<std::string>& args) {
       "Power-limit and clock knobs change GPU settings through a journal that `cnnergy restore` undoes after a crash;\n"
       "they need root. Use --dry-run on GPUs you may not change. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
+  if (auto preset = p.get_optional("preset")) return run_sweep_preset(*preset, args);
 
   const bool is_command = !p.passthrough().empty();
   if (is_command == p.get_optional("model").has_value())
@@ -120,6 +136,8 @@ int run_sweep(const std::vector<std::string>& args) {
   def.settings = {{"warmup", p.get("warmup")}, {"window_s", p.get("window-s")}, {"min_iters", p.get("min-iters")},
                   {"reps", p.get("reps")}, {"search", p.get("search")}};
   if (simulated) def.settings["device"] = "simulated";
+  const std::string tag = p.get_optional("tag").value_or("");
+  if (!tag.empty()) def.settings["tag"] = tag;  // another tag is another sweep (resume, merge keep them apart)
 
   tune::ResultStore store(p.get("db"));
   tune::Environment env = tune::host_environment();
@@ -137,6 +155,7 @@ int run_sweep(const std::vector<std::string>& args) {
     env.extra["device_name"] = b->device_name();
   }
   if (simulated) env.extra["simulated"] = "fake NVML device: energy and clocks are simulated, not measured";
+  if (!is_command && !device.is_cuda()) env.extra["cpu_model"] = cpu_model_name();
   const auto existing = store.find_sweep(def.key());
   const bool resume = p.get_flag("resume");
   tune::PlanOptions po;
@@ -163,6 +182,7 @@ int run_sweep(const std::vector<std::string>& args) {
     rec.command_line = "cnnergy sweep " + joined(args);
     rec.description = description;
     rec.environment = env;
+    rec.tag = tag;
     sweep_id = store.add_sweep(rec);
   }
 
@@ -171,6 +191,7 @@ int run_sweep(const std::vector<std::string>& args) {
   if (nvml && nvml->device_count() > 0 && (device.is_cuda() || is_command)) {
     telemetry::SamplerOptions so;
     if (!is_command || p.get_optional("gpu")) so.gpus = {gpu};
+    so.read_links = true;  // PCIe/NVLink traffic for the trials' telemetry statistics
     sampler = std::make_shared<telemetry::Sampler>(nvml, nullptr, so);
   }
   std::unique_ptr<tune::HardwareKnobs> hw;

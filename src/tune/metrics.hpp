@@ -23,6 +23,7 @@ struct Repetition {
   std::optional<double> peak_power_w;      // highest sampled board power, summed over GPUs
   std::optional<double> max_temperature_c;
   std::string energy_source;               // how the meter got the energy ("counter", "sampled", ...)
+  std::string telemetry_json;              // window statistics (telemetry/trial_stats.hpp); "" if none
 };
 
 struct PhaseMeasurement {  // per-phase time and energy of one iteration (seed 000: load, forward, ...)
@@ -47,6 +48,7 @@ struct TrialMeasurement {
   std::optional<double> accuracy;          // fraction in [0, 1] where the run measured it
   std::vector<PhaseMeasurement> phases;
   std::vector<LayerMeasurement> layers;
+  std::string telemetry_json;              // the repetitions' statistics merged, with the idle power
 };
 
 // Metrics of one trial that need no other trial. EDS(k) needs the reference and is an Objective.

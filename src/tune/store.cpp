@@ -171,6 +171,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
     db_->exec(sql::kPragmas);
     SqliteTransaction tx(*db_);
     for (const auto& stmt : sql::schema()) db_->exec(stmt);
+    for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
     tx.commit();
     return;
   }
@@ -220,7 +221,9 @@ std::int64_t ResultStore::insert_sweep(const SweepRecord& s) {
   st.bind(10, s.environment.date).bind(11, s.environment.cnnergy_version);
   st.bind(12, environment_json(s.environment).dump()).bind(13, s.notes);
   st.run();
-  return db_->last_insert_id();
+  const std::int64_t id = db_->last_insert_id();
+  if (!s.tag.empty()) write_sweep_tag(id, s.tag);
+  return id;
 }
 
 std::int64_t ResultStore::add_sweep(const SweepRecord& s) {
@@ -234,13 +237,16 @@ std::optional<SweepRecord> ResultStore::find_sweep(const std::string& sweep_key)
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " WHERE sweep_key = ? ORDER BY id DESC LIMIT 1");
   st.bind(1, sweep_key);
   if (!st.step()) return std::nullopt;
-  return read_sweep_row(st);
+  SweepRecord s = read_sweep_row(st);
+  read_sweep_tag(s);
+  return s;
 }
 
 std::vector<SweepRecord> ResultStore::sweeps() const {
   std::vector<SweepRecord> out;
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " ORDER BY id");
   while (st.step()) out.push_back(read_sweep_row(st));
+  for (auto& s : out) read_sweep_tag(s);
   return out;
 }
 
@@ -248,7 +254,9 @@ SweepRecord ResultStore::sweep(std::int64_t id) const {
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " WHERE id = ?");
   st.bind(1, id);
   if (!st.step()) throw DataError("results database " + path() + " has no sweep " + std::to_string(id));
-  return read_sweep_row(st);
+  SweepRecord s = read_sweep_row(st);
+  read_sweep_tag(s);
+  return s;
 }
 
 void ResultStore::append_sweep_note(std::int64_t sweep_id, const std::string& note) {
@@ -326,6 +334,7 @@ void ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord& t) {
     ly.bind(6, x.backward_ms).bind(7, x.energy_mj).bind(8, x.flops);
     ly.run();
   }
+  write_trial_telemetry(trial_id, m);
 }
 
 void ResultStore::write_trial(std::int64_t sweep_id, const TrialRecord& trial) {
@@ -427,6 +436,7 @@ TrialRecord ResultStore::read_trial(std::int64_t trial_id) const {
     l.flops = ly.get_optional_double(6).value_or(0);
     t.measurement.layers.push_back(std::move(l));
   }
+  read_trial_telemetry(trial_id, t.measurement);
   return t;
 }
 
@@ -447,10 +457,14 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
     const ResultStore& in = inputs[f];
     for (const SweepRecord& s : in.sweeps()) {
       std::int64_t target = 0;
-      if (auto existing = out.find_sweep(s.sweep_key)) {
-        target = existing->id;
+      std::optional<SweepRecord> same_sweep;
+      for (const SweepRecord& o : out.sweeps())  // the same sweep on the same kind of machine, same tag
+        if (o.sweep_key == s.sweep_key && o.tag == s.tag && o.environment.gpu_names == s.environment.gpu_names)
+          same_sweep = o;
+      if (same_sweep) {
+        target = same_sweep->id;
         ++report.sweeps_merged;
-        const Environment& a = existing->environment;
+        const Environment& a = same_sweep->environment;
         if (a.host != s.environment.host || a.gpu_names != s.environment.gpu_names ||
             a.driver_version != s.environment.driver_version) {
           const std::string note = "merged trials from " + in.path() + " measured on host '" + s.environment.host +

@@ -12,6 +12,7 @@
 namespace cnnergy::tune {
 
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
+std::string trial_telemetry(const std::vector<Repetition>& reps, std::optional<double> idle_power_w);
 
 TrialMeasurement run_command_trial(const std::vector<std::string>& command, const MeasureSettings& settings,
                                    const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler) {
@@ -22,8 +23,9 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
       throw Error(ExitCode::kChildFailed, "'" + command.front() + "' exited with status " + std::to_string(st.exit_code) +
                                               " in trial " + trial.key);
   };
-  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   auto probe = make_energy_probe(sampler, {});
+  const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;  // before the command's first run
+  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   TrialMeasurement m;
   for (int rep = 0; rep < settings.repetitions; ++rep) {
     WindowSample w;
@@ -35,11 +37,15 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
     } while (w.iterations < settings.min_iterations ||
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < settings.window_seconds);
     w.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (probe) w.energy = probe->end();
+    if (probe) {
+      w.energy = probe->end();
+      w.telemetry_json = probe->window_telemetry_json();
+    }
     WindowResult one;
     one.windows.push_back(w);
     for (auto& r : to_repetitions(one, probe ? probe->source() : std::string())) m.repetitions.push_back(std::move(r));
   }
+  m.telemetry_json = trial_telemetry(m.repetitions, idle_w);
   return m;
 }
 

@@ -13,7 +13,9 @@
 #include "net/graph.hpp"
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
+#include "telemetry/rapl.hpp"
 #include "telemetry/sampler.hpp"
+#include "telemetry/trial_stats.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 #include "train/trainer.hpp"
@@ -61,14 +63,23 @@ std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string&
       rep.max_temperature_c = w.energy->max_temperature_c;
       rep.energy_source = source;
     }
+    rep.telemetry_json = w.telemetry_json;
     reps.push_back(std::move(rep));
   }
   return reps;
 }
 
+std::string trial_telemetry(const std::vector<Repetition>& reps, std::optional<double> idle_power_w) {
+  std::vector<std::string> windows;
+  for (const auto& r : reps) windows.push_back(r.telemetry_json);
+  return telemetry::merge_window_telemetry(windows, idle_power_w);
+}
+
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
                               std::shared_ptr<telemetry::Sampler> sampler) {
-  return [workload, settings, knobs, sampler](const TrialSpec& trial) -> TrialMeasurement {
+  // The CPU as the device: metered by RAPL where readable (one meter for the whole sweep).
+  std::shared_ptr<telemetry::RaplMeter> rapl = std::make_shared<telemetry::RaplMeter>();
+  return [workload, settings, knobs, sampler, rapl](const TrialSpec& trial) -> TrialMeasurement {
     const KnobValue* g = trial.find(Knob::kGpus);
     const std::int64_t gpus = g && g->number ? *g->number : 1;
     if (knobs) knobs->apply(trial);
@@ -95,10 +106,13 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       // OutOfMemory here: the batch does not fit; NotSupported: no graph for this backend or model.
       FixedBatchWorkload work(*graph, *backend, batch, 1, cuda_graph);
       Backend* be = backend.get();
-      auto probe = make_energy_probe(sampler, [be] { be->synchronize(); });
+      auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
+                                             : make_cpu_energy_probe(rapl);
+      const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;
       WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations};
       const WindowResult r = measure_windows(*backend, probe.get(), [&] { work.step(); }, ws);
       m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
+      m.telemetry_json = trial_telemetry(m.repetitions, idle_w);
       const Workload w = graph->total_workload();
       m.samples_per_iteration = static_cast<double>(batch);
       m.flops_per_iteration = static_cast<double>(w.flops_forward + w.flops_backward) * static_cast<double>(batch);
