@@ -182,8 +182,7 @@ int run_sweep(const std::vector<std::string>& args) {
     rec.command_line = "cnnergy sweep " + joined(args);
     rec.description = description;
     rec.environment = env;
-    rec.tag = tag;
-    sweep_id = store.add_sweep(rec);
+    sweep_id = store.add_sweep(rec, tag);
   }
 
   // Energy: one sampler for the whole sweep, over the GPU whose knobs we turn (all GPUs for commands).

@@ -175,16 +175,17 @@ Comparison build_comparison(const std::vector<std::string>& db_paths, const Comp
     const auto sweeps = store.sweeps();
     if (sweeps.empty()) c.notes.push_back(path + " holds no sweep");
     for (const SweepRecord& s : sweeps) {
+      const std::string tag = store.sweep_tag(s.id);
       std::string label;
       switch (options.by) {
         case CompareBy::kDevice: label = device_label(s); break;
         case CompareBy::kSweep: label = std::filesystem::path(path).filename().string() + ":" + s.sweep_key; break;
-        case CompareBy::kTag: label = s.tag.empty() ? "(untagged)" : s.tag; break;
+        case CompareBy::kTag: label = tag.empty() ? "(untagged)" : tag; break;
       }
       auto it = std::find_if(c.sets.begin(), c.sets.end(), [&](const ResultSet& r) { return r.label == label; });
       if (it == c.sets.end()) {
         ResultSet r;
-        r.label = label, r.db_path = path, r.sweep_key = s.sweep_key, r.tag = s.tag, r.device = device_label(s);
+        r.label = label, r.db_path = path, r.sweep_key = s.sweep_key, r.tag = tag, r.device = device_label(s);
         c.sets.push_back(std::move(r));
         it = c.sets.end() - 1;
       } else {

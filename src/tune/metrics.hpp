@@ -23,7 +23,6 @@ struct Repetition {
   std::optional<double> peak_power_w;      // highest sampled board power, summed over GPUs
   std::optional<double> max_temperature_c;
   std::string energy_source;               // how the meter got the energy ("counter", "sampled", ...)
-  std::string telemetry_json;              // window statistics (telemetry/trial_stats.hpp); "" if none
 };
 
 struct PhaseMeasurement {  // per-phase time and energy of one iteration (seed 000: load, forward, ...)
@@ -48,7 +47,10 @@ struct TrialMeasurement {
   std::optional<double> accuracy;          // fraction in [0, 1] where the run measured it
   std::vector<PhaseMeasurement> phases;
   std::vector<LayerMeasurement> layers;
-  std::string telemetry_json;              // the repetitions' statistics merged, with the idle power
+  // Telemetry statistics (telemetry/trial_stats.hpp, JSON): the repetitions' merged, with the idle
+  // power, and each repetition's (empty, or one per repetition; "" where a window has none).
+  std::string telemetry_json;
+  std::vector<std::string> repetition_telemetry_json;
 };
 
 // Metrics of one trial that need no other trial. EDS(k) needs the reference and is an Objective.

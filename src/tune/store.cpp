@@ -210,7 +210,7 @@ ResultStore& ResultStore::operator=(ResultStore&&) noexcept = default;
 
 const std::string& ResultStore::path() const { return db_->path(); }
 
-std::int64_t ResultStore::insert_sweep(const SweepRecord& s) {
+std::int64_t ResultStore::insert_sweep(const SweepRecord& s, const std::string& tag) {
   if (s.sweep_key.empty()) throw InvalidArgument("a sweep needs a key");
   Json::Array gpus;
   for (const auto& g : s.environment.gpu_names) gpus.emplace_back(g);
@@ -222,13 +222,13 @@ std::int64_t ResultStore::insert_sweep(const SweepRecord& s) {
   st.bind(12, environment_json(s.environment).dump()).bind(13, s.notes);
   st.run();
   const std::int64_t id = db_->last_insert_id();
-  if (!s.tag.empty()) write_sweep_tag(id, s.tag);
+  if (!tag.empty()) write_sweep_tag(id, tag);
   return id;
 }
 
-std::int64_t ResultStore::add_sweep(const SweepRecord& s) {
+std::int64_t ResultStore::add_sweep(const SweepRecord& s, const std::string& tag) {
   SqliteTransaction tx(*db_);
-  const std::int64_t id = insert_sweep(s);
+  const std::int64_t id = insert_sweep(s, tag);
   tx.commit();
   return id;
 }
@@ -237,16 +237,13 @@ std::optional<SweepRecord> ResultStore::find_sweep(const std::string& sweep_key)
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " WHERE sweep_key = ? ORDER BY id DESC LIMIT 1");
   st.bind(1, sweep_key);
   if (!st.step()) return std::nullopt;
-  SweepRecord s = read_sweep_row(st);
-  read_sweep_tag(s);
-  return s;
+  return read_sweep_row(st);
 }
 
 std::vector<SweepRecord> ResultStore::sweeps() const {
   std::vector<SweepRecord> out;
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " ORDER BY id");
   while (st.step()) out.push_back(read_sweep_row(st));
-  for (auto& s : out) read_sweep_tag(s);
   return out;
 }
 
@@ -254,9 +251,7 @@ SweepRecord ResultStore::sweep(std::int64_t id) const {
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " WHERE id = ?");
   st.bind(1, id);
   if (!st.step()) throw DataError("results database " + path() + " has no sweep " + std::to_string(id));
-  SweepRecord s = read_sweep_row(st);
-  read_sweep_tag(s);
-  return s;
+  return read_sweep_row(st);
 }
 
 void ResultStore::append_sweep_note(std::int64_t sweep_id, const std::string& note) {
@@ -457,9 +452,10 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
     const ResultStore& in = inputs[f];
     for (const SweepRecord& s : in.sweeps()) {
       std::int64_t target = 0;
+      const std::string tag = in.sweep_tag(s.id);
       std::optional<SweepRecord> same_sweep;
       for (const SweepRecord& o : out.sweeps())  // the same sweep on the same kind of machine, same tag
-        if (o.sweep_key == s.sweep_key && o.tag == s.tag && o.environment.gpu_names == s.environment.gpu_names)
+        if (o.sweep_key == s.sweep_key && out.sweep_tag(o.id) == tag && o.environment.gpu_names == s.environment.gpu_names)
           same_sweep = o;
       if (same_sweep) {
         target = same_sweep->id;
@@ -476,7 +472,7 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
       } else {
         SweepRecord copy = s;
         copy.notes += "merged from " + in.path() + "\n";
-        target = out.insert_sweep(copy);
+        target = out.insert_sweep(copy, tag);
         ++report.sweeps_created;
       }
       for (const StoredTrial& t : in.trials(s.id)) {

@@ -36,7 +36,6 @@ struct SweepRecord {
   std::string description;       // workload and knob space, for people
   Environment environment;
   std::string notes;             // appended by merges (e.g. environments that differ)
-  std::string tag;               // `sweep --tag`: a label compare groups by ("" = none)
 };
 
 // One finished trial as the sweep hands it to the store.
@@ -70,7 +69,9 @@ class ResultStore {
 
   const std::string& path() const;
 
-  std::int64_t add_sweep(const SweepRecord& sweep);
+  // `tag` (`sweep --tag`): a label `compare --by tag` groups by; "" = none.
+  std::int64_t add_sweep(const SweepRecord& sweep, const std::string& tag = "");
+  std::string sweep_tag(std::int64_t sweep_id) const;  // "" when none (or the database predates schema 3)
   std::optional<SweepRecord> find_sweep(const std::string& sweep_key) const;  // the newest with that key
   std::vector<SweepRecord> sweeps() const;                                    // by id
   SweepRecord sweep(std::int64_t id) const;                                   // DataError when absent
@@ -90,7 +91,7 @@ class ResultStore {
 
  private:
   // Both run inside a transaction the caller holds.
-  std::int64_t insert_sweep(const SweepRecord& sweep);
+  std::int64_t insert_sweep(const SweepRecord& sweep, const std::string& tag = "");
   void insert_trial(std::int64_t sweep_id, const TrialRecord& trial);
   // Schema 3 (store_telemetry.cpp): tag and telemetry columns, written after the base rows and read
   // only where the database has them (older ones opened read-only do not).
@@ -98,7 +99,6 @@ class ResultStore {
   void write_sweep_tag(std::int64_t sweep_id, const std::string& tag);
   void write_trial_telemetry(std::int64_t trial_id, const TrialMeasurement& m);
   void read_trial_telemetry(std::int64_t trial_id, TrialMeasurement& m) const;
-  void read_sweep_tag(SweepRecord& s) const;
   friend MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
   std::unique_ptr<SqliteDb> db_;
 };

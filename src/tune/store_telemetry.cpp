@@ -27,10 +27,10 @@ void ResultStore::write_trial_telemetry(std::int64_t trial_id, const TrialMeasur
     st.run();
   }
   SqliteStmt rep(*db_, sql::kSetRepetitionTelemetry);
-  for (std::size_t r = 0; r < m.repetitions.size(); ++r) {
-    if (m.repetitions[r].telemetry_json.empty()) continue;
+  for (std::size_t r = 0; r < m.repetition_telemetry_json.size() && r < m.repetitions.size(); ++r) {
+    if (m.repetition_telemetry_json[r].empty()) continue;
     rep.reset();
-    rep.bind(1, m.repetitions[r].telemetry_json).bind(2, trial_id).bind(3, static_cast<std::int64_t>(r));
+    rep.bind(1, m.repetition_telemetry_json[r]).bind(2, trial_id).bind(3, static_cast<std::int64_t>(r));
     rep.run();
   }
 }
@@ -40,7 +40,8 @@ void ResultStore::read_trial_telemetry(std::int64_t trial_id, TrialMeasurement& 
   m.telemetry_json = trial_telemetry_json(trial_id);
   SqliteStmt st(*db_, sql::kSelectRepetitionTelemetry);
   st.bind(1, trial_id);
-  for (std::size_t r = 0; st.step() && r < m.repetitions.size(); ++r) m.repetitions[r].telemetry_json = st.get_text(0);
+  m.repetition_telemetry_json.clear();
+  while (st.step()) m.repetition_telemetry_json.push_back(st.get_text(0));
 }
 
 std::string ResultStore::trial_telemetry_json(std::int64_t trial_id) const {
@@ -50,11 +51,11 @@ std::string ResultStore::trial_telemetry_json(std::int64_t trial_id) const {
   return st.step() ? st.get_text(0) : std::string();
 }
 
-void ResultStore::read_sweep_tag(SweepRecord& s) const {
-  if (!has_schema3_columns()) return;
+std::string ResultStore::sweep_tag(std::int64_t sweep_id) const {
+  if (!has_schema3_columns()) return "";
   SqliteStmt st(*db_, sql::kSelectSweepTag);
-  st.bind(1, s.id);
-  if (st.step()) s.tag = st.get_text(0);
+  st.bind(1, sweep_id);
+  return st.step() ? st.get_text(0) : std::string();
 }
 
 }  // namespace cnnergy::tune

@@ -12,7 +12,7 @@
 namespace cnnergy::tune {
 
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
-std::string trial_telemetry(const std::vector<Repetition>& reps, std::optional<double> idle_power_w);
+void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w);
 
 TrialMeasurement run_command_trial(const std::vector<std::string>& command, const MeasureSettings& settings,
                                    const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler) {
@@ -27,6 +27,7 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
   const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;  // before the command's first run
   for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   TrialMeasurement m;
+  WindowResult all;
   for (int rep = 0; rep < settings.repetitions; ++rep) {
     WindowSample w;
     if (probe) probe->begin();
@@ -41,11 +42,10 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
       w.energy = probe->end();
       w.telemetry_json = probe->window_telemetry_json();
     }
-    WindowResult one;
-    one.windows.push_back(w);
-    for (auto& r : to_repetitions(one, probe ? probe->source() : std::string())) m.repetitions.push_back(std::move(r));
+    all.windows.push_back(w);
   }
-  m.telemetry_json = trial_telemetry(m.repetitions, idle_w);
+  m.repetitions = to_repetitions(all, probe ? probe->source() : std::string());
+  add_trial_telemetry(m, all, idle_w);
   return m;
 }
 

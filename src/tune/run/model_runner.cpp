@@ -63,16 +63,15 @@ std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string&
       rep.max_temperature_c = w.energy->max_temperature_c;
       rep.energy_source = source;
     }
-    rep.telemetry_json = w.telemetry_json;
     reps.push_back(std::move(rep));
   }
   return reps;
 }
 
-std::string trial_telemetry(const std::vector<Repetition>& reps, std::optional<double> idle_power_w) {
-  std::vector<std::string> windows;
-  for (const auto& r : reps) windows.push_back(r.telemetry_json);
-  return telemetry::merge_window_telemetry(windows, idle_power_w);
+// The windows' telemetry statistics into the measurement: per repetition and merged for the trial.
+void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w) {
+  for (const auto& w : r.windows) m.repetition_telemetry_json.push_back(w.telemetry_json);
+  m.telemetry_json = telemetry::merge_window_telemetry(m.repetition_telemetry_json, idle_power_w);
 }
 
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
@@ -112,7 +111,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations};
       const WindowResult r = measure_windows(*backend, probe.get(), [&] { work.step(); }, ws);
       m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
-      m.telemetry_json = trial_telemetry(m.repetitions, idle_w);
+      add_trial_telemetry(m, r, idle_w);
       const Workload w = graph->total_workload();
       m.samples_per_iteration = static_cast<double>(batch);
       m.flops_per_iteration = static_cast<double>(w.flops_forward + w.flops_backward) * static_cast<double>(batch);
