@@ -24,9 +24,19 @@ std::string num(double v) {
 using Pick = std::optional<Figure> CompareEntry::*;
 
 // Grouped vertical bars: one group per workload, one bar per result set, whiskers at value +- spread.
+// Workloads are named W1, W2, ... by their position in `numbering` (the page lists them once).
 std::string grouped_bars_svg(const std::string& id, const std::string& title, const std::string& value_title,
-                             const Comparison& c, const std::vector<std::string>& workloads, Pick pick) {
-  const int width = 640, height = 340, left = 64, right = 16, top = 34, bottom = 70;
+                             const Comparison& c, const std::vector<std::string>& workloads, Pick pick,
+                             const std::vector<std::string>& numbering) {
+  std::vector<std::size_t> shown;  // sets with a bar somewhere: the legend lists only those
+  for (std::size_t si = 0; si < c.sets.size(); ++si)
+    for (const auto& w : workloads)
+      if (auto it = c.sets[si].workloads.find(w); it != c.sets[si].workloads.end() && (it->second.*pick)) {
+        shown.push_back(si);
+        break;
+      }
+  const int width = 640, left = 64, right = 16, top = 34, bottom = 40 + 14 * static_cast<int>(shown.size());
+  const int height = 270 + bottom;
   double hi = 0;
   for (const auto& w : workloads)
     for (const auto& s : c.sets)
@@ -69,11 +79,13 @@ std::string grouped_bars_svg(const std::string& id, const std::string& title, co
           << num(y_of(std::max(0.0, f.value - f.spread))) << "\" y2=\"" << num(y_of(f.value + f.spread)) << "\"/>";
       }
     }
+    const auto pos = std::find(numbering.begin(), numbering.end(), workloads[wi]) - numbering.begin();
     o << "<text class=\"tick\" text-anchor=\"middle\" x=\"" << num(gx + group_w * 0.4) << "\" y=\"" << top + plot_h + 14
-      << "\">W" << wi + 1 << "</text>";
+      << "\">W" << pos + 1 << "</text>";
   }
-  for (std::size_t si = 0; si < c.sets.size(); ++si) {
-    const double lx = left + static_cast<double>(si % 3) * 200, ly = height - 30 + static_cast<double>(si / 3) * 14;
+  for (std::size_t li = 0; li < shown.size(); ++li) {
+    const std::size_t si = shown[li];
+    const double lx = left, ly = top + plot_h + 34 + static_cast<double>(li) * 14;
     o << "<rect x=\"" << num(lx) << "\" y=\"" << num(ly - 9) << "\" width=\"10\" height=\"10\" fill=\"" << palette_color(si)
       << "\"/><text class=\"legend\" x=\"" << num(lx + 14) << "\" y=\"" << num(ly) << "\">" << html_escape(c.sets[si].label)
       << "</text>";
@@ -108,18 +120,30 @@ std::string render_comparison_html(const Comparison& c) {
 
   std::vector<std::string> common;
   for (const auto& [w, sets] : c.matched) common.push_back(w);
-  b << "<h2>Workloads in more than one set</h2>\n";
+  // One numbering of every workload (W1, W2, ...) for all charts.
+  std::vector<std::string> all_workloads;
+  for (const auto& s : c.sets)
+    for (const auto& [w, e] : s.workloads) all_workloads.push_back(w);
+  std::sort(all_workloads.begin(), all_workloads.end());
+  all_workloads.erase(std::unique(all_workloads.begin(), all_workloads.end()), all_workloads.end());
+  b << "<h2>Workloads</h2>\n<table id=\"workloads\"><tr><th>#</th><th class=\"l\">workload</th><th class=\"l\">in</th></tr>\n";
+  for (std::size_t i = 0; i < all_workloads.size(); ++i) {
+    std::string in;
+    for (const auto& s : c.sets)
+      if (s.workloads.count(all_workloads[i])) in += (in.empty() ? "" : ", ") + s.label;
+    b << "<tr><td>W" << i + 1 << "</td><td class=\"l\">" << html_escape(all_workloads[i]) << "</td><td class=\"l\">"
+      << html_escape(in) << "</td></tr>\n";
+  }
+  b << "</table>\n";
   if (common.empty()) b << "<p id=\"no-common\">No workload is in more than one result set.</p>\n";
-  b << "<ol>";
-  for (const auto& w : common) b << "<li>" << html_escape(w) << "</li>";
-  b << "</ol>\n<div class=\"charts\">";
+  b << "<div class=\"charts\">";
   if (!common.empty()) {
     const bool ps = c.sets[c.matched.begin()->second.front()].workloads.at(common.front()).per_sample;
-    b << grouped_bars_svg("bars-throughput", "Throughput (W1.. = the workloads above)", ps ? "samples/s" : "iterations/s", c,
-                          common, &CompareEntry::throughput_per_s)
+    b << grouped_bars_svg("bars-throughput", "Throughput", ps ? "samples/s" : "iterations/s", c,
+                          common, &CompareEntry::throughput_per_s, all_workloads)
       << grouped_bars_svg("bars-energy", ps ? "Energy per sample" : "Energy per iteration", "J", c, common,
-                          &CompareEntry::energy_j)
-      << grouped_bars_svg("bars-gflops-per-w", "GFLOPS/W", "GFLOP/J", c, common, &CompareEntry::gflops_per_w);
+                          &CompareEntry::energy_j, all_workloads)
+      << grouped_bars_svg("bars-gflops-per-w", "GFLOPS/W", "GFLOP/J", c, common, &CompareEntry::gflops_per_w, all_workloads);
   }
   b << "</div>\n";
  for (const auto& w : common) {
@@ -154,7 +178,8 @@ std::string render_comparison_html(const Comparison& c) {
   front_workloads.erase(std::unique(front_workloads.begin(), front_workloads.end()), front_workloads.end());
   for (std::size_t wi = 0; wi < front_workloads.size() && wi < 8; ++wi) {
     const std::string& w = front_workloads[wi];
-    Chart chart("pareto-" + std::to_string(wi), "Pareto front: " + w, ChartAxis{"time per unit of work [ms]", {}, {}, {}},
+    const auto pos = std::find(all_workloads.begin(), all_workloads.end(), w) - all_workloads.begin();
+    Chart chart("pareto-" + std::to_string(wi), "Time and energy of every trial, each set's Pareto front: W" + std::to_string(pos + 1), ChartAxis{"time per unit of work [ms]", {}, {}, {}},
                 ChartAxis{"energy per unit of work [J]", {}, {}, {}});
     bool any = false;
     for (std::size_t si = 0; si < c.sets.size(); ++si) {
@@ -189,11 +214,6 @@ std::string render_comparison_html(const Comparison& c) {
   const std::vector<std::pair<std::string, Pick>> dists = {{"Board power [W]", &CompareEntry::power_w},
                                                            {"GPU utilisation [%]", &CompareEntry::gpu_util_pct},
                                                            {"Memory utilisation [%]", &CompareEntry::mem_util_pct}};
-  std::vector<std::string> all_workloads;
-  for (const auto& s : c.sets)
-    for (const auto& [w, e] : s.workloads) all_workloads.push_back(w);
-  std::sort(all_workloads.begin(), all_workloads.end());
-  all_workloads.erase(std::unique(all_workloads.begin(), all_workloads.end()), all_workloads.end());
   std::vector<std::string> cats;
   for (std::size_t i = 0; i < all_workloads.size(); ++i) cats.push_back("W" + std::to_string(i + 1));
   for (std::size_t di = 0; di < dists.size(); ++di) {
@@ -221,9 +241,7 @@ std::string render_comparison_html(const Comparison& c) {
     }
     if (any) b << chart.svg();
   }
-  b << "</div>\n<ol class=\"note\">";
-  for (const auto& w : all_workloads) b << "<li>" << html_escape(w) << "</li>";
-  b << "</ol>\n";
+  b << "</div>\n";
 
   if (!c.unmatched.empty()) {
     b << "<h2>Workloads in one set only</h2>\n<table id=\"unmatched\"><tr><th class=\"l\">workload</th><th class=\"l\">only in</th></tr>\n";

@@ -140,6 +140,15 @@ TEST_F(CompareCli, ByTagBaselineAndOneSetOnly) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--baseline 'no-such-tag' matches no result set"), std::string::npos) << r.output;
 
+  // export --json keeps the tag and the telemetry statistics of trials and repetitions.
+  const auto json = (dir_ / "h100.json").string();
+  r = run_cli_with_env("", "export " + db("h100") + " --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string exported = slurp(json);
+  EXPECT_NE(exported.find("\"tag\":\"h100\""), std::string::npos);
+  EXPECT_GE(count(exported, "\"throttle_fraction\""), 4u + 2u);  // 2 trials x (2 repetitions + the trial)
+  EXPECT_NE(exported.find("\"idle_power_w\""), std::string::npos);
+
   r = compare(db("h100") + " " + db("cpu"));  // nothing in common: said, listed, exit 0
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("no workload is in more than one result set"), std::string::npos) << r.output;
