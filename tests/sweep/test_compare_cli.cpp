@@ -136,6 +136,11 @@ TEST_F(CompareCli, ByTagBaselineAndOneSetOnly) {
   EXPECT_NE(r.output.find("* a100 <b>&amp;"), std::string::npos) << r.output;  // the baseline, marked
   EXPECT_NE(r.output.find("\n    h100 "), std::string::npos) << r.output;
 
+  r = compare(db("h100") + " " + db("a100") + " --by sweep");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("h100.db:sw-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a100.db:sw-"), std::string::npos) << r.output;
+
   r = compare(db("h100") + " " + db("a100") + " --baseline no-such-tag");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("--baseline 'no-such-tag' matches no result set"), std::string::npos) << r.output;
