@@ -30,8 +30,11 @@ class NvmlEnergyProbe final : public EnergyProbe {
   }
 
   std::optional<ProbeReading> end() override {
-    const auto m = meter_.end(id_, sync_);
+    // The statistics window closes first: the meter's end waits for the sampler to pass the window,
+    // and samples of that wait (the device already idle) are not the window's.
+    if (sync_) sync_();
     telemetry_ = recorder_.end().to_json().dump();
+    const auto m = meter_.end(id_, sync_);
     const auto e = m.gpu_energy_mj();
     if (!e) return std::nullopt;
     ProbeReading r;

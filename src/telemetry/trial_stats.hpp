@@ -105,6 +105,8 @@ class TelemetryRecorder {
   TelemetryRecorder(const TelemetryRecorder&) = delete;
   TelemetryRecorder& operator=(const TelemetryRecorder&) = delete;
 
+  // A window holds the samples taken between begin() and end(); end() closes it at once (later
+  // samples are not added) and returns its statistics.
   void begin();
   WindowTelemetry end();
   // Mean summed board power over the sampler's last `lookback_ms` before now: the idle power when
