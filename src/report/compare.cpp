@@ -66,11 +66,13 @@ std::optional<Figure> metric_figure(const TrialSummary& t, Metric m) {
   return from_stats(*s);
 }
 
-bool is_hardware_default(const TrialSummary& t) {
+bool is_hardware_knob(Knob k) { return k == Knob::kPowerLimit || k == Knob::kSmClock || k == Knob::kMemClock; }
+
+std::vector<KnobSetting> hardware_knobs(const TrialSummary& t) {
+  std::vector<KnobSetting> out;
   for (const auto& k : t.knobs)
-    if ((k.knob == Knob::kPowerLimit || k.knob == Knob::kSmClock || k.knob == Knob::kMemClock) && !k.value.is_default())
-      return false;
-  return true;
+    if (is_hardware_knob(k.knob) && !k.value.is_default()) out.push_back(k);
+  return out;
 }
 
 std::optional<double> num(const Json& j, const std::string& key) {
@@ -197,6 +199,10 @@ Comparison build_comparison(const std::vector<std::string>& db_paths, const Comp
       // settings, then any; the fastest among equals.
       std::map<std::string, std::pair<int, const StoredTrial*>> best;
       const auto trials = store.trials(s.id);
+      // The default hardware setting: the reference trial's power limit and clocks (none: all unset).
+      std::vector<KnobSetting> default_hw;
+      for (const StoredTrial& t : trials)
+        if (t.summary.reference) default_hw = hardware_knobs(t.summary);
       for (const StoredTrial& t : trials) {
         if (t.summary.status != TrialStatus::kOk) continue;
         TrialSpec spec;
@@ -208,7 +214,7 @@ Comparison build_comparison(const std::vector<std::string>& db_paths, const Comp
         const Stats* ts = t.summary.find(tm);
         const Stats* es = t.summary.find(em);
         if (ts && es) it->all_points[key].emplace_back(ts->median, es->median);
-        const int rank = t.summary.reference ? 0 : is_hardware_default(t.summary) ? 1 : 2;
+        const int rank = t.summary.reference ? 0 : hardware_knobs(t.summary) == default_hw ? 1 : 2;
         auto b = best.find(key);
         const Stats* bt = b == best.end() ? nullptr : b->second.second->summary.find(tm);
         if (b == best.end() || rank < b->second.first ||
