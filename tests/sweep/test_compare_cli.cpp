@@ -103,6 +103,9 @@ TEST_F(CompareCli, TwoSimulatedGpusAndACpuSideBySide) {
       EXPECT_LT(*e.idle_power_w, e.power_w->value);
     }
   }
+  const auto& cpu = c.sets[2].workloads.begin()->second;
+  EXPECT_TRUE(cpu.cpu_util_pct.has_value());  // /proc/stat is always there
+  EXPECT_FALSE(cpu.power_w.has_value());      // no GPU figures for a CPU trial
   const auto& h = c.sets[0].workloads.begin()->second;
   const auto& a = c.sets[1].workloads.begin()->second;
   EXPECT_GT(h.power_w->value, a.power_w->value + 100) << "the H100-like profile should draw far more than the A100-like";
