@@ -1,7 +1,10 @@
 // Telemetry benchmark (issue: telemetry), read-only on the GPU:
 // 1. monitor overhead: training throughput of a model with no sampler, then with the sampler at the
 //    sensor's period and at a fast interval (target: < 0.5 % slowdown);
-// 2. energy counter vs integrated instant power over long windows (target: within 2 %).
+// 2. energy counter vs integrated instant power over long windows (target: within 2 %);
+// 3. the per-trial telemetry statistics (telemetry/trial_stats.hpp) as `sweep` keeps them: the sampler
+//    with PCIe/NVLink reads and a recorder window open, paired against the sampler alone (target:
+//    < 0.5 % of throughput).
 // Prints a table and writes JSON (--out).
 #include <chrono>
 #include <cmath>
@@ -23,6 +26,7 @@
 #include "core/json.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/sampler.hpp"
+#include "telemetry/trial_stats.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
     p.option("windows", "long windows for counter vs integrated power", "3");
     p.option("window-s", "length of each accuracy window", "10");
     p.option("out", "JSON output", "telemetry_bench.json");
+    p.option("stats", "also measure the per-trial statistics' overhead (sampler + links + recorder)", "on", {"on", "off"});
     if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
     auto opened = telemetry::Nvml::open();
     if (!opened.nvml) throw NotSupported("no NVML: " + opened.unavailable_reason);
@@ -84,7 +89,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 10; ++i) w.step();
     throughput(w, 2.0);  // warm up clocks and algorithms
 
-    std::vector<double> base, with_default, with_fast;
+    const bool stats = p.get("stats") == "on";
+    std::vector<double> base, with_default, with_fast, with_stats;
     double sensor_ms = 0;
     for (int r = 0; r < rounds; ++r) {
       base.push_back(throughput(w, secs));
@@ -102,6 +108,16 @@ int main(int argc, char** argv) {
         auto s = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
         with_fast.push_back(throughput(w, secs));
       }
+      if (stats) {  // as `sweep` runs it: links read every 5th round, one statistics window open
+        telemetry::SamplerOptions so;
+        so.gpus = {0};
+        so.read_links = true;
+        auto s = std::make_shared<telemetry::Sampler>(opened.nvml, nullptr, so);
+        telemetry::TelemetryRecorder rec(s, std::make_shared<telemetry::RaplMeter>());
+        rec.begin();
+        with_stats.push_back(throughput(w, secs));
+        rec.end();
+      }
     }
     // Paired per round (base and sampled runs back to back), so slow drifts of the GPU clock under its
     // power cap cancel; the median over rounds is the estimate, the spread says how far to trust it.
@@ -114,6 +130,12 @@ int main(int argc, char** argv) {
     const Summary sd = summarize(paired_default), sf = summarize(paired_fast);
     const double slow_default = sd.median;
     const double slow_fast = sf.median;
+    // The statistics against the sampler alone (same round), and against no sampler at all.
+    std::vector<double> paired_stats, paired_stats_base;
+    for (std::size_t r = 0; r < with_stats.size(); ++r) {
+      paired_stats.push_back(1.0 - with_stats[r] / with_default[r]);
+      paired_stats_base.push_back(1.0 - with_stats[r] / base[r]);
+    }
 
     // Counter vs integrated instant power over long windows, sampler at 10 ms.
     telemetry::SamplerOptions so;
@@ -158,6 +180,14 @@ int main(int argc, char** argv) {
     out["counter_read_mean_ms"] = st.counter_read_mean_ms;
     out["power_read_mean_us"] = st.power_read_mean_us;
     out["accuracy_windows"] = windows;
+    if (!paired_stats.empty()) {
+      const Summary ss = summarize(paired_stats), sb = summarize(paired_stats_base);
+      out["slowdown_stats_vs_sampler"] = ss.median;
+      out["slowdown_stats_vs_sampler_min_max"] = Json::array();
+      out["slowdown_stats_vs_sampler_min_max"].push_back(ss.min);
+      out["slowdown_stats_vs_sampler_min_max"].push_back(ss.max);
+      out["slowdown_stats_vs_no_sampler"] = sb.median;
+    }
     std::ofstream(p.get("out")) << out.dump(1) << "\n";
     std::printf("telemetry on %s, workload %s\n", opened.nvml->device(0).name().c_str(), out["workload"].str().c_str());
     std::printf("  sensor period %.1f ms; counter read %.2f ms, power read %.1f us\n", sensor_ms, st.counter_read_mean_ms,
@@ -166,6 +196,11 @@ int main(int argc, char** argv) {
                 base.size());
     std::printf("  slowdown with the sampler at the sensor period: median %+.3f %% (paired rounds, range %+.3f..%+.3f %%);"
                 " at 10 ms: %+.3f %%\n", slow_default * 100, sd.min * 100, sd.max * 100, slow_fast * 100);
+    if (!paired_stats.empty())
+      std::printf("  slowdown of the per-trial statistics (links + recorder) against the sampler alone: median %+.3f %%"
+                  " (paired rounds, range %+.3f..%+.3f %%); against no sampler: %+.3f %%\n",
+                  summarize(paired_stats).median * 100, summarize(paired_stats).min * 100,
+                  summarize(paired_stats).max * 100, summarize(paired_stats_base).median * 100);
     for (double r : rel) std::printf("  window: integrated instant power vs energy counter %+.3f %%\n", r * 100);
     return 0;
   } catch (const Error& e) {

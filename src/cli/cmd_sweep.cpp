@@ -3,7 +3,9 @@
 // adaptive) with honest progress -> optimum table (with intervals and verdicts) and report.
 #include "cli/cmd_sweep.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -33,6 +35,18 @@ namespace cnnergy::cli {
 namespace {
 
 using tune::Knob;
+
+// The CPU's model name (/proc/cpuinfo), so a CPU result set is labelled by what it ran on.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const auto v = line.substr(line.find(':') + 1);
+      return v.substr(std::min(v.size(), v.find_first_not_of(' ')));
+    }
+  return "";
+}
 
 std::string joined(const std::vector<std::string>& v) {
   std::string out;
@@ -98,6 +112,8 @@ void declare_flags(ArgParser& p) {
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
   p.option("accuracy-epochs", "epochs of that training", "1");
   p.option("accuracy-max-iters", "iterations per epoch of that training (0 = all)", "0");
+  p.option("tag", "a label stored with the sweep (part of its identity), for `cnnergy compare --by tag`");
+  p.option("preset", "run a paper's experiment: hardware-comparison (Gera et al. 2018; see docs/compare.md)");
   declare_output_flags(p, "the trial and optimum tables");
   p.allow_passthrough("an external training program, rerun per trial with CNNERGY_<KNOB> variables set");
   p.epilog(
@@ -168,6 +184,8 @@ tune::SweepDefinition sweep_definition(const ArgParser& p, const DeviceSetup& de
     def.settings["max_reps"] = p.get("max-reps");
   }
   if (dev.simulated) def.settings["device"] = "simulated";
+  const std::string tag = p.get_optional("tag").value_or("");
+  if (!tag.empty()) def.settings["tag"] = tag;  // another tag is another sweep (resume, merge keep them apart)
   return def;
 }
 
@@ -187,6 +205,7 @@ tune::Environment sweep_environment(const DeviceSetup& dev, bool is_command) {
     env.extra["device_name"] = b->device_name();
   }
   if (dev.simulated) env.extra["simulated"] = "fake NVML device: energy and clocks are simulated, not measured";
+  if (!is_command && !dev.device.is_cuda()) env.extra["cpu_model"] = cpu_model_name();
   return env;
 }
 
@@ -232,7 +251,7 @@ std::int64_t open_sweep_record(tune::ResultStore& store, const ArgParser& p, con
   rec.command_line = "cnnergy sweep " + joined(args);
   rec.description = (simulated ? "[SIMULATED DEVICE] " : "") + def.canonical();
   rec.environment = env;
-  return store.add_sweep(rec);
+  return store.add_sweep(rec, p.get_optional("tag").value_or(""));
 }
 
 // "power_limit_w=300: ok" / "...: failed (message)" for the progress line of a finished trial.
@@ -251,6 +270,7 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
   if (dev.nvml && dev.nvml->device_count() > 0 && (dev.device.is_cuda() || is_command)) {
     telemetry::SamplerOptions so;
     if (!is_command || p.get_optional("gpu")) so.gpus = {dev.gpu};
+    so.read_links = true;  // PCIe/NVLink traffic for the trials' telemetry statistics
     sampler = std::make_shared<telemetry::Sampler>(dev.nvml, nullptr, so);
   }
   std::unique_ptr<tune::HardwareKnobs> hw;
@@ -324,6 +344,7 @@ int run_sweep(const std::vector<std::string>& args) {
                        "for time, energy, EDP, ED2P, EDS(k), GFLOPS/W against the reference (default) setting.");
   declare_flags(p);
   if (!p.parse(args)) return 0;
+  if (auto preset = p.get_optional("preset")) return run_sweep_preset(*preset, args);
   if (p.get_flag("resume") && p.get_flag("new")) throw InvalidArgument("give --resume or --new, not both");
   OutputSink sink(p);
   const bool is_command = !p.passthrough().empty();

@@ -10,4 +10,9 @@ namespace cnnergy::cli {
 
 int run_sweep(const std::vector<std::string>& args);
 
+// Presets (sweep_preset.cpp): `--preset NAME` expands into one sweep per network of a paper's
+// experiment; the argument lists it would run, and running them.
+std::vector<std::vector<std::string>> preset_sweeps(const std::string& name, const std::vector<std::string>& args);
+int run_sweep_preset(const std::string& name, const std::vector<std::string>& args);
+
 }  // namespace cnnergy::cli

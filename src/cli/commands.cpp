@@ -1,6 +1,7 @@
 // The table of commands, in the order `cnnergy --help` lists them.
 #include "cli/commands.hpp"
 
+#include "cli/cmd_compare.hpp"
 #include "cli/cmd_dist_train.hpp"
 #include "cli/cmd_model_info.hpp"
 #include "cli/cmd_profile.hpp"
@@ -22,6 +23,7 @@ const std::vector<Command>& commands() {
       {"report", "terminal tables and a self-contained HTML report of a results database", run_report},
       {"export", "export a results database as CSV and/or JSON", run_export},
       {"merge", "merge results databases (the shards of a sweep, several runs)", run_merge},
+      {"compare", "result sets of several databases side by side: GPUs, CPUs, drivers, tags (Gera et al. 2018)", run_compare},
       {"devices", "GPUs NVML sees: readings, what each can measure and control", run_devices},
       {"monitor", "run a command and report its time and energy (perf stat for joules)", run_monitor},
       {"restore", "restore GPU settings left changed by a crashed or killed run", run_restore},

@@ -28,6 +28,12 @@ class EnergyProbe {
   virtual std::optional<ProbeReading> end() = 0;
   virtual std::string source() const = 0;  // "nvml energy counter", "nvml integrated power", ...
   virtual double sensor_period_ms() const = 0;
+  // Telemetry statistics of the window the last end() closed (telemetry/trial_stats.hpp, as JSON),
+  // "" where the probe keeps none. Given even when end() had no energy (CPU figures, utilisation).
+  virtual std::string window_telemetry_json() const { return {}; }
+  // Waits a short while with nothing of ours running and returns the mean power seen meanwhile
+  // (the idle power of Gera et al. 2018); empty where the probe cannot tell.
+  virtual std::optional<double> measure_idle_power_w() { return std::nullopt; }
 };
 
 }  // namespace cnnergy

@@ -48,7 +48,7 @@ WindowResult measure_windows(Backend& backend, EnergyProbe* probe, const std::fu
     backend.synchronize();
     const double window_ms = ms_since(t0);
     ms.push_back(window_ms / static_cast<double>(r.iterations_per_window));
-    WindowSample sample{window_ms, r.iterations_per_window, std::nullopt};
+    WindowSample sample{window_ms, r.iterations_per_window, std::nullopt, {}};
     if (probe) {
       if (auto reading = probe->end()) {
         sample.energy = reading;
@@ -57,6 +57,7 @@ WindowResult measure_windows(Backend& backend, EnergyProbe* probe, const std::fu
         uncertainty.push_back(reading->uncertainty_joules / static_cast<double>(r.iterations_per_window));
         r.any_short_window = r.any_short_window || reading->short_window;
       }
+      sample.telemetry_json = probe->window_telemetry_json();
     }
     r.windows.push_back(std::move(sample));
   }

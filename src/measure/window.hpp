@@ -30,6 +30,7 @@ struct WindowSample {
   double elapsed_ms = 0;
   std::int64_t iterations = 0;
   std::optional<ProbeReading> energy;
+  std::string telemetry_json;  // the probe's window statistics ("" when it keeps none)
 };
 
 struct WindowResult {

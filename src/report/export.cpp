@@ -147,6 +147,9 @@ Json stats_json(const Stats& s) {
 
 }  // namespace
 
+// Schema 3's telemetry statistics (telemetry/trial_stats.hpp) as stored; null where there are none.
+Json telemetry_or_null(const std::string& text) { return text.empty() ? Json() : Json::parse(text); }
+
 void export_json(const ResultStore& store, const std::string& path) {
   Json::Array sweeps;
   for (const SweepRecord& sw : store.sweeps()) {
@@ -170,6 +173,9 @@ void export_json(const ResultStore& store, const std::string& path) {
         reps.emplace_back(Json::Object{{"elapsed_ms", Json(r.elapsed_ms)}, {"iterations", Json(r.iterations)},
                                        {"energy_mj", Json(std::move(e))}, {"peak_power_w", opt(r.peak_power_w)},
                                        {"max_temperature_c", opt(r.max_temperature_c)}, {"energy_source", Json(r.energy_source)}});
+        const std::size_t ri = reps.size() - 1;
+        if (ri < rec.measurement.repetition_telemetry_json.size())
+          reps.back()["telemetry"] = telemetry_or_null(rec.measurement.repetition_telemetry_json[ri]);
       }
       for (const auto& p : rec.measurement.phases)
         phases.emplace_back(Json::Object{{"phase", Json(p.phase)}, {"time_ms", Json(p.time_ms)}, {"time_ms_stddev", Json(p.time_ms_stddev)},
@@ -189,6 +195,7 @@ void export_json(const ResultStore& store, const std::string& path) {
           {"eds_k2", opt(objective_value(t.summary, kEds2, ref, ps))},
           {"eds_k1.5", opt(objective_value(t.summary, kEds15, ref, ps))},
           {"repetitions", Json(std::move(reps))}, {"phases", Json(std::move(phases))}, {"layers", Json(std::move(layers))}});
+      trials.back()["telemetry"] = telemetry_or_null(rec.measurement.telemetry_json);
     }
     Json::Array optima, pareto;
     for (const Optimum& o : d.analysis.optima)
@@ -216,6 +223,7 @@ void export_json(const ResultStore& store, const std::string& path) {
         {"per_sample", Json(d.analysis.per_sample)}, {"energy_measured", Json(d.analysis.energy_measured)},
         {"reference_key", d.analysis.reference ? Json(d.summaries[*d.analysis.reference].key) : Json()},
         {"trials", Json(std::move(trials))}, {"optima", Json(std::move(optima))}, {"pareto_front", Json(std::move(pareto))}});
+    sweeps.back()["tag"] = Json(store.sweep_tag(sw.id));
   }
   const Json doc(Json::Object{{"format", Json("cnnergy-results")}, {"schema_version", Json(sql::kSchemaVersion)}, {"source", Json(store.path())},
                               {"sweeps", Json(std::move(sweeps))}});

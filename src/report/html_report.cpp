@@ -182,6 +182,12 @@ std::string render_html_report(const ResultStore& store, const HtmlReportOptions
   return o;
 }
 
+std::string html_page(const std::string& title, const std::string& body_html) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" "
+         "content=\"width=device-width\">\n<title>" + html_escape(title) + "</title>\n<style>" + kCss +
+         "</style>\n</head>\n<body>\n" + body_html + "<script>" + std::string(kScript) + "</script>\n</body>\n</html>\n";
+}
+
 void write_html_report(const ResultStore& store, const std::string& path, const HtmlReportOptions& options) {
   write_file_atomically(path, render_html_report(store, options));
 }

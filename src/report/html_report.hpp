@@ -26,4 +26,8 @@ std::string render_html_report(const tune::ResultStore& store, const HtmlReportO
 // Renders and writes atomically; DataError when the store has no sweep (or not the one asked for).
 void write_html_report(const tune::ResultStore& store, const std::string& path, const HtmlReportOptions& options = {});
 
+// The page around a body: the report's style sheet and tooltip script, the escaped title as <title>.
+// Other pages (the comparison) share the report's look this way.
+std::string html_page(const std::string& title, const std::string& body_html);
+
 }  // namespace cnnergy::report

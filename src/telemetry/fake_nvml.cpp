@@ -219,11 +219,17 @@ FAKE_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count,
     v.latencyUsec = 0;
     v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
     v.nvmlReturn = NVML_SUCCESS;
-    if (v.fieldId == NVML_FI_DEV_POWER_INSTANT)
+    const double nvlink = fake().cfg.nvlink_peak_kib_s;
+    if (v.fieldId == NVML_FI_DEV_POWER_INSTANT) {
       v.value.uiVal = g->sensors.power_instant_mw;
-    else if (v.fieldId == NVML_FI_DEV_POWER_AVERAGE)
+    } else if (v.fieldId == NVML_FI_DEV_POWER_AVERAGE) {
       v.value.uiVal = g->sensors.power_average_mw;
-    else
+    } else if (nvlink > 0 && (v.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ||
+                              v.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)) {
+      v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+      v.value.ullVal = static_cast<unsigned long long>(
+          v.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? g->nvlink_tx_kib : g->nvlink_rx_kib);
+    } else
       v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
   }
   return NVML_SUCCESS;
@@ -431,7 +437,7 @@ FAKE_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUti
 FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   ENTER("nvmlDeviceGetMemoryInfo");
   if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
-  memory->total = 143771ull << 20;
+  memory->total = fake().cfg.memory_total_mib << 20;
   memory->used = g->sensors.mem_used_bytes;
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
@@ -442,6 +448,16 @@ FAKE_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, 
   *celsius = g->sensors.temperature_c;
   return NVML_SUCCESS;
 }
+
+#ifndef CNNERGY_FAKE_NVML_MINIMAL
+FAKE_API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigned* kb_per_s) {
+  ENTER("nvmlDeviceGetPcieThroughput");
+  if (!kb_per_s || (counter != NVML_PCIE_UTIL_TX_BYTES && counter != NVML_PCIE_UTIL_RX_BYTES))
+    return NVML_ERROR_INVALID_ARGUMENT;
+  *kb_per_s = counter == NVML_PCIE_UTIL_TX_BYTES ? g->sensors.pcie_tx_kb_s : g->sensors.pcie_rx_kb_s;
+  return NVML_SUCCESS;
+}
+#endif
 
 // --- simulation control and ground truth (not NVML; tests reach these with dlsym) --------------
 // True energy of GPU `index` at steady-clock time `steady_ns` (not later than now), in mJ.

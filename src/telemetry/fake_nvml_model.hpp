@@ -82,6 +82,7 @@ struct Sensors {  // what the driver reports between two ticks
   unsigned long long reasons = 0;
   unsigned util_gpu = 0, util_mem = 0, temperature_c = 0;
   unsigned long long mem_used_bytes = 0;
+  unsigned pcie_tx_kb_s = 0, pcie_rx_kb_s = 0;
 };
 
 struct Gpu {
@@ -95,6 +96,7 @@ struct Gpu {
   std::vector<Segment> history;
   std::deque<std::pair<std::int64_t, double>> tick_energy;  // (t, E) for the 1 s average
   Sensors sensors;
+  double nvlink_tx_kib = 0, nvlink_rx_kib = 0;  // cumulative, advanced at every tick
   bool lost = false;
 };
 
@@ -107,6 +109,8 @@ struct Config {
   unsigned limit_min_mw = 200'000, limit_max_mw = 700'000, limit_default_mw = 700'000;
   std::vector<unsigned> sm_clocks;   // ascending
   std::vector<unsigned> mem_clocks;  // ascending
+  unsigned long long memory_total_mib = 143771;
+  double pcie_peak_kb_s = 6.0e6, nvlink_peak_kib_s = 0;  // traffic at full load (0: no NVLink)
   std::vector<double> loads;
   std::string load_file, state_file;
   bool set_no_permission = false, set_not_supported = false;
@@ -159,11 +163,42 @@ class FakeDriver {
     return NVML_SUCCESS;
   }
 
+  // GPU kinds (CNNERGY_FAKE_NVML_PROFILE): name, power model, power-limit range, clocks and memory
+  // of an H200-like (the default), H100-like or A100-like board; the other variables override them.
+  // The figures follow the public data sheets (TDP, boost and memory clocks, memory size); the
+  // power split is a model, not a measurement.
+  struct Profile {
+    const char* key;
+    const char* name;
+    double idle_w, dyn_max_w, mem_w;
+    const char* limits_w;  // min,max,default
+    const char* sm_clocks;
+    const char* mem_clocks;
+    unsigned long long memory_total_mib;
+    double pcie_peak_kb_s, nvlink_peak_kib_s;
+  };
+  static constexpr Profile kProfiles[] = {
+      {"h200", "NVIDIA H200 (cnnergy fake)", 75, 975, 40, "200,700,700", "345,1980,15", "2619", 143771, 6.0e6, 4.0e7},
+      {"h100", "NVIDIA H100 80GB HBM3 (cnnergy fake)", 70, 950, 40, "200,700,700", "345,1980,15", "2619", 81559, 6.0e6,
+       4.0e7},
+      {"a100", "NVIDIA A100-SXM4-80GB (cnnergy fake)", 55, 420, 30, "100,400,400", "210,1410,15", "1593", 81920, 3.0e6,
+       2.0e7},
+  };
+  static const Profile& profile(const std::string& key) {
+    for (const auto& p : kProfiles)
+      if (key == p.key) return p;
+    return kProfiles[0];  // unknown names fall back to the default (the name shows which it is)
+  }
+
   void read_config() {
     cfg = Config{};
+    const Profile& prof = profile(env_or("CNNERGY_FAKE_NVML_PROFILE", "h200"));
+    cfg.idle_w = prof.idle_w, cfg.dyn_max_w = prof.dyn_max_w, cfg.mem_w = prof.mem_w;
+    cfg.memory_total_mib = prof.memory_total_mib;
+    cfg.pcie_peak_kb_s = prof.pcie_peak_kb_s, cfg.nvlink_peak_kib_s = prof.nvlink_peak_kib_s;
     cfg.count = static_cast<unsigned>(
         std::clamp(std::atoi(env_or("CNNERGY_FAKE_NVML_GPUS", "2").c_str()), 0, 16));
-    cfg.name = env_or("CNNERGY_FAKE_NVML_NAME", cfg.name);
+    cfg.name = env_or("CNNERGY_FAKE_NVML_NAME", prof.name);
     cfg.update_ns = static_cast<std::int64_t>(
         std::max(1.0, std::strtod(env_or("CNNERGY_FAKE_NVML_UPDATE_MS", "100").c_str(), nullptr)) *
         1e6);
@@ -175,18 +210,18 @@ class FakeDriver {
       cfg.idle_w = p[0], cfg.dyn_max_w = p[1], cfg.mem_w = p[2];
     }
     cfg.noise = std::strtod(env_or("CNNERGY_FAKE_NVML_NOISE", "0.01").c_str(), nullptr);
-    if (auto l = parse_numbers(env_or("CNNERGY_FAKE_NVML_LIMITS_W", "")); l.size() == 3) {
+    if (auto l = parse_numbers(env_or("CNNERGY_FAKE_NVML_LIMITS_W", prof.limits_w)); l.size() == 3) {
       cfg.limit_min_mw = static_cast<unsigned>(l[0] * 1000),
       cfg.limit_max_mw = static_cast<unsigned>(l[1] * 1000);
       cfg.limit_default_mw = static_cast<unsigned>(l[2] * 1000);
     }
     auto sm =
-        parse_numbers(env_or("CNNERGY_FAKE_NVML_SM_CLOCKS", "345,1980,15"));  // min, max, step
+        parse_numbers(env_or("CNNERGY_FAKE_NVML_SM_CLOCKS", prof.sm_clocks));  // min, max, step
     if (sm.size() == 3 && sm[2] > 0)
       for (double f = sm[0]; f <= sm[1] + 1e-9; f += sm[2])
         cfg.sm_clocks.push_back(static_cast<unsigned>(f));
     if (cfg.sm_clocks.empty()) cfg.sm_clocks = {345, 1980};
-    for (double f : parse_numbers(env_or("CNNERGY_FAKE_NVML_MEM_CLOCKS", "2619")))
+    for (double f : parse_numbers(env_or("CNNERGY_FAKE_NVML_MEM_CLOCKS", prof.mem_clocks)))
       cfg.mem_clocks.push_back(static_cast<unsigned>(f));
     if (cfg.mem_clocks.empty()) cfg.mem_clocks = {2619};
     std::sort(cfg.mem_clocks.begin(), cfg.mem_clocks.end());
@@ -296,8 +331,13 @@ class FakeDriver {
     s.util_gpu = static_cast<unsigned>(std::lround(util * 100));
     s.util_mem = static_cast<unsigned>(std::lround(util * 55));
     s.temperature_c = static_cast<unsigned>(30.0 + 0.06 * g.history.back().power_w);
-    s.mem_used_bytes =
-        (600ull << 20) + static_cast<unsigned long long>(util * static_cast<double>(80ull << 30));
+    s.mem_used_bytes = (600ull << 20) + static_cast<unsigned long long>(
+                                            util * 0.9 * static_cast<double>(cfg.memory_total_mib << 20));
+    s.pcie_tx_kb_s = static_cast<unsigned>(0.25 * util * cfg.pcie_peak_kb_s);
+    s.pcie_rx_kb_s = static_cast<unsigned>(0.5 * util * cfg.pcie_peak_kb_s);
+    const double dt_s = static_cast<double>(cfg.update_ns) * 1e-9;
+    g.nvlink_tx_kib += util * cfg.nvlink_peak_kib_s * dt_s;
+    g.nvlink_rx_kib += util * cfg.nvlink_peak_kib_s * dt_s;
   }
 
   // Brings every GPU's simulation up to `now`: ticks in order, at the load the file holds now.

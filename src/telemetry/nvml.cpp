@@ -1,6 +1,6 @@
-// NVML loader and per-GPU queries. Symbols are resolved once at open; versioned entry points come
-// first (nvmlInit_v2, ..._v2, nvmlDeviceGetPciInfo_v3) because the unversioned ones keep old
-// semantics for binary compatibility. Optional symbols may be absent: the reading is then empty.
+// NVML loader and the reading half of GpuDevice (the control half is nvml_control.cpp). Symbols are
+// resolved once at open; versioned entry points come first (nvmlInit_v2, ..._v2, PciInfo_v3) because
+// the unversioned ones keep old semantics. Optional symbols may be absent: the reading is then empty.
 #include "telemetry/nvml.hpp"
 
 #include <dlfcn.h>
@@ -11,105 +11,13 @@
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "telemetry/nvml_api.hpp"
+#include "telemetry/nvml_library.hpp"
 
 namespace cnnergy::telemetry {
 
-// The resolved entry points. A null pointer means the loaded driver does not export the symbol.
-class NvmlLibrary {
- public:
-  void* dl = nullptr;
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
-  nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;
-  nvmlReturn_t (*nvml_version)(char*, unsigned) = nullptr;
-  nvmlReturn_t (*device_count)(unsigned*) = nullptr;
-  nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned) = nullptr;
-  nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned) = nullptr;
-  nvmlReturn_t (*pci_info)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
-  nvmlReturn_t (*total_energy)(nvmlDevice_t, unsigned long long*) = nullptr;
-  nvmlReturn_t (*power_usage)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*field_values)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
-  nvmlReturn_t (*limit)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*enforced_limit)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*default_limit)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*limit_constraints)(nvmlDevice_t, unsigned*, unsigned*) = nullptr;
-  nvmlReturn_t (*set_limit)(nvmlDevice_t, unsigned) = nullptr;
-  nvmlReturn_t (*clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;
-  nvmlReturn_t (*max_clock_info)(nvmlDevice_t, int, unsigned*) = nullptr;
-  nvmlReturn_t (*app_clock)(nvmlDevice_t, int, unsigned*) = nullptr;
-  nvmlReturn_t (*supported_mem_clocks)(nvmlDevice_t, unsigned*, unsigned*) = nullptr;
-  nvmlReturn_t (*supported_sm_clocks)(nvmlDevice_t, unsigned, unsigned*, unsigned*) = nullptr;
-  nvmlReturn_t (*event_reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
-  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
-  nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
-  nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*) = nullptr;
-  nvmlReturn_t (*set_locked_clocks)(nvmlDevice_t, unsigned, unsigned) = nullptr;
-  nvmlReturn_t (*reset_locked_clocks)(nvmlDevice_t) = nullptr;
-  nvmlReturn_t (*set_mem_locked_clocks)(nvmlDevice_t, unsigned, unsigned) = nullptr;
-  nvmlReturn_t (*reset_mem_locked_clocks)(nvmlDevice_t) = nullptr;
-  nvmlReturn_t (*set_app_clocks)(nvmlDevice_t, unsigned, unsigned) = nullptr;
-  nvmlReturn_t (*reset_app_clocks)(nvmlDevice_t) = nullptr;
-  bool initialised = false;
-
-  NvmlLibrary() = default;
-  NvmlLibrary(const NvmlLibrary&) = delete;
-  NvmlLibrary& operator=(const NvmlLibrary&) = delete;
-  ~NvmlLibrary() {
-    if (initialised && shutdown) shutdown();
-    if (dl) dlclose(dl);
-  }
-
-  // First symbol of `names` that the library exports.
-  template <class Fn>
-  void resolve(Fn& fn, std::initializer_list<const char*> names) {
-    for (const char* n : names) {
-      if (void* p = dlsym(dl, n)) {
-        fn = reinterpret_cast<Fn>(p);
-        return;
-      }
-    }
-    fn = nullptr;
-  }
-
-  std::string error(nvmlReturn_t rc) const {
-    const char* s = error_string ? error_string(rc) : nullptr;
-    return std::string(s ? s : "unknown NVML error") + " (NVML code " + std::to_string(rc) + ")";
-  }
-};
+using nvml_detail::dev;
 
 namespace {
-
-// Maps an NVML result of a control or required call to a typed exception that records the call,
-// the file and the line (the NVML member of the checking-macro family).
-void check_nvml(const NvmlLibrary& lib, nvmlReturn_t rc, const char* call, const std::string& what,
-                const char* file, int line) {
-  if (rc == NVML_SUCCESS) return;
-  const std::string where =
-      std::string(" [") + call + " at " + file + ":" + std::to_string(line) + "]";
-  const std::string detail = what + ": " + lib.error(rc) + where;
-  switch (rc) {
-    case NVML_ERROR_NO_PERMISSION:
-      throw PermissionDenied(
-          what +
-          ": permission denied; changing GPU settings needs root or CAP_SYS_ADMIN "
-          "(run with sudo, or grant the capability)" +
-          where);
-    case NVML_ERROR_NOT_SUPPORTED:
-    case NVML_ERROR_FUNCTION_NOT_FOUND:
-      throw NotSupported(what + ": not supported by this GPU or driver" + where);
-    case NVML_ERROR_INVALID_ARGUMENT:
-      throw InvalidArgument(detail);
-    default:
-      throw DeviceError(detail);
-  }
-}
-
-#define CNNERGY_NVML_CHECK(lib, call, what) \
-  check_nvml((lib), (call), #call, (what), __FILE__, __LINE__)
-
-nvmlDevice_t dev(void* h) { return static_cast<nvmlDevice_t>(h); }
 
 std::optional<std::uint32_t> field_to_u32(const nvmlFieldValue_t& v) {
   if (v.nvmlReturn != NVML_SUCCESS) return std::nullopt;
@@ -288,6 +196,30 @@ std::optional<std::uint32_t> GpuDevice::temperature_c() const {
   return std::nullopt;
 }
 
+std::optional<LinkThroughput> GpuDevice::pcie_throughput() const {
+  unsigned tx = 0, rx = 0;
+  if (!handle_ || !lib_->pcie_throughput) return std::nullopt;
+  if (lib_->pcie_throughput(dev(handle_), NVML_PCIE_UTIL_TX_BYTES, &tx) != NVML_SUCCESS ||
+      lib_->pcie_throughput(dev(handle_), NVML_PCIE_UTIL_RX_BYTES, &rx) != NVML_SUCCESS)
+    return std::nullopt;
+  return LinkThroughput{tx, rx};
+}
+
+std::optional<LinkCounters> GpuDevice::nvlink_data_kib() const {
+  if (!handle_ || !lib_->field_values) return std::nullopt;
+  nvmlFieldValue_t v[2] = {};
+  v[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
+  v[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
+  if (lib_->field_values(dev(handle_), 2, v) != NVML_SUCCESS) return std::nullopt;
+  if (v[0].nvmlReturn != NVML_SUCCESS || v[1].nvmlReturn != NVML_SUCCESS) return std::nullopt;
+  auto as_u64 = [](const nvmlFieldValue_t& f) -> std::uint64_t {
+    return f.valueType == NVML_VALUE_TYPE_UNSIGNED_LONG_LONG ? f.value.ullVal
+           : f.valueType == NVML_VALUE_TYPE_UNSIGNED_LONG    ? f.value.ulVal
+                                                             : f.value.uiVal;
+  };
+  return LinkCounters{as_u64(v[0]), as_u64(v[1])};
+}
+
 std::optional<std::uint64_t> GpuDevice::clock_event_reasons() const {
   unsigned long long r = 0;
   if (handle_ && lib_->event_reasons && lib_->event_reasons(dev(handle_), &r) == NVML_SUCCESS)
@@ -325,75 +257,6 @@ GpuCapabilities GpuDevice::capabilities() const {
   if (!mem.empty()) c.supported_sm_clocks = supported_sm_clocks_mhz(mem.front()).size();
   c.clock_event_reasons = clock_event_reasons().has_value();
   return c;
-}
-
-namespace {
-std::string gpu_label(const GpuDevice& d) {
-  return "GPU " + std::to_string(d.index()) + " (" + d.uuid() + ")";
-}
-void require_handle(const GpuDevice& d, bool lost) {
-  if (lost) throw DeviceError("GPU " + std::to_string(d.index()) + " is lost or not accessible");
-}
-}  // namespace
-
-void GpuDevice::set_power_limit_mw(std::uint32_t limit_mw) const {
-  require_handle(*this, lost());
-  if (!lib_->set_limit)
-    throw NotSupported("setting the power limit: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->set_limit(dev(handle_), limit_mw),
-                     "setting the power limit of " + gpu_label(*this));
-}
-
-void GpuDevice::set_locked_sm_clocks(std::uint32_t min_mhz, std::uint32_t max_mhz) const {
-  require_handle(*this, lost());
-  if (!lib_->set_locked_clocks)
-    throw NotSupported("locking SM clocks: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->set_locked_clocks(dev(handle_), min_mhz, max_mhz),
-                     "locking the SM clocks of " + gpu_label(*this));
-}
-
-void GpuDevice::reset_locked_sm_clocks() const {
-  require_handle(*this, lost());
-  if (!lib_->reset_locked_clocks)
-    throw NotSupported("unlocking SM clocks: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->reset_locked_clocks(dev(handle_)),
-                     "unlocking the SM clocks of " + gpu_label(*this));
-}
-
-bool GpuDevice::has_mem_locked_clocks() const {
-  return lib_->set_mem_locked_clocks && lib_->reset_mem_locked_clocks;
-}
-
-void GpuDevice::set_locked_mem_clocks(std::uint32_t min_mhz, std::uint32_t max_mhz) const {
-  require_handle(*this, lost());
-  if (!has_mem_locked_clocks())
-    throw NotSupported("locking memory clocks: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->set_mem_locked_clocks(dev(handle_), min_mhz, max_mhz),
-                     "locking the memory clocks of " + gpu_label(*this));
-}
-
-void GpuDevice::reset_locked_mem_clocks() const {
-  require_handle(*this, lost());
-  if (!has_mem_locked_clocks())
-    throw NotSupported("unlocking memory clocks: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->reset_mem_locked_clocks(dev(handle_)),
-                     "unlocking the memory clocks of " + gpu_label(*this));
-}
-
-void GpuDevice::set_application_clocks(std::uint32_t mem_mhz, std::uint32_t sm_mhz) const {
-  require_handle(*this, lost());
-  if (!lib_->set_app_clocks)
-    throw NotSupported("setting application clocks: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->set_app_clocks(dev(handle_), mem_mhz, sm_mhz),
-                     "setting the application clocks of " + gpu_label(*this));
-}
-
-void GpuDevice::reset_application_clocks() const {
-  require_handle(*this, lost());
-  if (!lib_->reset_app_clocks)
-    throw NotSupported("resetting application clocks: the NVML library has no such call");
-  CNNERGY_NVML_CHECK(*lib_, lib_->reset_app_clocks(dev(handle_)),
-                     "resetting the application clocks of " + gpu_label(*this));
 }
 
 std::vector<std::string> decode_clock_event_reasons(std::uint64_t mask) {
@@ -479,6 +342,7 @@ Nvml::OpenResult Nvml::open(const NvmlOptions& options) {
   lib->resolve(lib->utilization, {"nvmlDeviceGetUtilizationRates"});
   lib->resolve(lib->memory, {"nvmlDeviceGetMemoryInfo"});
   lib->resolve(lib->temperature, {"nvmlDeviceGetTemperature"});
+  lib->resolve(lib->pcie_throughput, {"nvmlDeviceGetPcieThroughput"});
   lib->resolve(lib->set_locked_clocks, {"nvmlDeviceSetGpuLockedClocks"});
   lib->resolve(lib->reset_locked_clocks, {"nvmlDeviceResetGpuLockedClocks"});
   lib->resolve(lib->set_mem_locked_clocks, {"nvmlDeviceSetMemoryLockedClocks"});

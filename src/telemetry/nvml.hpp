@@ -34,6 +34,14 @@ struct Utilization {
   std::uint32_t gpu_percent = 0, memory_percent = 0;
 };
 
+// PCIe throughput over NVML's 20 ms window (KB/s), and cumulative NVLink data counters (KiB).
+struct LinkThroughput {
+  std::uint32_t tx_kb_per_s = 0, rx_kb_per_s = 0;
+};
+struct LinkCounters {
+  std::uint64_t tx_kib = 0, rx_kib = 0;
+};
+
 // One reading of everything cheap and the energy counter, for `cnnergy devices` and reports.
 struct GpuSnapshot {
   std::optional<std::uint64_t> energy_mj;
@@ -84,6 +92,10 @@ class GpuDevice {
   std::optional<MemoryUsage> memory() const;
   std::optional<std::uint32_t> temperature_c() const;
   std::optional<std::uint64_t> clock_event_reasons() const;
+  // Link traffic: empty where the GPU or driver has no such reading (no NVLink, old driver). The
+  // PCIe call samples for 20 ms inside the driver: the sampler reads it only when asked to.
+  std::optional<LinkThroughput> pcie_throughput() const;
+  std::optional<LinkCounters> nvlink_data_kib() const;
   GpuSnapshot snapshot() const;
   GpuCapabilities capabilities() const;
 

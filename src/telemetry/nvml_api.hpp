@@ -44,6 +44,10 @@ enum : int {
 
 // Field ids for nvmlDeviceGetFieldValues (nvml.h, NVML_FI_*).
 enum : unsigned { NVML_FI_DEV_POWER_AVERAGE = 185, NVML_FI_DEV_POWER_INSTANT = 186 };
+// NVLink data throughput: cumulative KiB since the driver loaded, all links of the GPU.
+enum : unsigned { NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139 };
+// nvmlPcieUtilCounter_t for nvmlDeviceGetPcieThroughput (KB/s over a 20 ms window).
+enum : int { NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1 };
 
 // Clock event (throttle) reason bits, nvmlClocksEventReason* / nvmlClocksThrottleReason*.
 enum : unsigned long long {

@@ -37,9 +37,18 @@ RaplMeter::RaplMeter(std::string root) {
   // Top-level zones only: intel-rapl:0, amd-rapl:1; the subzones (intel-rapl:0:0, core/uncore/dram)
   // are parts of the package and would be counted twice.
   static const std::regex kZone(R"((intel|amd)-rapl:\d+)");
+  static const std::regex kSubzone(R"((intel|amd)-rapl:\d+:\d+)");
   std::vector<RaplDomain> found;
+  // Subzones sit inside their package's directory and, on most kernels, also as links at the top.
+  std::vector<fs::path> subzone_dirs;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string leaf = entry.path().filename().string();
+    if (std::regex_match(leaf, kSubzone)) subzone_dirs.push_back(entry.path());
+    if (std::regex_match(leaf, kZone)) {
+      std::error_code ec2;
+      for (const auto& sub : fs::directory_iterator(entry.path(), ec2))
+        if (std::regex_match(sub.path().filename().string(), kSubzone)) subzone_dirs.push_back(sub.path());
+    }
     if (!std::regex_match(leaf, kZone)) continue;
     RaplDomain d;
     d.path = entry.path().string();
@@ -55,27 +64,53 @@ RaplMeter::RaplMeter(std::string root) {
             [](const RaplDomain& a, const RaplDomain& b) { return a.path < b.path; });
   domains_ = std::move(found);
   for (const auto& d : domains_) last_uj_.push_back(read_uj(d).value_or(0));
+  std::sort(subzone_dirs.begin(), subzone_dirs.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  for (const auto& dir : subzone_dirs) {
+    RaplDomain d;
+    d.path = dir.string();
+    d.name = read_line(dir / "name").value_or("");
+    d.max_energy_range_uj = parse_u64(read_line(dir / "max_energy_range_uj")).value_or(0);
+    const bool seen = std::any_of(dram_domains_.begin(), dram_domains_.end(), [&](const RaplDomain& x) {
+      return fs::path(x.path).filename() == dir.filename();
+    });
+    if (d.name != "dram" || seen || d.max_energy_range_uj == 0 || !read_uj(d)) continue;
+    dram_last_uj_.push_back(*read_uj(d));
+    dram_domains_.push_back(std::move(d));
+  }
 }
 
 std::optional<std::uint64_t> RaplMeter::read_uj(const RaplDomain& d) const {
   return parse_u64(read_line(std::filesystem::path(d.path) / "energy_uj"));
 }
 
+void RaplMeter::accumulate(const std::vector<RaplDomain>& domains, std::vector<std::uint64_t>& last,
+                           double& total_uj) const {
+  for (std::size_t i = 0; i < domains.size(); ++i) {
+    const auto now = read_uj(domains[i]);
+    if (!now) continue;  // a transient read failure: the next read catches up
+    const std::uint64_t prev = last[i];
+    // One wrap at most between two reads: the counter restarts from 0 after max_energy_range_uj.
+    const std::uint64_t range = domains[i].max_energy_range_uj;
+    const std::uint64_t delta =
+        *now >= prev ? *now - prev : (prev <= range ? range - prev + *now : *now);
+    total_uj += static_cast<double>(delta);
+    last[i] = *now;
+  }
+}
+
 std::optional<double> RaplMeter::total_mj() {
   if (domains_.empty()) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t i = 0; i < domains_.size(); ++i) {
-    const auto now = read_uj(domains_[i]);
-    if (!now) continue;  // a transient read failure: the next read catches up
-    const std::uint64_t prev = last_uj_[i];
-    // One wrap at most between two reads: the counter restarts from 0 after max_energy_range_uj.
-    const std::uint64_t range = domains_[i].max_energy_range_uj;
-    const std::uint64_t delta =
-        *now >= prev ? *now - prev : (prev <= range ? range - prev + *now : *now);
-    total_uj_ += static_cast<double>(delta);
-    last_uj_[i] = *now;
-  }
+  accumulate(domains_, last_uj_, total_uj_);
   return total_uj_ / 1000.0;
+}
+
+std::optional<double> RaplMeter::dram_total_mj() {
+  if (dram_domains_.empty()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  accumulate(dram_domains_, dram_last_uj_, dram_total_uj_);
+  return dram_total_uj_ / 1000.0;
 }
 
 }  // namespace cnnergy::telemetry

@@ -32,14 +32,22 @@ class RaplMeter {
   // summed over the domains; empty when unavailable. Thread-safe; call at least once per wrap
   // period (~60 s at 70 W for a 32-bit µJ counter).
   std::optional<double> total_mj();
+  // The same for the DRAM subzones (`*-rapl:N:M` named "dram"), which total_mj() leaves out; empty
+  // where the CPU or kernel has none (most AMD and client CPUs) or they are unreadable.
+  std::optional<double> dram_total_mj();
+  bool has_dram() const { return !dram_domains_.empty(); }
 
  private:
   std::optional<std::uint64_t> read_uj(const RaplDomain& d) const;
+  void accumulate(const std::vector<RaplDomain>& domains, std::vector<std::uint64_t>& last, double& total_uj) const;
 
   std::vector<RaplDomain> domains_;
   std::mutex mutex_;
   std::vector<std::uint64_t> last_uj_;
   double total_uj_ = 0;
+  std::vector<RaplDomain> dram_domains_;
+  std::vector<std::uint64_t> dram_last_uj_;
+  double dram_total_uj_ = 0;
 };
 
 }  // namespace cnnergy::telemetry

@@ -178,6 +178,7 @@ Sample Sampler::take_sample() {
   std::vector<CounterBracket> new_points(gpu_indices_.size());
   std::vector<bool> has_new_point(gpu_indices_.size(), false);
   std::optional<Sample> prev = latest();
+  const bool links = options_.read_links && rounds_++ % std::max(1u, options_.links_every) == 0;
   // Read costs are summed locally and merged under the lock: stats() may run on another thread.
   std::uint64_t power_reads = 0, counter_reads = 0;
   double power_us = 0, counter_ms = 0, counter_max_ms = 0;
@@ -224,6 +225,11 @@ Sample Sampler::take_sample() {
       g.temperature_c = d.temperature_c();
       g.utilization = d.utilization();
       g.clock_event_reasons = d.clock_event_reasons();
+      if (auto m = d.memory()) g.memory_used_bytes = m->used_bytes;
+    }
+    if (links) {
+      g.pcie = d.pcie_throughput();
+      g.nvlink = d.nvlink_data_kib();
     }
     // Running trapezoid integral; a missing reading holds the other end's power.
     if (prev && slot < prev->gpus.size()) {

@@ -30,7 +30,11 @@ struct SamplerOptions {
   double detect_timeout_ms = 650;          // longest time detection may watch the sensor at start
   std::size_t capacity = 1 << 14;          // samples kept (about 27 min at 100 ms)
   bool read_energy_counter = true;
-  bool read_extended = true;   // clocks, utilisation, temperature, clock-event reasons
+  bool read_extended = true;   // clocks, utilisation, temperature, clock-event reasons, memory used
+  // PCIe throughput (NVML samples it for 20 ms inside the call) and NVLink counters, every
+  // `links_every` rounds: off the workload's path, but it lengthens the sampler's round.
+  bool read_links = false;
+  unsigned links_every = 5;
   std::vector<unsigned> gpus;  // NVML indices to sample; empty: every accessible GPU
 };
 
@@ -43,6 +47,9 @@ struct GpuSample {
   std::optional<std::uint32_t> sm_mhz, mem_mhz, temperature_c;
   std::optional<Utilization> utilization;
   std::optional<std::uint64_t> clock_event_reasons;
+  std::optional<std::uint64_t> memory_used_bytes;
+  std::optional<LinkThroughput> pcie;
+  std::optional<LinkCounters> nvlink;
   double integrated_mj = 0;  // trapezoid integral of power_mw since the sampler started
 };
 
@@ -150,6 +157,7 @@ class Sampler {
   std::vector<std::int64_t> last_counter_read_start_;
   SamplerStats stats_;
   double counter_read_total_ms_ = 0, power_read_total_us_ = 0, round_total_ms_ = 0;
+  std::uint64_t rounds_ = 0;  // take_sample calls, for links_every
 
   std::mutex listener_mutex_;
   std::map<int, Listener> listeners_;

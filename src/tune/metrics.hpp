@@ -47,6 +47,10 @@ struct TrialMeasurement {
   std::optional<double> accuracy;          // fraction in [0, 1] where the run measured it
   std::vector<PhaseMeasurement> phases;
   std::vector<LayerMeasurement> layers;
+  // Telemetry statistics (telemetry/trial_stats.hpp, JSON): the repetitions' merged, with the idle
+  // power, and each repetition's (empty, or one per repetition; "" where a window has none).
+  std::string telemetry_json;
+  std::vector<std::string> repetition_telemetry_json;
 };
 
 // Metrics of one trial that need no other trial. EDS(k) needs the reference and is an Objective.

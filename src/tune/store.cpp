@@ -176,6 +176,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
     db_->exec(sql::kPragmas);
     SqliteTransaction tx(*db_);
     for (const auto& stmt : sql::schema()) db_->exec(stmt);
+    for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
     tx.commit();
     return;
   }
@@ -214,7 +215,7 @@ ResultStore& ResultStore::operator=(ResultStore&&) noexcept = default;
 
 const std::string& ResultStore::path() const { return db_->path(); }
 
-std::int64_t ResultStore::insert_sweep(const SweepRecord& s) {
+std::int64_t ResultStore::insert_sweep(const SweepRecord& s, const std::string& tag) {
   if (s.sweep_key.empty()) throw InvalidArgument("a sweep needs a key");
   Json::Array gpus;
   for (const auto& g : s.environment.gpu_names) gpus.emplace_back(g);
@@ -225,12 +226,14 @@ std::int64_t ResultStore::insert_sweep(const SweepRecord& s) {
   st.bind(10, s.environment.date).bind(11, s.environment.cnnergy_version);
   st.bind(12, environment_json(s.environment).dump()).bind(13, s.notes);
   st.run();
-  return db_->last_insert_id();
+  const std::int64_t id = db_->last_insert_id();
+  if (!tag.empty()) write_sweep_tag(id, tag);
+  return id;
 }
 
-std::int64_t ResultStore::add_sweep(const SweepRecord& s) {
+std::int64_t ResultStore::add_sweep(const SweepRecord& s, const std::string& tag) {
   SqliteTransaction tx(*db_);
-  const std::int64_t id = insert_sweep(s);
+  const std::int64_t id = insert_sweep(s, tag);
   tx.commit();
   return id;
 }
@@ -331,6 +334,7 @@ void ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord& t) {
     ly.bind(6, x.backward_ms).bind(7, x.energy_mj).bind(8, x.flops);
     ly.run();
   }
+  write_trial_telemetry(trial_id, m);
 }
 
 void ResultStore::write_trial(std::int64_t sweep_id, const TrialRecord& trial) {
@@ -432,6 +436,7 @@ TrialRecord ResultStore::read_trial(std::int64_t trial_id) const {
     l.flops = ly.get_optional_double(6).value_or(0);
     t.measurement.layers.push_back(std::move(l));
   }
+  read_trial_telemetry(trial_id, t.measurement);
   return t;
 }
 
@@ -452,10 +457,15 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
     const ResultStore& in = inputs[f];
     for (const SweepRecord& s : in.sweeps()) {
       std::int64_t target = 0;
-      if (auto existing = out.find_sweep(s.sweep_key)) {
-        target = existing->id;
+      const std::string tag = in.sweep_tag(s.id);
+      std::optional<SweepRecord> same_sweep;
+      for (const SweepRecord& o : out.sweeps())  // the same sweep on the same kind of machine, same tag
+        if (o.sweep_key == s.sweep_key && out.sweep_tag(o.id) == tag && o.environment.gpu_names == s.environment.gpu_names)
+          same_sweep = o;
+      if (same_sweep) {
+        target = same_sweep->id;
         ++report.sweeps_merged;
-        const Environment& a = existing->environment;
+        const Environment& a = same_sweep->environment;
         if (a.host != s.environment.host || a.gpu_names != s.environment.gpu_names ||
             a.driver_version != s.environment.driver_version) {
           const std::string note = "merged trials from " + in.path() + " measured on host '" + s.environment.host +
@@ -467,7 +477,7 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
       } else {
         SweepRecord copy = s;
         copy.notes += "merged from " + in.path() + "\n";
-        target = out.insert_sweep(copy);
+        target = out.insert_sweep(copy, tag);
         ++report.sweeps_created;
       }
       for (const StoredTrial& t : in.trials(s.id)) {

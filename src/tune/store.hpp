@@ -69,7 +69,9 @@ class ResultStore {
 
   const std::string& path() const;
 
-  std::int64_t add_sweep(const SweepRecord& sweep);
+  // `tag` (`sweep --tag`): a label `compare --by tag` groups by; "" = none.
+  std::int64_t add_sweep(const SweepRecord& sweep, const std::string& tag = "");
+  std::string sweep_tag(std::int64_t sweep_id) const;  // "" when none (or the database predates schema 3)
   std::optional<SweepRecord> find_sweep(const std::string& sweep_key) const;  // the newest with that key
   std::vector<SweepRecord> sweeps() const;                                    // by id
   SweepRecord sweep(std::int64_t id) const;                                   // DataError when absent
@@ -83,11 +85,20 @@ class ResultStore {
   std::optional<TrialStatus> trial_status(std::int64_t sweep_id, const std::string& key) const;
   std::vector<StoredTrial> trials(std::int64_t sweep_id) const;  // by trial index
   TrialRecord read_trial(std::int64_t trial_id) const;           // everything, repetitions included
+  // The trial's telemetry statistics (telemetry/trial_stats.hpp as JSON); "" when it has none or the
+  // database predates schema 3.
+  std::string trial_telemetry_json(std::int64_t trial_id) const;
 
  private:
   // Both run inside a transaction the caller holds.
-  std::int64_t insert_sweep(const SweepRecord& sweep);
+  std::int64_t insert_sweep(const SweepRecord& sweep, const std::string& tag = "");
   void insert_trial(std::int64_t sweep_id, const TrialRecord& trial);
+  // Schema 3 (store_telemetry.cpp): tag and telemetry columns, written after the base rows and read
+  // only where the database has them (older ones opened read-only do not).
+  bool has_schema3_columns() const;
+  void write_sweep_tag(std::int64_t sweep_id, const std::string& tag);
+  void write_trial_telemetry(std::int64_t trial_id, const TrialMeasurement& m);
+  void read_trial_telemetry(std::int64_t trial_id, TrialMeasurement& m) const;
   friend MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
   std::unique_ptr<SqliteDb> db_;
 };
@@ -98,8 +109,9 @@ struct MergeReport {
   std::vector<std::string> messages;  // one line per duplicate or environment difference
 };
 
-// Merges result stores into `out_path` (created when missing): sweeps with the same key become one
-// sweep; a trial present twice keeps the better status (ok > does_not_fit > skipped > failed), the
+// Merges result stores into `out_path` (created when missing): sweeps with the same key, tag and GPU
+// names become one sweep (shards written on several hosts of one kind join; another tag or another
+// GPU kind stays a sweep of its own, so results from different machines are never mixed); a trial present twice keeps the better status (ok > does_not_fit > skipped > failed), the
 // existing one on a tie, and is reported. All inputs are checked before anything is written, and the
 // merge is one transaction: it happens completely or not at all.
 MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);

@@ -2,7 +2,8 @@
 // Metric columns (<metric>_median/_stddev/_min/_max) and knob columns are generated from their
 // tables, so adding a metric or a knob is a schema change: bump kSchemaVersion and add the step that
 // upgrades the previous version (kUpgrades).
-// Version history: 1 (first); 2 adds the trials.cuda_graph knob column.
+// Version history: 1 (first); 2 adds the trials.cuda_graph knob column; 3 adds telemetry statistics
+// (trials.telemetry_json, repetitions.telemetry_json) and the sweep's tag (sweeps.tag).
 #pragma once
 
 #include <string>
@@ -13,7 +14,15 @@
 
 namespace cnnergy::tune::sql {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
+
+// Version 3's columns, in their own list: added to a version-2 database by its first writer, and to
+// every new database right after the base schema.
+inline std::vector<std::string> telemetry_columns_v3() {
+  return {"ALTER TABLE sweeps ADD COLUMN tag TEXT NOT NULL DEFAULT ''",
+          "ALTER TABLE trials ADD COLUMN telemetry_json TEXT NOT NULL DEFAULT ''",
+          "ALTER TABLE repetitions ADD COLUMN telemetry_json TEXT NOT NULL DEFAULT ''"};
+}
 
 // The statements that take a database of version v to v + 1, by v. Readers of an older version
 // work unchanged (every knob is read back from trials.knobs_json); a writer upgrades on open.
@@ -22,6 +31,11 @@ inline std::vector<std::string> upgrade_from(int version) {
     case 1:
       return {"ALTER TABLE trials ADD COLUMN cuda_graph TEXT",
               "UPDATE schema_info SET value = '2' WHERE key = 'schema_version'"};
+    case 2: {
+      auto out = telemetry_columns_v3();
+      out.push_back("UPDATE schema_info SET value = '3' WHERE key = 'schema_version'");
+      return out;
+    }
     default:
       return {};
   }
@@ -154,6 +168,16 @@ inline const char* const kSelectPhases =
 inline const char* const kInsertLayer =
     "INSERT INTO layers (trial_id, layer_index, name, type, forward_ms, backward_ms, energy_mj, flops) "
     "VALUES (?,?,?,?,?,?,?,?)";
+inline const char* const kSetSweepTag = "UPDATE sweeps SET tag = ? WHERE id = ?";
+inline const char* const kSetTrialTelemetry = "UPDATE trials SET telemetry_json = ? WHERE id = ?";
+inline const char* const kSetRepetitionTelemetry =
+    "UPDATE repetitions SET telemetry_json = ? WHERE trial_id = ? AND rep_index = ?";
+inline const char* const kSelectTrialTelemetry = "SELECT telemetry_json FROM trials WHERE id = ?";
+inline const char* const kSelectRepetitionTelemetry =
+    "SELECT telemetry_json FROM repetitions WHERE trial_id = ? ORDER BY rep_index";
+inline const char* const kSelectSweepTag = "SELECT tag FROM sweeps WHERE id = ?";
+inline const char* const kHasColumn = "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?";
+
 inline const char* const kSelectLayers =
     "SELECT layer_index, name, type, forward_ms, backward_ms, energy_mj, flops FROM layers WHERE trial_id = ? "
     "ORDER BY layer_index";

@@ -90,7 +90,7 @@ struct FakeNvmlEnv {
          {"CNNERGY_FAKE_NVML_FAIL", "CNNERGY_FAKE_NVML_LOAD", "CNNERGY_FAKE_NVML_LOAD_FILE",
           "CNNERGY_FAKE_NVML_MEM_CLOCKS", "CNNERGY_FAKE_NVML_SM_CLOCKS",
           "CNNERGY_FAKE_NVML_LIMITS_W", "CNNERGY_FAKE_NVML_NOISE", "CNNERGY_FAKE_NVML_POWER_W",
-          "CNNERGY_FAKE_NVML_NAME"})
+          "CNNERGY_FAKE_NVML_NAME", "CNNERGY_FAKE_NVML_PROFILE"})
       env.set(v, std::nullopt);
   }
   std::string journal() const { return dir.file("journal.json"); }

@@ -14,6 +14,7 @@
 namespace cnnergy::tune {
 
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
+void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w);
 
 TrialMeasurement run_command_trial(const std::vector<std::string>& command, const MeasureSettings& settings,
                                    const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler) {
@@ -24,9 +25,11 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
       throw Error(ExitCode::kChildFailed, "'" + command.front() + "' exited with status " + std::to_string(st.exit_code) +
                                               " in trial " + trial.key);
   };
-  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   auto probe = make_energy_probe(sampler, {});
+  const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;  // before the command's first run
+  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   TrialMeasurement m;
+  WindowResult all;  // every window, for the trial's telemetry statistics
   const RepetitionPolicy policy{settings.repetitions, std::max(settings.repetitions, settings.max_repetitions),
                                 settings.cv_threshold};
   std::vector<double> ms_per_run, mj_per_run;
@@ -41,7 +44,11 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
     } while (w.iterations < settings.min_iterations ||
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < settings.window_seconds);
     w.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (probe) w.energy = probe->end();
+    if (probe) {
+      w.energy = probe->end();
+      w.telemetry_json = probe->window_telemetry_json();
+    }
+    all.windows.push_back(w);
     WindowResult one;
     one.windows.push_back(w);
     for (auto& r : to_repetitions(one, probe ? probe->source() : std::string())) m.repetitions.push_back(std::move(r));
@@ -49,6 +56,7 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
     if (w.energy) mj_per_run.push_back(w.energy->joules * 1e3 / static_cast<double>(w.iterations));
   }
   warn_if_noisy(trial, ms_per_run, mj_per_run, policy);
+  add_trial_telemetry(m, all, idle_w);
   return m;
 }
 

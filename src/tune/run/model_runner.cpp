@@ -16,7 +16,9 @@
 #include "net/graph.hpp"
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
+#include "telemetry/rapl.hpp"
 #include "telemetry/sampler.hpp"
+#include "telemetry/trial_stats.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
 #include "train/trainer.hpp"
@@ -84,9 +86,17 @@ std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string&
   return reps;
 }
 
+// The windows' telemetry statistics into the measurement: per repetition and merged for the trial.
+void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w) {
+  for (const auto& w : r.windows) m.repetition_telemetry_json.push_back(w.telemetry_json);
+  m.telemetry_json = telemetry::merge_window_telemetry(m.repetition_telemetry_json, idle_power_w);
+}
+
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
                               std::shared_ptr<telemetry::Sampler> sampler) {
-  return [workload, settings, knobs, sampler](const TrialSpec& trial) -> TrialMeasurement {
+  // The CPU as the device: metered by RAPL where readable (one meter for the whole sweep).
+  std::shared_ptr<telemetry::RaplMeter> rapl = std::make_shared<telemetry::RaplMeter>();
+  return [workload, settings, knobs, sampler, rapl](const TrialSpec& trial) -> TrialMeasurement {
     const KnobValue* g = trial.find(Knob::kGpus);
     const std::int64_t gpus = g && g->number ? *g->number : 1;
     if (knobs) knobs->apply(trial);
@@ -118,7 +128,9 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       // OutOfMemory here: the batch does not fit; NotSupported: no graph for this backend or model.
       FixedBatchWorkload work(*graph, *backend, batch, 1, cuda_graph);
       Backend* be = backend.get();
-      auto probe = make_energy_probe(sampler, [be] { be->synchronize(); });
+      auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
+                                             : make_cpu_energy_probe(rapl);
+      const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;
       WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations,
                     settings.max_repetitions, settings.cv_threshold};
       const WindowResult r = measure_windows(*backend, probe.get(), [&] { work.step(); }, ws);
@@ -131,6 +143,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
         warn_if_noisy(trial, ms, mj, {ws.repetitions, std::max(ws.repetitions, ws.max_repetitions), ws.cv_threshold});
       }
       m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
+      add_trial_telemetry(m, r, idle_w);
       const Workload w = graph->total_workload();
       m.samples_per_iteration = static_cast<double>(batch);
       m.flops_per_iteration = static_cast<double>(w.flops_forward + w.flops_backward) * static_cast<double>(batch);
