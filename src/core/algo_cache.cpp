@@ -39,8 +39,10 @@ std::uint64_t fnv1a(const std::string& s) {
 // sharing a home directory keep separate files; the context inside is checked all the same.
 std::string file_name(const AlgoCacheContext& c) {
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(c.fingerprint())));
-  return std::string("conv-algos-v") + std::to_string(AlgoCache::kFormatVersion) + "-" + hex + ".json";
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(fnv1a(c.fingerprint())));
+  return std::string("conv-algos-v") + std::to_string(AlgoCache::kFormatVersion) + "-" + hex +
+         ".json";
 }
 
 std::int64_t int_of(const Json& j, const char* key) {
@@ -81,6 +83,7 @@ Json AlgoCacheContext::to_json() const {
   j["gpu_name"] = gpu_name;
   j["compute_capability"] = compute_capability;
   j["driver_version"] = driver_version;
+  j["driver_release"] = driver_release;
   j["cudnn_version"] = cudnn_version;
   j["cuda_runtime_version"] = cuda_runtime_version;
   return j;
@@ -88,17 +91,17 @@ Json AlgoCacheContext::to_json() const {
 
 std::string AlgoCacheContext::fingerprint() const {
   return gpu_name + "|sm" + std::to_string(compute_capability) + "|driver" +
-         std::to_string(driver_version) + "|cudnn" + std::to_string(cudnn_version) + "|cuda" +
-         std::to_string(cuda_runtime_version);
+         std::to_string(driver_version) + "/" + driver_release + "|cudnn" +
+         std::to_string(cudnn_version) + "|cuda" + std::to_string(cuda_runtime_version);
 }
 
 std::string ConvProblemKey::str() const {
   std::ostringstream o;
   o << policy << " " << direction << " x" << n << "x" << c << "x" << h << "x" << w << " w" << k
     << "x" << (groups ? c / groups : c) << "x" << r << "x" << s << " g" << groups << " stride"
-    << stride_h << "x" << stride_w << " pad" << pad_h << "x" << pad_w << " dil" << dilation_h
-    << "x" << dilation_w << " " << dtype << " " << layout << " " << math << " beta"
-    << json_number(beta) << " ws" << workspace_limit_bytes << " cand" << candidates;
+    << stride_h << "x" << stride_w << " pad" << pad_h << "x" << pad_w << " dil" << dilation_h << "x"
+    << dilation_w << " " << dtype << " " << layout << " " << math << " beta" << json_number(beta)
+    << " ws" << workspace_limit_bytes << " cand" << candidates;
   return o.str();
 }
 
@@ -223,6 +226,7 @@ std::map<std::string, AlgoDecision> AlgoCache::read_file(bool warn) {
     theirs.gpu_name = c.at("gpu_name").str("gpu_name");
     theirs.compute_capability = static_cast<int>(int_of(c, "compute_capability"));
     theirs.driver_version = static_cast<int>(int_of(c, "driver_version"));
+    theirs.driver_release = c.at("driver_release").str("driver_release");
     theirs.cudnn_version = static_cast<int>(int_of(c, "cudnn_version"));
     theirs.cuda_runtime_version = static_cast<int>(int_of(c, "cuda_runtime_version"));
     if (!(theirs == context_))
@@ -261,8 +265,8 @@ void AlgoCache::write_through() {
   file["context"] = context_.to_json();
   file["entries"] = entries;
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return give_up(std::string("temporary file: ") + std::strerror(errno));
@@ -319,6 +323,18 @@ std::string resolve_algo_cache_dir(const std::string& flag_value) {
     return (std::filesystem::path(xdg) / "cnnergy").string();
   if (const char* home = std::getenv("HOME"); home && *home)
     return (std::filesystem::path(home) / ".cache" / "cnnergy").string();
+  return {};
+}
+
+std::string nvidia_driver_release() {
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  <date>": the first token that
+  // starts with a digit and holds a dot.
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!in || !std::getline(in, line)) return {};
+  std::istringstream words(line);
+  for (std::string w; words >> w;)
+    if (!w.empty() && w[0] >= '0' && w[0] <= '9' && w.find('.') != std::string::npos) return w;
   return {};
 }
 

@@ -23,9 +23,10 @@ namespace cnnergy {
 // records it; a file for another context is ignored (with a warning) and rewritten.
 struct AlgoCacheContext {
   std::string gpu_name;
-  int compute_capability = 0;    // major * 10 + minor
-  int driver_version = 0;        // cudaDriverGetVersion
-  int cudnn_version = 0;         // cudnnGetVersion
+  int compute_capability = 0;  // major * 10 + minor
+  int driver_version = 0;      // cudaDriverGetVersion (the CUDA version the driver supports)
+  std::string driver_release;  // the kernel module's release ("570.86.15"), nvidia_driver_release()
+  int cudnn_version = 0;       // cudnnGetVersion
   int cuda_runtime_version = 0;  // cudaRuntimeGetVersion
 
   Json to_json() const;
@@ -88,7 +89,7 @@ class AlgoCache {
   AlgoCache(std::string directory, AlgoCacheContext context);
 
   const std::string& file_path() const { return path_; }  // empty when in memory only
-  bool persistent() const;  // false once writing has failed
+  bool persistent() const;                                // false once writing has failed
   const AlgoCacheContext& context() const { return context_; }
 
   std::optional<AlgoDecision> lookup(const ConvProblemKey& key) const;
@@ -116,6 +117,9 @@ class AlgoCache {
 // $CNNERGY_ALGO_CACHE, else $XDG_CACHE_HOME/cnnergy, else $HOME/.cache/cnnergy. "off" (flag or
 // variable), or no home directory at all: empty (no persistent cache).
 std::string resolve_algo_cache_dir(const std::string& flag_value);
+
+// The NVIDIA kernel module's release from /proc/driver/nvidia/version; empty where unreadable.
+std::string nvidia_driver_release();
 
 // The process-wide cache of (directory, context), so that backends of one process (a sweep's
 // trials) share decisions without re-reading the file. Empty directory: memory only.

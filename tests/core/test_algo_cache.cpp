@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-AlgoCacheContext h100() { return {"NVIDIA H100 80GB HBM3", 90, 12080, 91900, 12080}; }
+AlgoCacheContext h100() { return {"NVIDIA H100 80GB HBM3", 90, 12080, "570.86.15", 91900, 12080}; }
 
 ConvProblemKey problem() {
   ConvProblemKey k;
@@ -107,6 +107,7 @@ TEST_F(AlgoCacheTest, EveryKeyFieldChangeMisses) {
       [](AlgoCacheContext& c) { c.gpu_name = "NVIDIA H200"; },
       [](AlgoCacheContext& c) { c.compute_capability = 80; },
       [](AlgoCacheContext& c) { c.driver_version = 12090; },
+      [](AlgoCacheContext& c) { c.driver_release = "580.65.06"; },
       [](AlgoCacheContext& c) { c.cudnn_version = 90100; },
       [](AlgoCacheContext& c) { c.cuda_runtime_version = 12040; },
   };
@@ -192,7 +193,9 @@ TEST_F(AlgoCacheTest, CorruptForeignAndOtherGpuFilesAreIgnoredOnceAndRewritten) 
   other_version.replace(other_version.find("\"version\": 1"), 12, "\"version\": 99");
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"truncated", valid.substr(0, valid.size() / 2)},
-      {"garbage", "\x7f" "ELF\x01\x02 not json at all"},
+      {"garbage",
+       "\x7f"
+       "ELF\x01\x02 not json at all"},
       {"empty", ""},
       {"other version", other_version},
       {"other GPU", other_gpu},
