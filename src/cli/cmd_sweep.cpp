@@ -8,6 +8,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/backend_flags.hpp"
 #include "core/build_info.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -44,6 +45,7 @@ int run_sweep(const std::vector<std::string>& args) {
                        "layout) over a built-in model or an external command; store every trial; report the optimum "
                        "for time, energy, EDP, ED2P, EDS(k), GFLOPS/W against the reference (default) setting.");
   p.option("model", "built-in model to train (or give -- CMD ARGS)");
+  p.option("algo-cache", kAlgoCacheHelp);
   p.option("db", "results database (SQLite)", "cnnergy-results.db");
   for (Knob k : tune::kAllKnobs) p.option(std::string(tune::knob_flag(k)), "values of this knob (see below)");
   p.option("device", "device for built-in models: cpu, cuda, cuda:N (default: cuda when a GPU is present)");
@@ -186,6 +188,7 @@ int run_sweep(const std::vector<std::string>& args) {
     if (auto s = p.get_optional("input")) w.input = parse_shape(*s);
     if (p.get_optional("classes")) w.classes = p.get_int("classes", 1, 1 << 24);
     w.device = device;
+    w.algo_cache_dir = algo_cache_dir_from_flags(p);  // trials after the first search nothing seen
     if (auto d = p.get_optional("accuracy-data")) {
       w.accuracy_data = *d;
       w.accuracy_epochs = p.get_int("accuracy-epochs", 1, 10000);
@@ -197,7 +200,12 @@ int run_sweep(const std::vector<std::string>& args) {
   std::cerr << "sweep " << def.key() << " (" << plan.to_run.size() << " trials to run, " << plan.already_done
             << " already done) -> " << p.get("db") << (simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
   report::ProgressBar bar(plan.to_run.size());
-  auto progress = [&](const tune::SweepProgress& pr) { bar.update(pr.done, pr.last ? pr.last->spec.key : ""); };
+  auto progress = [&](const tune::SweepProgress& pr) {
+    if (pr.last && pr.last->measurement.algo_search_ms && *pr.last->measurement.algo_search_ms > 0)
+      std::cerr << "\ntrial " << pr.last->spec.key << ": convolution algorithm search "
+                << *pr.last->measurement.algo_search_ms / 1e3 << " s (outside the measured windows)\n";
+    bar.update(pr.done, pr.last ? pr.last->spec.key : "");
+  };
   tune::FailurePolicy policy(static_cast<std::size_t>(p.get_int("max-failures", 0, 1 << 20)));
   if (p.get("search") == "adaptive") {
     const auto knobs = space.knobs();

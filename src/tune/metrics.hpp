@@ -47,6 +47,9 @@ struct TrialMeasurement {
   std::optional<double> accuracy;          // fraction in [0, 1] where the run measured it
   std::vector<PhaseMeasurement> phases;
   std::vector<LayerMeasurement> layers;
+  // Wall time the trial's backend spent choosing convolution algorithms before its windows (outside
+  // them; 0 where every decision came from the persistent cache). Not stored in the results DB yet.
+  std::optional<double> algo_search_ms;
 };
 
 // Metrics of one trial that need no other trial. EDS(k) needs the reference and is an Objective.

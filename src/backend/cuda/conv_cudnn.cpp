@@ -264,6 +264,25 @@ std::string CudnnConv::cache_key(Dir dir) const {
   return key;
 }
 
+ConvProblemKey CudnnConv::problem_key(Dir dir, const std::string& policy, float beta,
+                                      std::int64_t candidates) const {
+  ConvProblemKey k;
+  k.direction = direction_name(dir);
+  k.n = d_.n, k.c = d_.c, k.h = in_h_, k.w = in_w_;
+  k.k = d_.k, k.r = d_.r, k.s = d_.s, k.groups = d_.groups;
+  k.stride_h = d_.stride_h, k.stride_w = d_.stride_w;
+  k.pad_h = explicit_pad_ ? 0 : d_.pad_top, k.pad_w = explicit_pad_ ? 0 : d_.pad_left;
+  k.dilation_h = d_.dilation_h, k.dilation_w = d_.dilation_w;
+  k.dtype = dtype_name(dtype_);
+  k.layout = layout_name(layout_);
+  k.math = math_name(ctx_->options());
+  k.beta = beta;
+  k.policy = policy;
+  k.workspace_limit_bytes = ctx_->options().workspace_limit_bytes;
+  k.candidates = candidates;
+  return k;
+}
+
 // The operands a search times on, (in1, in2, out) as in run(): the caller's where given (inputs
 // are only read; outputs are overwritten later anyway), zeroed scratch otherwise (info() before
 // any run, or an accumulating backward); `held` keeps the scratch alive.

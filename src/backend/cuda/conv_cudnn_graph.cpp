@@ -70,9 +70,24 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::graph_search(Dir dir, bool find,
   const std::string key = problem.key() + ",search" + std::to_string(ranked) + "+" +
                           std::to_string(fallback) + ",ws" + std::to_string(limit);
   std::shared_ptr<const GraphConvPlan> plan;
-  if (auto hit = ctx_->graph_plan_cache().lookup(key)) {
-    plan = *hit;
-  } else {
+  if (auto hit = ctx_->graph_plan_cache().lookup(key)) return *hit;
+  AlgoCache* persistent = ctx_->algo_cache();
+  const ConvProblemKey pkey = problem_key(dir, find ? "graph_find" : "graph_heuristic", beta,
+                                          static_cast<std::int64_t>(ranked + fallback));
+  if (persistent)
+    if (auto d = persistent->lookup(pkey); d && d->kind == "graph") {
+      // Rebuilt from the engine and its knobs, and validated as a search would validate it.
+      plan = graph_conv_plan_from_tag(ctx_->cudnn(), problem, d->engine, limit);
+      if (plan) {
+        ctx_->graph_plan_cache().insert(key, plan);
+        ctx_->search_clock().count_cached();
+        return plan;
+      }
+      persistent->forget(pkey);  // the engine no longer finalizes here: searched again below
+    }
+  {
+    ConvSearchClock::Scope timed(ctx_->search_clock(),
+                                 std::string(direction_name(dir)) + " " + shape_text());
     std::size_t skipped = 0;
     auto candidates =
         graph_conv_candidates(ctx_->cudnn(), problem, limit, ranked, fallback, &skipped);
@@ -84,6 +99,13 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::graph_search(Dir dir, bool find,
     else if (!(plan = time_graph_candidates(dir, candidates, in1, in2, out)))
       why = "none of the " + std::to_string(candidates.size()) + " candidate engines ran";
     if (plan) ctx_->graph_plan_cache().store(key, plan);
+  }
+  if (plan && persistent) {
+    AlgoDecision d;
+    d.kind = "graph";
+    d.engine = plan->engine();
+    d.workspace_bytes = plan->workspace_bytes();
+    persistent->record(pkey, d);
   }
   return plan;
 }
@@ -101,10 +123,29 @@ void CudnnConv::use_auto(Dir dir, const void* in1, const void* in2, void* out, f
       use_find(dir, in1, in2, out);
     return;
   }
+  // The verdict is the same for both betas: keyed at beta 0.
+  AlgoCache* persistent = ctx_->algo_cache();
+  const ConvProblemKey pkey = problem_key(
+      dir, "auto", 0.0f, static_cast<std::int64_t>(ctx_->options().conv_search_candidates));
+  if (persistent)
+    if (auto d = persistent->lookup(pkey); d && d->kind == "choice") {
+      // Each side validates its own entry (and searches again where that fails).
+      ctx_->auto_choice_cache().insert(key, d->graph_won);
+      ctx_->search_clock().count_cached();
+      if (d->graph_won)
+        use_graph(dir, /*find=*/true, in1, in2, out, beta);
+      else
+        use_find(dir, in1, in2, out);
+      return;
+    }
+  ConvSearchClock::Scope timed(ctx_->search_clock(),
+                               std::string(direction_name(dir)) + " " + shape_text());
   use_find(dir, in1, in2, out);  // plan_ now holds the legacy algorithm
   std::string why;
   auto plan = graph_search(dir, /*find=*/true, in1, in2, out, beta, why);
   bool graph_won = false;
+  std::string cost_note;
+  LaunchCost winner;
   if (plan) {
     std::vector<std::shared_ptr<Buffer>> held;
     const std::array<void*, 3> o = search_operands(dir, in1, in2, out, held);
@@ -118,8 +159,21 @@ void CudnnConv::use_auto(Dir dir, const void* in1, const void* in2, void* out, f
       return g.execute(ctx_->cudnn(), operands_by_role(dir, o[0], o[1], o[2], ws->data()));
     });
     graph_won = graph.total_ms() < legacy.total_ms();
+    cost_note = "graph " + std::to_string(graph.device_ms) + " + " + std::to_string(graph.host_ms) +
+                " ms host vs legacy " + std::to_string(legacy.device_ms) + " + " +
+                std::to_string(legacy.host_ms) + " ms host";
+    winner = graph_won ? graph : legacy;
   }
   ctx_->auto_choice_cache().store(key, graph_won);
+  if (persistent) {
+    AlgoDecision d;
+    d.kind = "choice";
+    d.graph_won = graph_won;
+    d.workspace_bytes = graph_won ? plan->workspace_bytes() : plan_[index(dir)].workspace_bytes;
+    if (plan) d.device_ms = winner.device_ms, d.host_ms = winner.host_ms;
+    d.note = plan ? cost_note : "graph API: " + why;
+    persistent->record(pkey, d);
+  }
   if (graph_won) {
     plan_[index(dir)] = Plan{};  // the legacy algorithm's workspace is not the plan's
     adopt_graph(dir, beta, plan);

@@ -168,6 +168,21 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
     adopt(dir, hit->algo, hit->math, false);
     return;
   }
+  AlgoCache* persistent = ctx_->algo_cache();
+  const ConvProblemKey pkey = problem_key(dir, "find", 0.0f, 0);
+  if (persistent)
+    if (auto d = persistent->lookup(pkey); d && d->kind == "legacy") {
+      if (adopt_persistent_legacy(dir, *d)) {
+        ctx_->conv_algo_cache().insert(
+            key, CachedConvAlgo{plan_[index(dir)].algo, plan_[index(dir)].math,
+                                plan_[index(dir)].workspace_bytes});
+        ctx_->search_clock().count_cached();
+        return;
+      }
+      persistent->forget(pkey);  // no longer valid here: searched again below
+    }
+  ConvSearchClock::Scope timed(ctx_->search_clock(),
+                               std::string(direction_name(dir)) + " " + shape_text());
   const std::size_t limit = ctx_->options().workspace_limit_bytes;
   set_math(dir, base_math_);
   std::size_t offer = 0;
@@ -248,6 +263,35 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
   adopt(dir, best->algo, best->math, false);
   ctx_->conv_algo_cache().store(
       key, CachedConvAlgo{best->algo, best->math, plan_[index(dir)].workspace_bytes});
+  if (persistent) {
+    AlgoDecision d;
+    d.kind = "legacy";
+    d.algo = best->algo;
+    d.math_type = static_cast<int>(plan_[index(dir)].math);
+    d.workspace_bytes = plan_[index(dir)].workspace_bytes;
+    d.device_ms = best_ms;
+    d.note = conv_algo_name(dir, best->algo);
+    persistent->record(pkey, d);
+  }
+}
+
+bool CudnnConv::adopt_persistent_legacy(Dir dir, const AlgoDecision& d) const {
+  bool known = false;
+  for (const NamedConvAlgo& a : conv_algos(dir)) known = known || a.value == d.algo;
+  const auto math = static_cast<cudnnMathType_t>(d.math_type);
+  if (!known || (math != CUDNN_DEFAULT_MATH && math != CUDNN_TENSOR_OP_MATH &&
+                 math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && math != CUDNN_FMA_MATH))
+    return false;
+  // Numerics are the key's; cuDNN must still accept the algorithm for this problem within the cap.
+  set_math(dir, math);
+  std::size_t ws = 0;
+  if (workspace_size(dir, d.algo, &ws) != CUDNN_STATUS_SUCCESS ||
+      ws > ctx_->options().workspace_limit_bytes) {
+    set_math(dir, base_math_);
+    return false;
+  }
+  adopt(dir, d.algo, math, false);
+  return true;
 }
 
 cudnnStatus_t CudnnConv::launch(Dir dir, const void* in1, const void* in2, void* out,
