@@ -85,7 +85,15 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::graph_search(Dir dir, bool find,
       }
       persistent->forget(pkey);  // the engine no longer finalizes here: searched again below
     }
-  {
+  // The accumulating plan (beta 1) of a problem whose overwriting plan was found: the same engine
+  // with its knobs (the kernel differs only in its epilogue), rebuilt and validated, not searched.
+  if (find && beta != 0.0f) {
+    const std::string overwrite_key =
+        graph_problem(dir, 0.0f).key() + key.substr(problem.key().size());
+    if (auto overwriting = ctx_->graph_plan_cache().lookup(overwrite_key))
+      plan = graph_conv_plan_from_tag(ctx_->cudnn(), problem, (*overwriting)->engine(), limit);
+  }
+  if (!plan) {
     ConvSearchClock::Scope timed(ctx_->search_clock(),
                                  std::string(direction_name(dir)) + " " + shape_text());
     std::size_t skipped = 0;
@@ -99,6 +107,8 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::graph_search(Dir dir, bool find,
     else if (!(plan = time_graph_candidates(dir, candidates, in1, in2, out)))
       why = "none of the " + std::to_string(candidates.size()) + " candidate engines ran";
     if (plan) ctx_->graph_plan_cache().store(key, plan);
+  } else {
+    ctx_->graph_plan_cache().insert(key, plan);
   }
   if (plan && persistent) {
     AlgoDecision d;
