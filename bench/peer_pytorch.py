@@ -6,6 +6,10 @@ Measures, for torchvision models on synthetic data, training throughput (images/
 in fp32 (TF32 off), tf32 and bf16 (autocast + channels-last), plus torch.compile for chosen cells.
 Writes one JSON object per cell to --out (a JSON list) and prints a table. Run on the same GPU, in
 the same call, as cnnergy's own benchmark so the two are comparable.
+Each cell also reports first_step_s: the time from the start of the model build (CUDA context and
+cuDNN loading included in the first cell) to the first timed iteration, i.e. model build + the
+--warmup iterations, where cudnn.benchmark does its algorithm search (the "time to first step"
+cnnergy's benchmark reports as its own first_step_s).
 --profile-range brackets each cell's last timed iteration with torch.cuda.profiler.start()/stop()
 (after the warm-up: torch.compile and cudnn.benchmark are done), for ncu --profile-from-start off.
 """
@@ -25,6 +29,7 @@ def build(name, classes):
 
 
 def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_range=False):
+    t_build = time.perf_counter()  # time to first step: from here to the first timed iteration
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -52,6 +57,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         torch.cuda.synchronize()
         ev = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(iters)]
         t0 = time.perf_counter()
+        first_step_s = t0 - t_build
         for i in range(iters):
             e = ev[i]
             profiled = profile_range and i + 1 == iters
@@ -83,6 +89,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         "iter_ms": wall * 1e3 / iters,
         "forward_ms": med(f), "backward_ms": med(b), "update_ms": med(u),
         "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20,
+        "first_step_s": first_step_s, "warmup": warmup,
     }
 
 
@@ -108,7 +115,7 @@ def main():
         m, b, p = c.split(":")
         cells.append((m, int(b), p, True))
     results = []
-    print(f"{'model':10} {'batch':>5} {'prec':6} {'compile':7} {'img/s':>9} {'fwd ms':>8} {'bwd ms':>8} {'upd ms':>8} {'peak MiB':>9}")
+    print(f"{'model':10} {'batch':>5} {'prec':6} {'compile':7} {'img/s':>9} {'fwd ms':>8} {'bwd ms':>8} {'upd ms':>8} {'peak MiB':>9} {'first s':>8}")
     for m, b, p, comp in cells:
         r = {"framework": "pytorch " + torch.__version__, "model": m, "batch": b, "precision": p, "compiled": comp}
         if a.profile_range:
@@ -119,7 +126,7 @@ def main():
             r.update({"status": "failed", "error": repr(exc)[:300]})
         results.append(r)
         if r["status"] == "ok":
-            print(f"{m:10} {b:5d} {p:6} {str(comp):7} {r['images_per_s']:9.1f} {r['forward_ms']:8.2f} {r['backward_ms']:8.2f} {r['update_ms']:8.2f} {r['peak_mem_mib']:9.0f}", flush=True)
+            print(f"{m:10} {b:5d} {p:6} {str(comp):7} {r['images_per_s']:9.1f} {r['forward_ms']:8.2f} {r['backward_ms']:8.2f} {r['update_ms']:8.2f} {r['peak_mem_mib']:9.0f} {r['first_step_s']:8.2f}", flush=True)
         else:
             print(f"{m:10} {b:5d} {p:6} {str(comp):7} {r['status']}: {r.get('error','')[:80]}", flush=True)
         with open(a.out, "w") as fh:

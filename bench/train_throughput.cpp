@@ -6,6 +6,10 @@
 // cells); a phase whose host time is close to its device time is host-bound (the GPU waits on the CPU).
 // --host-layers adds, for eager cells, host time per layer category and pass (Executor::set_hook).
 // The PyTorch peer (bench/peer_pytorch.py) measures the same cells in the same call.
+// Time to first step: first_step_s runs from a cell's start (backend, model build, binding with its
+// convolution algorithm search, the warm-up iterations) to its first timed iteration, as the peer's
+// first_step_s does for PyTorch; algo_search_s is the search's part (--algo-cache: the persistent
+// algorithm cache, so a second run searches nothing it has seen). Both lie outside the timed window.
 // --profile-range brackets each cell's last timed iteration with the profiler range (for
 // `ncu --profile-from-start off`: that one step's kernels, not cuDNN's search or the warm-up).
 #include <algorithm>
@@ -20,6 +24,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "core/algo_cache.hpp"
 #include "core/errors.hpp"
 #include "measure/phase_timer.hpp"
 #include "measure/statistics.hpp"
@@ -120,6 +125,7 @@ struct Cell {
   std::string layout;
   std::string algo;  // the convolution algorithm policy (find, graph_find, ...)
   std::int64_t candidates = 10;  // graph_find / auto: engines of cuDNN's ranking timed
+  std::string algo_cache_dir;    // the persistent algorithm cache ("" = off)
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
@@ -130,15 +136,20 @@ struct Cell {
   // Host (enqueue) time medians: the three phases in eager cells, the whole step in graph cells; 0 otherwise.
   double forward_host_ms = 0, backward_host_ms = 0, update_host_ms = 0, step_host_ms = 0;
   std::vector<LayerHostTime> layer_host;  // --host-layers, eager cells
+  double first_step_s = 0;     // cell start to the first timed iteration
+  double algo_search_s = 0;    // of which the convolution algorithm search
+  std::size_t algo_searched = 0, algo_cached = 0;  // problems searched / decisions from the cache
 };
 
 void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>& image) {
+  const auto cell_start = Clock::now();
   BackendOptions opt;
   opt.device = parse_device("cuda");
   apply_precision(parse_precision(cell.precision), opt);
   opt.layout = parse_layout(cell.layout);
   opt.conv_algo_policy = cell.algo;
   opt.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
+  opt.algo_cache_dir = cell.algo_cache_dir;
   auto backend = create_backend(opt);
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
@@ -182,6 +193,11 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   std::optional<LayerHostClock> layer_clock;
   if (cell.host_layers && !cell.cuda_graph) layer_clock.emplace(exec);
   const auto t0 = Clock::now();
+  cell.first_step_s = ms_between(cell_start, t0) / 1e3;
+  const AlgoSearchStats search = backend->algo_search_stats();
+  cell.algo_search_s = search.search_ms / 1e3;
+  cell.algo_searched = search.searched;
+  cell.algo_cached = search.cached;
   for (int i = 0; i < iters; ++i) {
     // Synchronized on both sides, so the range holds exactly this step's kernels.
     const bool profiled = cell.profile_range && i + 1 == iters;
@@ -245,6 +261,9 @@ int main(int argc, char** argv) {
              "graph_heuristic, auto or an algorithm name)",
              "auto");
     p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution", "10");
+    p.option("algo-cache",
+             "persistent convolution algorithm cache: a directory, or off (default: $CNNERGY_ALGO_CACHE, "
+             "else $XDG_CACHE_HOME/cnnergy, else ~/.cache/cnnergy)");
     p.option("iters", "timed iterations per cell", "20");
     p.option("warmup", "warm-up iterations per cell", "5");
     p.option("image", "square input size override (0 = model default)", "0");
@@ -279,6 +298,7 @@ int main(int argc, char** argv) {
             c.precision = pr;
             c.algo = algo;
             c.candidates = p.get_int("conv-candidates", 1, 100);
+            c.algo_cache_dir = resolve_algo_cache_dir(p.get_optional("algo-cache").value_or(""));
             c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "fp32" ? "nchw" : "nhwc");
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
@@ -304,7 +324,10 @@ int main(int argc, char** argv) {
             << ", \"forward_ms\": " << c.forward_ms << ", \"backward_ms\": " << c.backward_ms
             << ", \"update_ms\": " << c.update_ms << ", \"peak_mem_mib\": " << c.peak_mem_mib
             << ", \"forward_host_ms\": " << c.forward_host_ms << ", \"backward_host_ms\": " << c.backward_host_ms
-            << ", \"update_host_ms\": " << c.update_host_ms << ", \"step_host_ms\": " << c.step_host_ms;
+            << ", \"update_host_ms\": " << c.update_host_ms << ", \"step_host_ms\": " << c.step_host_ms
+            << ", \"first_step_s\": " << c.first_step_s << ", \"algo_search_s\": " << c.algo_search_s
+            << ", \"algo_searched\": " << c.algo_searched << ", \"algo_cached\": " << c.algo_cached
+            << ", \"warmup\": " << warmup;
         if (!c.layer_host.empty()) {
           out << ", \"host_layers\": [";
           for (std::size_t k = 0; k < c.layer_host.size(); ++k) {
@@ -341,6 +364,9 @@ int main(int argc, char** argv) {
           std::printf(" %17s %8.2f\n", "step host", c.step_host_ms);
         else
           std::printf(" %8.2f %8.2f %8.2f\n", c.forward_host_ms, c.backward_host_ms, c.update_host_ms);
+        // Its own line: time to first step and the search inside it (outside the timed window).
+        std::printf("    first step after %.2f s (convolution algorithm search %.2f s: %zu searched, %zu cached)\n",
+                    c.first_step_s, c.algo_search_s, c.algo_searched, c.algo_cached);
         if (!c.layer_host.empty()) std::printf("    %-8s %-8s %5s %12s\n", "pass", "category", "calls", "host us/iter");
         for (const auto& h : c.layer_host)
           std::printf("    %-8s %-8s %5lld %12.1f\n", h.pass.c_str(), h.category.c_str(),

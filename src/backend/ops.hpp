@@ -199,6 +199,17 @@ struct BackendOptions {
   // torch.backends.cudnn.benchmark_limit, whose default is also 10).
   std::size_t conv_search_candidates = 10;
   bool conv_algo_fallback = true;     // a named algorithm that cannot run a shape falls back (else error)
+  // CUDA: directory of the persistent algorithm cache (core/algo_cache.hpp); empty: none, every
+  // process searches anew. Commands fill it from --algo-cache (resolve_algo_cache_dir).
+  std::string algo_cache_dir;
+};
+
+// The convolution algorithm search of one backend so far (CUDA; zeros elsewhere).
+struct AlgoSearchStats {
+  double search_ms = 0;        // wall time spent searching (timing candidates), all problems
+  std::size_t searched = 0;    // problems searched
+  std::size_t cached = 0;      // decisions taken from the persistent cache instead
+  std::string cache_path;      // the persistent cache file; empty when off
 };
 
 // Device-side timestamps for phase timing: record() enqueues; elapsed_ms() waits for both events.
@@ -287,6 +298,12 @@ class Backend {
   }
   // Versions of the libraries this backend runs on, for the results store ("" where none).
   virtual std::string cuda_runtime_version() const { return {}; }
+  // The convolution algorithm search so far (searching happens when an executor binds a model).
+  virtual AlgoSearchStats algo_search_stats() const { return {}; }
+  // Names the layer whose algorithms are resolved next (index of count, from 1), for the search's
+  // progress line; count 0 ends the sequence.
+  virtual void set_search_layer(std::size_t /*index*/, std::size_t /*count*/,
+                                const std::string& /*name*/) {}
   virtual std::string cudnn_version() const { return {}; }
   // Opens (true) or closes (false) the range a profiler started with capture off records (Nsight
   // Compute's --profile-from-start off): cudaProfilerStart/Stop on CUDA, nothing elsewhere.

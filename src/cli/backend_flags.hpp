@@ -1,14 +1,38 @@
-// The backend a command runs on, read from its --device, --precision, --layout, --conv-algo and
-// --conv-candidates flags (every command that runs a network declares these five), so they mean
-// the same everywhere.
+// The backend a command runs on, read from its --device, --precision, --layout, --conv-algo,
+// --conv-candidates and --algo-cache flags (every command that runs a network declares these six),
+// so they mean the same everywhere.
 #pragma once
+
+#include <cstdio>
+#include <string>
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "cli/vocabulary.hpp"
+#include "core/algo_cache.hpp"
 #include "train/precision.hpp"
 
 namespace cnnergy::cli {
+
+inline constexpr const char* kAlgoCacheHelp =
+    "persistent convolution algorithm cache: a directory, or off (default: $CNNERGY_ALGO_CACHE, "
+    "else $XDG_CACHE_HOME/cnnergy, else ~/.cache/cnnergy); a second run searches nothing it has seen";
+
+// --algo-cache's directory ("" when the cache is off), after the environment and defaults.
+inline std::string algo_cache_dir_from_flags(const ArgParser& p) {
+  return resolve_algo_cache_dir(p.get_optional("algo-cache").value_or(""));
+}
+
+// The line train, profile and the benchmark print about the convolution algorithm search (done
+// when the model was bound, outside every measured window); empty where nothing was decided.
+inline std::string algo_search_line(const AlgoSearchStats& s) {
+  if (s.searched == 0 && s.cached == 0) return {};
+  char head[96];
+  std::snprintf(head, sizeof head, "convolution algorithm search: %.2f s", s.search_ms / 1e3);
+  return std::string(head) + " (" + std::to_string(s.searched) + " problems searched, " +
+         std::to_string(s.cached) + " decisions from the cache" +
+         (s.cache_path.empty() ? std::string(", cache off") : " " + s.cache_path) + ")";
+}
 
 inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   BackendOptions bo;
@@ -17,6 +41,7 @@ inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   bo.layout = parse_layout(p.get("layout"));
   bo.conv_algo_policy = p.get("conv-algo");
   bo.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
+  bo.algo_cache_dir = algo_cache_dir_from_flags(p);
   return bo;
 }
 

@@ -14,6 +14,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/backend_flags.hpp"
 #include "cli/dist_train_output.hpp"
 #include "cli/vocabulary.hpp"
 #include "core/errors.hpp"
@@ -47,6 +48,7 @@ void declare_common(ArgParser& p) {
            precision_names());
   p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
+  p.option("algo-cache", kAlgoCacheHelp);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name",
            "auto");
   p.option("epochs", "epochs", "1");
@@ -117,6 +119,7 @@ Common parse_common(const ArgParser& p) {
   c.backend.layout = parse_layout(p.get("layout"));
   c.backend.conv_algo_policy = p.get("conv-algo");
   c.backend.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
+  c.backend.algo_cache_dir = algo_cache_dir_from_flags(p);
   DataParallelConfig& d = c.config;
   d.epochs = p.get_int("epochs", 1, 100000);
   d.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);

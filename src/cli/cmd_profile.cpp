@@ -56,6 +56,7 @@ int run_profile(const std::vector<std::string>& args) {
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
   p.option("layout", "activation layout", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
+  p.option("algo-cache", kAlgoCacheHelp);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name", "auto");
   p.option("input", "model input override CxHxW");
   p.option("classes", "model class-count override");
@@ -98,6 +99,9 @@ int run_profile(const std::vector<std::string>& args) {
   FixedBatchWorkload work(*graph, *backend, batch, 1, /*cuda_graph=*/false, p.get("fuse-relu") == "on");
   Executor& ex = work.executor();
   SgdSolver& solver = work.solver();
+  const AlgoSearchStats search = backend->algo_search_stats();  // binding searched, before any window
+  if (const std::string line = algo_search_line(search); !line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
   const Tensor& host_images = work.host_images();
   const Tensor& images = work.device_images();
 
@@ -124,6 +128,7 @@ int run_profile(const std::vector<std::string>& args) {
   out["device"] = backend->device_name();
   out["precision"] = p.get("precision");
   out["energy_source"] = probe ? probe->source() : std::string("none");
+  out["algo_search_ms"] = search.search_ms;
   Json layers = Json::array();
   for (const auto& t : prof.layers) {
     Json l = Json::object();

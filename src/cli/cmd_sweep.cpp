@@ -12,6 +12,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/backend_flags.hpp"
 #include "cli/sweep_session.hpp"
 #include "cli/vocabulary.hpp"
 #include "cli/knobs_flag.hpp"
@@ -75,6 +76,7 @@ std::string knob_help(Knob k) {
 
 void declare_flags(ArgParser& p) {
   p.option("model", "built-in model to train (or give -- CMD ARGS)");
+  p.option("algo-cache", kAlgoCacheHelp);
   p.option("db", "results database (SQLite)", "cnnergy-results.db");
   p.group("Knobs (lists, ranges: see below)");
   for (Knob k : tune::kAllKnobs) p.option(std::string(tune::knob_flag(k)), knob_help(k));
@@ -215,6 +217,7 @@ tune::ModelWorkload model_workload(const ArgParser& p, const DeviceSetup& dev) {
   if (auto s = p.get_optional("input")) w.input = parse_shape(*s);
   if (p.get_optional("classes")) w.classes = p.get_int("classes", 1, 1 << 24);
   w.device = dev.device;
+  w.algo_cache_dir = algo_cache_dir_from_flags(p);  // trials after the first search nothing seen
   if (auto d = p.get_optional("accuracy-data")) {
     w.accuracy_data = *d;
     w.accuracy_epochs = p.get_int("accuracy-epochs", 1, 10000);
@@ -286,6 +289,9 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
             << " already done) -> " << p.get("db") << (dev.simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
   report::ProgressBar bar(plan.to_run.size());
   auto progress = [&](const tune::SweepProgress& pr) {
+    if (pr.last && pr.last->measurement.algo_search_ms && *pr.last->measurement.algo_search_ms > 0)
+      log_info("trial " + pr.last->spec.key + ": convolution algorithm search " +
+               std::to_string(*pr.last->measurement.algo_search_ms / 1e3) + " s (outside the measured windows)");
     if (pr.starting) bar.start(pr.starting->key);
     else bar.update(pr.done, pr.last ? trial_outcome(*pr.last) : "");
   };

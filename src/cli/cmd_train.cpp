@@ -119,6 +119,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("classes", "model class-count override");
   p.option("dataset-size", "synthetic data set size", "0");
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
+  p.option("algo-cache", kAlgoCacheHelp);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name", "auto");
   p.option("workers", "data-loader threads", "2");
   p.option("prefetch", "batches prefetched", "3");
@@ -196,6 +197,8 @@ int run_train(const std::vector<std::string>& args) {
     sink.finish(report_json(*graph, *backend, p.get("precision"), tc, report), "epochs");
     return 0;
   }
+  if (const std::string line = algo_search_line(backend->algo_search_stats()); !line.empty())
+    std::printf("\n%s\n", line.c_str());
   std::printf("\nper iteration (median over %zu iterations, device time):\n", report.iteration_ms.n);
   for (std::size_t i = 0; i < report.phase_names.size(); ++i)
     std::printf("  %-9s %9.3f ms  (spread %.3f..%.3f)\n", report.phase_names[i].c_str(), report.phase_ms[i].median,

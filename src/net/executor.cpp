@@ -90,8 +90,16 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   // Every convolution resolves its algorithms now (cuDNN's "find" times candidates in scratch
   // memory), before the activation arena exists, so that find's transient workspace never adds to
   // the peak on top of the whole arena. Forward-only executors resolve lazily (forward alone).
-  if (options_.training)
-    for (const auto& l : layers_) (void)l->conv_algorithms();
+  // The backend's progress line names the layer being searched (one of how many).
+  if (options_.training) {
+    std::size_t convs = 0, done = 0;
+    for (const auto& l : layers_) convs += l->category() == LayerCategory::kConv;
+    for (const auto& l : layers_) {
+      if (l->category() == LayerCategory::kConv) backend_.set_search_layer(++done, convs, l->name());
+      (void)l->conv_algorithms();
+    }
+    backend_.set_search_layer(0, 0, "");
+  }
   plan_and_allocate();
   for (const auto& l : layers_) {
     for (const auto& p : l->parameters())

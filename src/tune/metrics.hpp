@@ -51,6 +51,9 @@ struct TrialMeasurement {
   // power, and each repetition's (empty, or one per repetition; "" where a window has none).
   std::string telemetry_json;
   std::vector<std::string> repetition_telemetry_json;
+  // Wall time the trial's backend spent choosing convolution algorithms before its windows (outside
+  // them; 0 where every decision came from the persistent cache). Not stored in the results DB yet.
+  std::optional<double> algo_search_ms;
 };
 
 // Metrics of one trial that need no other trial. EDS(k) needs the reference and is an Objective.

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_raii.hpp"
+#include "core/algo_cache.hpp"
 #include "core/errors.hpp"
 
 namespace cnnergy::cuda {
@@ -25,9 +27,8 @@ BackendDescriptor make_tensor(std::int64_t uid, cudnnDataType_t type, bool nhwc,
   BackendDescriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
   d.set_int64(CUDNN_ATTR_TENSOR_DIMENSIONS, {n, c, h, w});
-  d.set_int64(CUDNN_ATTR_TENSOR_STRIDES,
-              nhwc ? std::vector<std::int64_t>{h * w * c, 1, w * c, c}
-                   : std::vector<std::int64_t>{c * h * w, h * w, w, 1});
+  d.set_int64(CUDNN_ATTR_TENSOR_STRIDES, nhwc ? std::vector<std::int64_t>{h * w * c, 1, w * c, c}
+                                              : std::vector<std::int64_t>{c * h * w, h * w, w, 1});
   d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
   d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignmentBytes);
   d.finalize();
@@ -135,8 +136,9 @@ std::string engine_tag(const BackendDescriptor& config, const BackendDescriptor&
     knobs.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
     raw.push_back(knobs.back().get());
   }
-  const std::int64_t n = config.get(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, raw.data());
+  const std::int64_t n =
+      config.get(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                 CUDNN_KNOB_TYPE_COUNTS, raw.data());
   for (std::int64_t i = 0; i < std::min<std::int64_t>(n, CUDNN_KNOB_TYPE_COUNTS); ++i) {
     const BackendDescriptor& k = knobs[static_cast<std::size_t>(i)];
     cudnnBackendKnobType_t type{};
@@ -154,7 +156,8 @@ std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph,
   heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
   heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   if (heur.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
-  const std::int64_t count = heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, nullptr);
+  const std::int64_t count =
+      heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, nullptr);
   std::vector<BackendDescriptor> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (std::int64_t i = 0; i < count; ++i) {
@@ -192,23 +195,40 @@ GraphConvPlan::GraphConvPlan(std::shared_ptr<const Parts> parts, BackendDescript
 GraphConvPlan::~GraphConvPlan() = default;
 
 std::string GraphConvProblem::key() const {
-  const std::int64_t v[] = {static_cast<std::int64_t>(dir), static_cast<std::int64_t>(data_type),
-                            nhwc, allow_tf32, n, c, h, w, k, c_per_group, r, s, out_h, out_w,
-                            pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w};
+  const std::int64_t v[] = {static_cast<std::int64_t>(dir),
+                            static_cast<std::int64_t>(data_type),
+                            nhwc,
+                            allow_tf32,
+                            n,
+                            c,
+                            h,
+                            w,
+                            k,
+                            c_per_group,
+                            r,
+                            s,
+                            out_h,
+                            out_w,
+                            pad_h,
+                            pad_w,
+                            stride_h,
+                            stride_w,
+                            dilation_h,
+                            dilation_w};
   std::string out = "graph";
   for (std::int64_t x : v) out += "," + std::to_string(x);
   return out + ",beta" + std::to_string(beta);
 }
 
-std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
-    cudnnHandle_t handle, const GraphConvProblem& p, std::size_t workspace_limit,
-    std::size_t ranked, std::size_t fallback, std::size_t* skipped) {
-  auto parts = std::make_shared<GraphConvPlan::Parts>(GraphConvPlan::Parts{
-      make_tensor(kUidX, p.data_type, p.nhwc, p.n, p.c, p.h, p.w),
-      make_tensor(kUidW, p.data_type, p.nhwc, p.k, p.c_per_group, p.r, p.s),
-      make_tensor(kUidY, p.data_type, p.nhwc, p.n, p.k, p.out_h, p.out_w), make_convolution(p),
-      BackendDescriptor(operation_attributes(p.dir).type),
-      BackendDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)});
+namespace {
+// The operation graph of one problem: tensors, convolution, operation.
+std::shared_ptr<GraphConvPlan::Parts> make_parts(cudnnHandle_t handle, const GraphConvProblem& p) {
+  auto parts = std::make_shared<GraphConvPlan::Parts>(
+      GraphConvPlan::Parts{make_tensor(kUidX, p.data_type, p.nhwc, p.n, p.c, p.h, p.w),
+                           make_tensor(kUidW, p.data_type, p.nhwc, p.k, p.c_per_group, p.r, p.s),
+                           make_tensor(kUidY, p.data_type, p.nhwc, p.n, p.k, p.out_h, p.out_w),
+                           make_convolution(p), BackendDescriptor(operation_attributes(p.dir).type),
+                           BackendDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)});
   const OperationAttributes a = operation_attributes(p.dir);
   const float alpha = 1.0f, beta = p.beta;
   parts->operation.set_descriptor(a.x, parts->x);
@@ -222,6 +242,14 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
   parts->graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   parts->graph.finalize();
 
+  return parts;
+}
+}  // namespace
+
+std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
+    cudnnHandle_t handle, const GraphConvProblem& p, std::size_t workspace_limit,
+    std::size_t ranked, std::size_t fallback, std::size_t* skipped) {
+  const std::shared_ptr<GraphConvPlan::Parts> parts = make_parts(handle, p);
   std::vector<std::shared_ptr<const GraphConvPlan>> plans;
   std::set<std::string> seen;
   std::size_t left_out = 0;
@@ -255,11 +283,58 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
   // ones, and one always does where the ranked list gave nothing.
   for (const bool allow_compilation : {false, true}) {
     take(CUDNN_HEUR_MODE_A, allow_compilation, ranked);
-    take(CUDNN_HEUR_MODE_FALLBACK, allow_compilation, plans.size() + std::max<std::size_t>(fallback, plans.empty()));
+    take(CUDNN_HEUR_MODE_FALLBACK, allow_compilation,
+         plans.size() + std::max<std::size_t>(fallback, plans.empty()));
     if (!plans.empty()) break;
   }
   if (skipped) *skipped = left_out;
   return plans;
+}
+
+std::shared_ptr<const GraphConvPlan> graph_conv_plan_from_tag(cudnnHandle_t handle,
+                                                              const GraphConvProblem& p,
+                                                              const std::string& tag,
+                                                              std::size_t workspace_limit) {
+  const std::optional<GraphEngineTag> parsed = parse_engine_tag(tag);
+  if (!parsed) return nullptr;
+  try {
+    const std::shared_ptr<GraphConvPlan::Parts> parts = make_parts(handle, p);
+    BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, parts->graph);
+    engine.set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &parsed->engine_id);
+    if (engine.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+    // The same filters as a search: the run's numerics, no run-time compilation.
+    if (!keeps_numerics(engine, p) || compiles_at_run_time(engine)) return nullptr;
+    std::vector<BackendDescriptor> knobs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (const auto& [type, value] : parsed->knobs) {
+      if (type < 0 || type >= CUDNN_KNOB_TYPE_COUNTS) return nullptr;
+      knobs.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+      const auto knob_type = static_cast<cudnnBackendKnobType_t>(type);
+      knobs.back().set(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &knob_type);
+      knobs.back().set(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value);
+      if (knobs.back().try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+      raw.push_back(knobs.back().get());
+    }
+    BackendDescriptor config(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    config.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, engine);
+    if (!raw.empty())
+      config.set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                 static_cast<std::int64_t>(raw.size()), raw.data());
+    if (config.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+    // What cuDNN holds must be exactly what was cached (no knob dropped or changed).
+    if (engine_tag(config, engine_of(config)) != tag) return nullptr;
+    BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    plan.set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+    if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+    auto made =
+        std::make_shared<const GraphConvPlan>(parts, std::move(config), std::move(plan), tag);
+    if (made->workspace_bytes() > workspace_limit) return nullptr;
+    return made;
+  } catch (const DeviceError&) {
+    return nullptr;  // an attribute cuDNN refuses: the engine or a knob no longer exists
+  }
 }
 
 GraphConvOperands operands_by_role(ConvDirection dir, const void* in1, const void* in2, void* out,
@@ -293,7 +368,8 @@ LaunchCost launch_cost(cudaStream_t stream, const std::function<cudnnStatus_t()>
     float ms = 0.0f;
     CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
     cost.device_ms = std::min(cost.device_ms, static_cast<double>(ms));
-    cost.host_ms = std::min(cost.host_ms, std::chrono::duration<double, std::milli>(h1 - h0).count());
+    cost.host_ms =
+        std::min(cost.host_ms, std::chrono::duration<double, std::milli>(h1 - h0).count());
   }
   return cost;
 }
@@ -314,8 +390,11 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
   CNNERGY_CUDA_CALL(cudaStreamSynchronize(stream));
   std::vector<float> best_ms(launches.size(), std::numeric_limits<float>::infinity());
   Event start, stop;
+  float fastest = std::numeric_limits<float>::infinity();
   for (int pass = 0; pass < kGraphFindPasses; ++pass)
     for (std::size_t i = 0; i < launches.size(); ++i) {
+      // A candidate clearly slower than the best so far cannot win by another run: not timed again.
+      if (pass > 0 && best_ms[i] > kClearlySlower * fastest) continue;
       CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
       if (launches[i].execute(handle, operands) != CUDNN_STATUS_SUCCESS) continue;
       CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
@@ -323,6 +402,7 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
       float ms = 0.0f;
       CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
       best_ms[i] = std::min(best_ms[i], ms);
+      fastest = std::min(fastest, best_ms[i]);
     }
   std::shared_ptr<const GraphConvPlan> best;
   float best_time = std::numeric_limits<float>::infinity();

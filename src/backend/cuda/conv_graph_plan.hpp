@@ -77,6 +77,8 @@ class GraphConvPlan {
 // cuDNN's fallback list.
 inline constexpr std::size_t kFallbackCandidates = 4;
 inline constexpr int kGraphFindPasses = 2;  // timed runs per candidate, after one warm-up run
+// A candidate whose first timed run is this many times the fastest so far is not timed again.
+inline constexpr float kClearlySlower = 1.5f;
 
 // Plans for `p`, best-ranked first, each within `workspace_limit` bytes: up to `ranked` from the
 // ranking, then up to `fallback` more from the fallback list. Empty when cuDNN has no engine for
@@ -85,6 +87,15 @@ inline constexpr int kGraphFindPasses = 2;  // timed runs per candidate, after o
 std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
     cudnnHandle_t handle, const GraphConvProblem& p, std::size_t workspace_limit,
     std::size_t ranked, std::size_t fallback, std::size_t* skipped = nullptr);
+
+// The plan of the engine `tag` (as GraphConvPlan::engine() writes it: engine index and knob
+// choices) for `p`, rebuilt and re-validated as a search would: null where the engine or a knob no
+// longer finalizes, breaks the run's numerics, compiles at run time or exceeds the cap. What the
+// persistent algorithm cache loads.
+std::shared_ptr<const GraphConvPlan> graph_conv_plan_from_tag(cudnnHandle_t handle,
+                                                              const GraphConvProblem& p,
+                                                              const std::string& tag,
+                                                              std::size_t workspace_limit);
 
 // Operands by shape role (see GraphConvProblem), plus the workspace.
 struct GraphConvOperands {

@@ -96,6 +96,10 @@ class CudaBackend final : public Backend {
     const std::size_t v = cudnnGetVersion();  // e.g. 91900 for 9.19.0
     return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
   }
+  AlgoSearchStats algo_search_stats() const override { return ctx_->search_clock().stats(); }
+  void set_search_layer(std::size_t index, std::size_t count, const std::string& name) override {
+    ctx_->search_clock().set_layer(index, count, name);
+  }
   void profiler_range(bool active) override {
     ctx_->activate();
     CNNERGY_CUDA_CALL(active ? cudaProfilerStart() : cudaProfilerStop());

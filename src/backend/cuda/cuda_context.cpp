@@ -28,6 +28,18 @@ CudaContext::CudaContext(const BackendOptions& options)
       allocator_(CachingAllocator::create(options.device.index)) {
   CNNERGY_CUDA_CALL(cudnnSetStream(cudnn_, stream_));
   CNNERGY_CUDA_CALL(cublasSetStream(cublas_, stream_));
+  if (!options.algo_cache_dir.empty()) {
+    // Decisions are valid for this GPU model, driver, cuDNN and CUDA runtime only.
+    AlgoCacheContext c;
+    c.gpu_name = properties_.name;
+    c.compute_capability = properties_.major * 10 + properties_.minor;
+    CNNERGY_CUDA_CALL(cudaDriverGetVersion(&c.driver_version));
+    c.driver_release = nvidia_driver_release();
+    CNNERGY_CUDA_CALL(cudaRuntimeGetVersion(&c.cuda_runtime_version));
+    c.cudnn_version = static_cast<int>(cudnnGetVersion());
+    algo_cache_ = shared_algo_cache(options.algo_cache_dir, c);
+    search_clock_.set_cache_path(algo_cache_->file_path());
+  }
 }
 
 CudaContext::~CudaContext() {

@@ -1,7 +1,8 @@
 // The execution context one CUDA backend owns: its device, one compute stream, the cuDNN and cuBLAS
 // handles bound to that stream, the caching allocator, the convolution workspace shared by all
-// convolution kernels (capped by BackendOptions::workspace_limit_bytes) and the cache of cuDNN
-// "find" results. Kernels hold it through a shared_ptr, so a kernel never outlives its handles.
+// convolution kernels (capped by BackendOptions::workspace_limit_bytes), the per-backend caches of
+// search results, the persistent algorithm cache (BackendOptions::algo_cache_dir) and the search's
+// clock. Kernels hold it through a shared_ptr, so a kernel never outlives its handles.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,10 +14,12 @@
 #include <optional>
 #include <string>
 
+#include "backend/cuda/conv_search_clock.hpp"
 #include "backend/cuda/cuda_allocator.hpp"
 #include "backend/cuda/cuda_raii.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/ops.hpp"
+#include "core/algo_cache.hpp"
 
 namespace cnnergy::cuda {
 
@@ -46,6 +49,11 @@ class SearchCache {
     std::lock_guard<std::mutex> lock(mutex_);
     entries_[key] = value;
     ++find_runs_;
+  }
+  // A value that was not searched here (read from the persistent cache): counts nothing.
+  void insert(const std::string& key, const Value& value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[key] = value;
   }
   std::size_t hits() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -85,6 +93,11 @@ class CudaContext {
   ConvAlgoCache& conv_algo_cache() { return conv_algo_cache_; }
   GraphPlanCache& graph_plan_cache() { return graph_plan_cache_; }
   AutoChoiceCache& auto_choice_cache() { return auto_choice_cache_; }
+  // The persistent algorithm cache shared by this process's backends of the same GPU; null when
+  // BackendOptions::algo_cache_dir is empty.
+  AlgoCache* algo_cache() const { return algo_cache_.get(); }
+  ConvSearchClock& search_clock() { return search_clock_; }
+  const ConvSearchClock& search_clock() const { return search_clock_; }
 
   // Stream-ordered scratch memory from the caching allocator (freed back when the pointer dies).
   std::shared_ptr<Buffer> scratch(std::size_t bytes) { return allocator_->allocate(bytes); }
@@ -110,6 +123,8 @@ class CudaContext {
   ConvAlgoCache conv_algo_cache_;
   GraphPlanCache graph_plan_cache_;  // after the cuDNN handle: its plans go first
   AutoChoiceCache auto_choice_cache_;
+  std::shared_ptr<AlgoCache> algo_cache_;
+  ConvSearchClock search_clock_;
 };
 
 // ---- helpers shared by the kernel implementations ----------------------------------------------

@@ -108,6 +108,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     apply_precision(parse_precision(text_knob(trial, Knob::kPrecision, workload.default_precision)), bo);
     bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
     bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
+    bo.algo_cache_dir = workload.algo_cache_dir;
     const bool cuda_graph = text_knob(trial, Knob::kCudaGraph, "off") == "on";
     auto graph = build_model(workload.model, workload.input, workload.classes);
     if (gpus > 1) {
@@ -127,6 +128,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     {
       // OutOfMemory here: the batch does not fit; NotSupported: no graph for this backend or model.
       FixedBatchWorkload work(*graph, *backend, batch, 1, cuda_graph);
+      m.algo_search_ms = backend->algo_search_stats().search_ms;  // binding searched; windows follow
       Backend* be = backend.get();
       auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
                                              : make_cpu_energy_probe(rapl);

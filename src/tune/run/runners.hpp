@@ -74,6 +74,7 @@ struct ModelWorkload {
   std::string default_precision = "fp32";
   std::string default_layout = "nchw";
   std::string default_conv_algo = "auto";
+  std::string algo_cache_dir;  // the persistent algorithm cache (BackendOptions); empty: none
   // Accuracy per trial (optional): train this many epochs on this data set and store top-1.
   std::string accuracy_data;
   std::int64_t accuracy_epochs = 0;
