@@ -3,6 +3,7 @@
 
 #include "cli/cmd_compare.hpp"
 #include "cli/cmd_dist_train.hpp"
+#include "cli/cmd_infer.hpp"
 #include "cli/cmd_model_info.hpp"
 #include "cli/cmd_profile.hpp"
 #include "cli/cmd_results.hpp"
@@ -18,6 +19,8 @@ const std::vector<Command>& commands() {
       {"train", "train a model; time, throughput, accuracy (and energy) per epoch", run_train},
       {"dist-train", "data-parallel training over N GPUs / MPI ranks: per-GPU time, wait and energy, scaling", run_dist_train},
       {"concurrent", "K trainings on disjoint GPU subsets at once vs one after another: time and energy", run_concurrent},
+      {"infer", "inference latency percentiles, throughput and energy per image, batch 1 to large; open loop; .npy runner",
+       run_infer},
       {"profile", "per-layer and per-phase time and energy of a training iteration", run_profile},
       {"sweep", "sweep knobs over a model or a command; store every trial; optimum per metric", run_sweep},
       {"report", "terminal tables and a self-contained HTML report of a results database", run_report},

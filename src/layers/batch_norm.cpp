@@ -2,6 +2,8 @@
 // parameters (no weight decay by default); running mean/variance are fp32 buffers saved in
 // checkpoints; the batch statistics saved for backward are private to the layer. A ReLU that is
 // the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu).
+#include <cmath>
+
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -17,7 +19,10 @@ class BatchNormLayer final : public Layer {
   std::unique_ptr<Layer> clone() const override { return std::make_unique<BatchNormLayer>(name(), spec_); }
   bool needs_inputs_in_backward() const override { return true; }
   std::size_t private_bytes() const override { return saved_mean_.size_bytes() + saved_inv_std_.size_bytes(); }
-  std::string describe() const override { return desc_.relu ? "batch_norm + relu" : "batch_norm"; }
+  std::string describe() const override {
+    if (absorbed()) return "batch_norm (folded into " + absorbed_into() + ")";
+    return desc_.relu ? "batch_norm + relu" : "batch_norm";
+  }
 
   bool fuse_relu(const Backend& backend) override {
     BatchNormDesc fused = desc_;
@@ -36,7 +41,29 @@ class BatchNormLayer final : public Layer {
     refresh_working_copies();
   }
 
+  bool inference_affine(std::vector<float>& scale, std::vector<float>& shift) const override {
+    if (!bound()) return false;
+    const std::int64_t c = desc_.c;
+    auto download = [&](const Tensor& t) {
+      Tensor host = Tensor::host(Shape{c});
+      backend().download(t, host);
+      return host;
+    };
+    const Tensor gamma = download(parameters()[0].master), beta = download(parameters()[1].master);
+    const Tensor mean = download(buffers()[0].tensor), var = download(buffers()[1].tensor);
+    const auto channels = static_cast<std::size_t>(c);
+    scale.resize(channels);
+    shift.resize(channels);
+    for (std::size_t k = 0; k < channels; ++k) {
+      const double s = static_cast<double>(gamma.f32()[k]) / std::sqrt(static_cast<double>(var.f32()[k]) + desc_.eps);
+      scale[k] = static_cast<float>(s);
+      shift[k] = static_cast<float>(static_cast<double>(beta.f32()[k]) - static_cast<double>(mean.f32()[k]) * s);
+    }
+    return true;
+  }
+
   void forward(const ForwardContext& ctx) override {
+    if (absorbed()) return;  // folded into the convolution before it (inference)
     const Tensor& gamma = parameters()[0].master;
     const Tensor& beta = parameters()[1].master;
     const Tensor& mean = buffers()[0].tensor;

@@ -36,9 +36,48 @@ class ConvLayer final : public Layer {
     refresh_working_copies();
   }
 
+  bool absorb_batch_norm(Layer& batch_norm) override {
+    if (bound() || folded_bn_ != nullptr) return false;
+    folded_bn_ = &batch_norm;
+    return true;
+  }
+
+  // Folded weights w' = w * scale[k] and bias b' = b * scale[k] + shift[k] (fp32 on the host, then
+  // converted into the backend's dtype and layout like a parameter's working copy).
+  void fold_absorbed() override {
+    if (folded_bn_ == nullptr) return;
+    std::vector<float> scale, shift;
+    if (!folded_bn_->inference_affine(scale, shift) || scale.size() != static_cast<std::size_t>(desc_.k))
+      throw InternalError("layer '" + name() + "': the folded batch norm gave no per-channel map");
+    const Parameter& w = parameters()[0];
+    Tensor host_w = Tensor::host(w.master.shape(), DType::kF32, w.master.layout());
+    backend().download(w.master, host_w);
+    Tensor nchw = to_f32_nchw(host_w);
+    const std::size_t per_k = static_cast<std::size_t>(nchw.numel() / desc_.k);
+    auto wv = nchw.f32();
+    for (std::size_t k = 0; k < scale.size(); ++k)
+      for (std::size_t j = 0; j < per_k; ++j) wv[k * per_k + j] *= scale[k];
+    Tensor host_b = Tensor::host(Shape{desc_.k});
+    if (spec_.bias) backend().download(parameters()[1].master, host_b);
+    for (std::size_t k = 0; k < scale.size(); ++k)
+      host_b.f32()[k] = (spec_.bias ? host_b.f32()[k] * scale[k] : 0.0f) + shift[k];
+    const Tensor master_w = backend().alloc(w.master.shape(), DType::kF32, w.master.layout());
+    backend().upload(from_f32_nchw(nchw, DType::kF32, w.master.layout()), master_w);
+    backend().copy(master_w, folded_weight_);
+    const Tensor master_b = backend().alloc(Shape{desc_.k}, DType::kF32);
+    backend().upload(host_b, master_b);
+    backend().copy(master_b, folded_bias_);
+    backend().synchronize();  // the host tensors above are freed on return
+  }
+
   void forward(const ForwardContext& ctx) override {
+    if (folded_bn_ != nullptr) {
+      kernel_->forward(ctx.inputs[0], folded_weight_, folded_bias_, ctx.outputs[0]);
+      return;
+    }
     kernel_->forward(ctx.inputs[0], parameters()[0].value(), bias_value(), ctx.outputs[0]);
   }
+  std::size_t private_bytes() const override { return folded_weight_.size_bytes() + folded_bias_.size_bytes(); }
 
   void backward(const BackwardContext& ctx) override {
     kernel_->backward_filter(ctx.inputs[0], ctx.output_grads[0], parameters()[0].grad,
@@ -103,7 +142,15 @@ class ConvLayer final : public Layer {
     return w;
   }
 
-  void create_kernels(Backend& backend) override { kernel_ = backend.make_conv(desc_, spec_.algo); }
+  void create_kernels(Backend& backend) override {
+    Conv2dDesc desc = desc_;
+    if (folded_bn_ != nullptr) {  // the folded convolution always has a bias: the batch norm's shift
+      desc.bias = true;
+      folded_weight_ = backend.alloc(desc_.weight_shape(), backend.dtype(), backend.layout());
+      folded_bias_ = backend.alloc(Shape{desc_.k}, backend.dtype(), backend.layout());
+    }
+    kernel_ = backend.make_conv(desc, spec_.algo);
+  }
 
  private:
   Tensor bias_value() const { return spec_.bias ? parameters()[1].value() : Tensor{}; }
@@ -111,6 +158,8 @@ class ConvLayer final : public Layer {
   ConvSpec spec_;
   Conv2dDesc desc_;
   std::unique_ptr<ConvKernel> kernel_;
+  Layer* folded_bn_ = nullptr;       // the absorbed eval-mode batch norm (inference executors)
+  Tensor folded_weight_, folded_bias_;
 };
 
 }  // namespace

@@ -68,7 +68,7 @@ Backend& Layer::backend() const {
   return *backend_;
 }
 
-void Layer::bind(Backend& backend) {
+void Layer::bind(Backend& backend, bool with_gradients) {
   if (bound()) throw InternalError("layer '" + name_ + "' bound twice");
   if (output_shapes_.empty() && input_shapes_.empty()) throw InternalError("layer '" + name_ + "': bind() before setup()");
   backend_ = &backend;
@@ -82,6 +82,7 @@ void Layer::bind(Backend& backend) {
       p.working = backend.alloc(p.shape, dtype, layout);
       backend.fill(p.working, 0.0f);
     }
+    if (!with_gradients) continue;
     p.grad = backend.alloc(p.shape, working_copy ? dtype : DType::kF32, layout);
     backend.fill(p.grad, 0.0f);
   }

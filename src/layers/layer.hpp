@@ -134,6 +134,22 @@ class Layer {
     (void)backend;
     return false;
   }
+  // Batch-norm folding, for inference executors (decided between setup() and bind(), like ReLU
+  // fusion). A layer that can apply a per-output-channel affine map y = scale * f(x) + shift itself
+  // (a convolution: scaled weights, a bias) takes the eval-mode batch norm that is its output's sole
+  // consumer; that batch norm is then absorbed (runs nothing; its output is the producer's). The
+  // folded values are computed by fold_absorbed() once the weights are set: the batch norm supplies
+  // its map (inference_affine: scale = gamma / sqrt(var + eps), shift = beta - mean * scale).
+  virtual bool absorb_batch_norm(Layer& batch_norm) {
+    (void)batch_norm;
+    return false;
+  }
+  virtual bool inference_affine(std::vector<float>& scale, std::vector<float>& shift) const {
+    (void)scale;
+    (void)shift;
+    return false;
+  }
+  virtual void fold_absorbed() {}
   void absorb_into(const std::string& producer) { absorbed_into_ = producer; }
   bool absorbed() const { return !absorbed_into_.empty(); }
   const std::string& absorbed_into() const { return absorbed_into_; }  // "" unless absorbed
@@ -147,7 +163,8 @@ class Layer {
 
   // Allocates parameters, gradients and buffers on the backend and creates the kernels. Throws
   // NotSupported naming the layer and the backend when the backend lacks a kernel.
-  void bind(Backend& backend);
+  // with_gradients=false (inference) allocates no parameter gradients.
+  void bind(Backend& backend, bool with_gradients = true);
   bool bound() const { return backend_ != nullptr; }
   Backend& backend() const;
 

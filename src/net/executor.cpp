@@ -83,8 +83,13 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     layer->setup(shapes);
     layers_.push_back(std::move(layer));
   }
+  if (options_.fold_batch_norm) {
+    if (options_.training)
+      throw InvalidArgument("batch-norm folding is for evaluation-only executors (training=false)");
+    fold_batch_norms();
+  }
   if (options_.fuse_relu) fuse_relus();
-  for (auto& layer : layers_) layer->bind(backend_);
+  for (auto& layer : layers_) layer->bind(backend_, options_.training);
   loss_layer_ = dynamic_cast<LossLayer*>(layers_.at(static_cast<std::size_t>(graph_.loss_layer())).get());
   CNNERGY_CHECK(loss_layer_ != nullptr, "the graph's loss layer is not a LossLayer");
   // Every convolution resolves its algorithms now (cuDNN's "find" times candidates in scratch
@@ -110,6 +115,30 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
 }
 
 Executor::~Executor() = default;
+
+// A batch norm whose input is the only output of a layer and read by nothing else is offered to
+// that layer (a convolution folds it into its weights and bias).
+void Executor::fold_batch_norms() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& bn = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (bn.type() != "batch_norm" || ins.size() != 1) continue;
+    const GraphTensor& xt = graph_.tensor(ins[0]);
+    if (ins[0] == graph_.input_tensor() || ins[0] == graph_.logits_tensor() || xt.producer < 0 ||
+        xt.consumers.size() != 1 || graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
+      continue;
+    Layer& producer = *layers_[static_cast<std::size_t>(xt.producer)];
+    if (producer.absorbed() || !producer.absorb_batch_norm(bn)) continue;
+    bn.absorb_into(producer.name());
+    ++memory_.folded_batch_norms;
+  }
+  folds_pending_ = memory_.folded_batch_norms > 0;
+}
+
+void Executor::fold_parameters() {
+  for (auto& l : layers_) l->fold_absorbed();
+  folds_pending_ = false;
+}
 
 // A ReLU whose input is the only output of a layer and read by nothing else is offered to that layer.
 void Executor::fuse_relus() {
@@ -315,6 +344,7 @@ void Executor::refresh_views() {
 void Executor::initialize_parameters(std::uint64_t seed) {
   Rng rng(seed);
   for (auto& l : layers_) l->init_parameters(rng);
+  fold_parameters();
 }
 
 void Executor::set_input(const Tensor& images, const Tensor& labels) {
@@ -367,6 +397,8 @@ void Executor::run_forward_layer(std::size_t i, Phase phase) {
   if (!activations_[0].defined()) throw InvalidArgument("forward before set_input()");
   if (phase == Phase::kTrain && !options_.training)
     throw InvalidArgument("this executor was bound for evaluation only; forward(kTrain) needs training=true");
+  if (folds_pending_)
+    throw InvalidArgument("folded batch norms have no weights yet: call fold_parameters() after setting them");
   const bool is_loss = static_cast<int>(i) == graph_.loss_layer();
   if (is_loss && !labels_.defined()) {
     if (phase == Phase::kTrain) throw InvalidArgument("training forward without labels (set_input)");

@@ -54,10 +54,16 @@ struct ExecutorOptions {
   bool reuse_memory = true;   // liveness-based buffer sharing (see above)
   std::uint64_t dropout_seed = 0;  // base seed of dropout masks (mixed with layer and iteration)
   bool fuse_relu = true;      // let layers take the ReLU after them (see above)
+  // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
+  // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
+  // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
+  // does); forward(kEval) refuses to run on weights that were never folded.
+  bool fold_batch_norm = false;
 };
 
 struct MemoryReport {
   std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
+  std::size_t folded_batch_norms = 0; // batch norms folded into the convolution before them
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -88,6 +94,9 @@ class Executor {
 
   // Deterministic initial weights from seed (same seed, same network on every backend/replica).
   void initialize_parameters(std::uint64_t seed);
+  // Recomputes folded batch norms from the current weights and statistics (after a checkpoint load
+  // or any change of parameters). A no-op without ExecutorOptions::fold_batch_norm.
+  void fold_parameters();
 
   // Inputs: images (N, C, H, W) and labels int32 (N) on this backend's device. Images in the
   // backend dtype and layout are used in place (kept alive until the next set_input); others are
@@ -130,6 +139,7 @@ class Executor {
 
  private:
   void fuse_relus();
+  void fold_batch_norms();
   void plan_and_allocate();
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);
@@ -153,6 +163,7 @@ class Executor {
   Tensor own_input_;  // conversion target when set_input needs a copy
   Tensor labels_;
   std::uint64_t iteration_ = 0;
+  bool folds_pending_ = false;  // folded batch norms whose weights were not computed yet
   LayerHook hook_;
   MemoryReport memory_;
 };

@@ -1,0 +1,84 @@
+// InferenceSession: the evaluation-only executor, the request buffers and the recorded request.
+#include "infer/session.hpp"
+
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "net/checkpoint.hpp"
+#include "net/graph.hpp"
+
+namespace cnnergy {
+namespace {
+
+Tensor pinned(Backend& backend, const Shape& shape) {
+  return Tensor(shape, DType::kF32, Layout::kNCHW, backend.alloc_pinned_host(static_cast<std::size_t>(shape.numel()) * sizeof(float)));
+}
+
+}  // namespace
+
+InferenceSession::InferenceSession(const Graph& graph, Backend& backend, const InferenceOptions& options)
+    : options_(options), backend_(backend) {
+  if (options_.batch < 1) throw InvalidArgument("batch must be at least 1, got " + std::to_string(options_.batch));
+  ExecutorOptions eo;
+  eo.batch_size = options_.batch;
+  eo.training = false;
+  eo.fold_batch_norm = options_.fold_batch_norm;
+  eo.fuse_relu = options_.fuse_relu;
+  executor_ = std::make_unique<Executor>(graph, backend_, eo);
+  executor_->initialize_parameters(options_.seed);
+  const Shape in = graph.tensor(graph.input_tensor()).shape.with_batch(options_.batch);
+  const Shape out{options_.batch, graph.num_classes()};
+  images_f32_ = backend_.alloc(in, DType::kF32, Layout::kNCHW);
+  backend_.fill(images_f32_, 0.0f);
+  logits_f32_ = backend_.alloc(out, DType::kF32, Layout::kNCHW);
+  pinned_images_ = pinned(backend_, in);
+  pinned_logits_ = pinned(backend_, out);
+  // The executor reads its own copy in the backend's dtype and layout (set_input converts into it);
+  // run() refreshes that copy from images_f32_ inside the recorded request.
+  executor_->set_input(images_f32_, Tensor{});
+}
+
+InferenceSession::~InferenceSession() = default;
+
+void InferenceSession::load_checkpoint(const std::string& path) {
+  backend_.synchronize();
+  load_parameters(path, *executor_);
+  executor_->fold_parameters();
+}
+
+void InferenceSession::enqueue() {
+  executor_->set_input(images_f32_, Tensor{});  // converts (enqueued) where the dtype or layout differ
+  executor_->forward(Phase::kEval);
+  backend_.copy(executor_->logits(), logits_f32_);
+}
+
+void InferenceSession::run() {
+  if (captured_) {
+    captured_->replay();
+    return;
+  }
+  enqueue();
+  if (!warmed_up_) {  // algorithms are resolved now; record the request from the second call on
+    warmed_up_ = true;
+    return;
+  }
+  if (options_.cuda_graph) {
+    backend_.synchronize();
+    captured_ = backend_.capture([this] { enqueue(); });
+    if (!captured_) options_.cuda_graph = false;  // the backend records no graphs: stay eager
+  }
+}
+
+void InferenceSession::run_host(const Tensor& host_images, Tensor& host_logits) {
+  if (host_images.dtype() != DType::kF32 || !(host_images.shape() == images_f32_.shape()))
+    throw ShapeError("inference at batch " + std::to_string(options_.batch) + " takes fp32 images " +
+                     images_f32_.shape().str() + ", got " + host_images.describe());
+  if (!host_logits.defined()) host_logits = Tensor::host(logits_f32_.shape());
+  std::memcpy(pinned_images_.raw(), host_images.raw(), host_images.size_bytes());
+  backend_.upload(pinned_images_, images_f32_, /*async=*/true);
+  run();
+  backend_.download(logits_f32_, pinned_logits_);
+  std::memcpy(host_logits.raw(), pinned_logits_.raw(), pinned_logits_.size_bytes());
+}
+
+}  // namespace cnnergy

@@ -1,0 +1,70 @@
+// An inference session: a model bound to a backend for forward passes only, at one batch size.
+// The executor is evaluation-only (no gradients, no optimiser state, the arena planned for forward
+// liveness alone), batch norms are folded into the convolutions before them, ReLUs fused where the
+// backend can, and the whole request — input conversion, forward, logits to fp32 — is replayed as one
+// recorded CUDA graph where the backend records graphs. Requests come in as fp32 NCHW images.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/ops.hpp"
+#include "core/tensor.hpp"
+#include "net/executor.hpp"
+
+namespace cnnergy {
+
+class Graph;
+
+struct InferenceOptions {
+  std::int64_t batch = 1;
+  bool cuda_graph = true;       // record the request once and replay it (ignored where unsupported)
+  bool fold_batch_norm = true;  // ExecutorOptions::fold_batch_norm
+  bool fuse_relu = true;
+  std::uint64_t seed = 1;       // initial weights (initialize_parameters) until load_checkpoint
+};
+
+class InferenceSession {
+ public:
+  // Binds the graph (OutOfMemory here is a batch that does not fit), initialises weights from
+  // options.seed and folds them. Throws InvalidArgument for a batch below 1.
+  InferenceSession(const Graph& graph, Backend& backend, const InferenceOptions& options);
+  ~InferenceSession();
+  InferenceSession(const InferenceSession&) = delete;
+  InferenceSession& operator=(const InferenceSession&) = delete;
+
+  // Trained weights (a checkpoint of the same model, e.g. from `train --save`), folded again.
+  void load_checkpoint(const std::string& path);
+
+  std::int64_t batch() const { return options_.batch; }
+  bool graphed() const { return captured_ != nullptr; }
+  const Executor& executor() const { return *executor_; }
+  Executor& executor() { return *executor_; }
+
+  // The device-side request buffers: fp32 NCHW images (batch x C x H x W) and fp32 logits
+  // (batch x classes), both on the backend's device.
+  const Tensor& device_images() const { return images_f32_; }
+  const Tensor& device_logits() const { return logits_f32_; }
+
+  // Enqueues one request on the device images: conversion into the backend's dtype and layout,
+  // forward, logits to fp32. The first call runs eagerly (convolutions resolve their algorithms
+  // then) and records the graph; later calls replay it. Asynchronous like the kernels.
+  void run();
+
+  // End to end: host images (fp32 NCHW, batch x C x H x W) -> device -> run() -> host logits (fp32,
+  // batch x classes; allocated when undefined). Waits for the result.
+  void run_host(const Tensor& host_images, Tensor& host_logits);
+
+ private:
+  void enqueue();
+
+  InferenceOptions options_;
+  Backend& backend_;
+  std::unique_ptr<Executor> executor_;
+  Tensor images_f32_, logits_f32_, pinned_images_, pinned_logits_;
+  std::unique_ptr<CapturedWork> captured_;
+  bool warmed_up_ = false;
+};
+
+}  // namespace cnnergy

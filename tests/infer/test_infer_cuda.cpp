@@ -1,0 +1,110 @@
+// The inference session on the GPU, in every precision and both layouts: its logits (batch norms
+// folded, the request replayed as a CUDA graph) equal the training executor's eval-mode forward on
+// the same backend, and the fp32 session equals the CPU reference. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "infer/infer_testing.hpp"
+#include "infer/session.hpp"
+#include "net/graph.hpp"
+#include "net/zoo/zoo.hpp"
+#include "train/precision.hpp"
+
+namespace cnnergy {
+namespace {
+
+double relative_norm_error(const Tensor& a, const Tensor& b) {
+  const auto x = a.f32(), y = b.f32();
+  double diff = 0, ref = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    ref += static_cast<double>(y[i]) * y[i];
+  }
+  return ref == 0 ? (diff == 0 ? 0 : INFINITY) : std::sqrt(diff / ref);
+}
+
+std::unique_ptr<Backend> backend_for(const std::string& precision, Layout layout) {
+  BackendOptions o;
+  o.device = Device{DeviceKind::kCuda, 0};
+  apply_precision(parse_precision(precision), o);
+  o.layout = layout;
+  return create_backend(o);
+}
+
+// Eval-mode logits of the training executor on `backend`, fp32 on the host.
+Tensor reference_logits(const Graph& graph, Backend& backend, const Tensor& images, std::uint64_t bn_seed) {
+  ExecutorOptions to;
+  to.batch_size = images.shape()[0];
+  Executor ex(graph, backend, to);
+  ex.initialize_parameters(7);
+  test::randomize_batch_norms(ex, bn_seed);
+  const Tensor dev = backend.alloc(images.shape(), DType::kF32);
+  backend.upload(images, dev);
+  ex.set_input(dev, Tensor{});
+  ex.forward(Phase::kEval);
+  const Tensor logits = backend.alloc(ex.logits().shape(), DType::kF32);
+  backend.copy(ex.logits(), logits);
+  Tensor host = Tensor::host(logits.shape());
+  backend.download(logits, host);
+  return host;
+}
+
+struct Case {
+  const char* precision;
+  Layout layout;
+  double tolerance;  // relative norm error against the same backend's eval forward
+};
+
+class InferCuda : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  }
+};
+
+TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
+  const Case c = GetParam();
+  const std::uint64_t seed = default_seed();
+  SCOPED_TRACE("CNNERGY_SEED=" + std::to_string(seed));
+  for (const char* model : {"resnet50", "resnet34", "googlenet", "vgg16"}) {
+    SCOPED_TRACE(model);
+    const auto graph = build_model(model, Shape{3, 64, 64});
+    constexpr std::int64_t kBatch = 4;
+    Rng rng(seed);
+    const Tensor images = test::random_tensor(graph->tensor(0).shape.with_batch(kBatch), rng);
+    auto backend = backend_for(c.precision, c.layout);
+    const Tensor expected = reference_logits(*graph, *backend, images, seed + 1);
+    InferenceOptions io;
+    io.batch = kBatch;
+    io.seed = 7;
+    InferenceSession session(*graph, *backend, io);
+    test::randomize_batch_norms(session.executor(), seed + 1);
+    session.executor().fold_parameters();
+    Tensor logits;
+    for (int i = 0; i < 3; ++i) {  // eager, recorded, replayed
+      session.run_host(images, logits);
+      EXPECT_LT(relative_norm_error(logits, expected), c.tolerance) << "request " << i;
+    }
+    EXPECT_TRUE(session.graphed());
+    if (std::string(c.precision) == "fp32") {  // and the CPU reference
+      BackendOptions co;
+      co.device = Device{DeviceKind::kCpu, 0};
+      auto cpu = create_backend(co);
+      const Tensor cpu_logits = reference_logits(*graph, *cpu, images, seed + 1);
+      EXPECT_LT(relative_norm_error(logits, cpu_logits), 1e-4);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, InferCuda,
+    ::testing::Values(Case{"fp32", Layout::kNCHW, 1e-4}, Case{"fp32", Layout::kNHWC, 1e-4},
+                      Case{"tf32", Layout::kNCHW, 1e-2}, Case{"tf32", Layout::kNHWC, 1e-2},
+                      Case{"fp16", Layout::kNCHW, 1e-2}, Case{"fp16", Layout::kNHWC, 1e-2},
+                      Case{"bf16", Layout::kNCHW, 5e-2}, Case{"bf16", Layout::kNHWC, 5e-2}),
+    [](const auto& param_info) {
+      return std::string(param_info.param.precision) + (param_info.param.layout == Layout::kNHWC ? "_nhwc" : "_nchw");
+    });
+
+}  // namespace
+}  // namespace cnnergy
