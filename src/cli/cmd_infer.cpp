@@ -142,7 +142,6 @@ int run_infer(const std::vector<std::string>& args) {
   if (!p.parse(args)) return 0;
   OutputSink sink(p);
   BackendOptions bo = backend_options_from_flags(p);
-  bo.algo_cache_dir = algo_cache_dir_from_flags(p);
   std::vector<std::int64_t> batches;
   for (const auto& b : split_list(p.get("batch"), "--batch")) {
     char* end = nullptr;
