@@ -52,7 +52,7 @@ for _ in $(seq 100); do [[ -S $TMP/cnnergyd.sock ]] && break; sleep 0.1; done
 fail=0
 echo "== state through the daemon, as root"
 "$CNNERGY" daemon-state --socket "$TMP/cnnergyd.sock" || fail=1
-"$CNNERGY" daemon-state --socket "$TMP/cnnergyd.sock" --json > "$TMP/state.json" || fail=1
+"$CNNERGY" daemon-state --socket "$TMP/cnnergyd.sock" --format json > "$TMP/state.json" || fail=1
 grep -q '"may_change": false' "$TMP/state.json" || { echo "FAIL: the daemon did not report read-only"; fail=1; }
 
 if command -v setpriv >/dev/null && setpriv --reuid=65534 --regid=65534 --clear-groups "$CNNERGY" --help >/dev/null 2>&1; then

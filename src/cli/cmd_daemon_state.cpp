@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/json.hpp"
 #include "telemetry/knob_client.hpp"
@@ -26,16 +27,13 @@ int run_daemon_state(const std::vector<std::string>& args) {
               "clocks, which user holds each GPU and since when, and what you may change. Changes "
               "nothing.");
   p.option("socket", "the daemon's socket [default: $CNNERGY_DAEMON_SOCKET or /run/cnnergy/cnnergyd.sock]");
-  p.flag("json", "print the daemon's reply as JSON");
+  declare_output_flags(p, "the GPUs' state (JSON/CSV: the daemon's reply, one CSV row per GPU)");
   p.epilog("Exit status: 0; 4 when no daemon answers; 6 when you may not connect (not in its group).");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
   telemetry::KnobClient client(p.get_optional("socket").value_or(telemetry::default_daemon_socket()));
   std::fprintf(stderr, "cnnergy: daemon-state: %s\n", client.describe().c_str());
   const Json s = client.state();
-  if (p.get_flag("json")) {
-    std::printf("%s\n", s.dump(2).c_str());
-    return 0;
-  }
   std::printf("cnnergyd policy: %s\n", s["policy"].as_string().c_str());
   std::printf("you (uid %s) %s change GPU settings through it\n", s["uid"].dump().c_str(),
               s["may_change"].as_bool() ? "may" : "may NOT");
@@ -57,6 +55,7 @@ int run_daemon_state(const std::vector<std::string>& args) {
                 text(g["mem_clock_mhz"], "MHz").c_str(),
                 g["changeable"].as_bool() ? "changeable" : "not changeable", holder.c_str());
   }
+  sink.finish(s, "gpus");
   return 0;
 }
 

@@ -319,17 +319,22 @@ class MonitorEntryPointTest(unittest.TestCase):
                 a = json.load(f)
             with open(cli_out) as f:
                 b = json.load(f)
-            for key in ("command", "exit_code", "status", "elapsed_ms", "gpus", "gpu_energy_mj",
-                        "cpu_energy_mj", "short_window", "sampler", "knobs"):
+            for key in ("command", "exit_code", "status", "started_at", "ended_at", "repeats", "runs",
+                        "summary", "sampler", "knobs"):
                 self.assertIn(key, a)
                 self.assertIn(key, b)
             self.assertEqual(a["command"], b["command"])
             self.assertEqual(a["status"], b["status"])
-            self.assertEqual(set(a["gpus"][0]), set(b["gpus"][0]) & set(a["gpus"][0]))
+            ra, rb = a["runs"][0], b["runs"][0]
+            for key in ("elapsed_s", "user_cpu_s", "system_cpu_s", "gpus", "gpu_energy_j", "cpu_energy_j",
+                        "short_window"):
+                self.assertIn(key, ra)
+                self.assertIn(key, rb)
+            self.assertEqual(set(ra["gpus"][0]), set(rb["gpus"][0]) & set(ra["gpus"][0]))
             # two runs of the same command at the same simulated load: the same power, roughly
-            self.assertAlmostEqual(a["gpu_energy_mj"] / a["elapsed_ms"],
-                                   b["gpu_energy_mj"] / b["elapsed_ms"],
-                                   delta=0.25 * b["gpu_energy_mj"] / b["elapsed_ms"])
+            self.assertAlmostEqual(ra["gpu_energy_j"] / ra["elapsed_s"],
+                                   rb["gpu_energy_j"] / rb["elapsed_s"],
+                                   delta=0.25 * rb["gpu_energy_j"] / rb["elapsed_s"])
 
     def test_bad_gpu(self):
         p = subprocess.run([sys.executable, "-m", "cnnergy.monitor", "--gpus", "7", "--", "true"],

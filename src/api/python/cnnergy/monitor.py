@@ -2,10 +2,13 @@
 energy per GPU (and CPU), average and peak power, like `cnnergy monitor` (same options where they
 overlap, same report and JSON keys, same exit status), through the cnnergy Python package."""
 import argparse
+import datetime
+import os
 import json
 import signal
 import subprocess
 import sys
+import time
 
 import cnnergy
 
@@ -87,16 +90,34 @@ def text_report(command, status_text, m, monitor):
     return "\n".join(lines) + "\n"
 
 
-def json_report(cmd, exit_code, status_text, m, monitor, knobs):
-    mj = (lambda v: None if v is None else v * 1000.0)
+def _iso(t):
+    """ISO-8601 UTC with milliseconds, as `cnnergy monitor` writes its timestamps."""
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + \
+        "%03dZ" % int((t % 1) * 1000)
+
+
+def _stat(v):
+    return None if v is None else {"mean": v, "stddev": 0, "min": v, "max": v, "n": 1}
+
+
+def json_report(cmd, exit_code, status_text, m, monitor, knobs, started, ended, cpu_times):
+    """The report in `cnnergy monitor`'s JSON schema (SI units: s, W, J; one run, no repeats)."""
+    run = {"exit_code": exit_code, "status": status_text, "started_at": _iso(started),
+           "ended_at": _iso(ended), "elapsed_s": m.time_s,
+           "user_cpu_s": cpu_times[0], "system_cpu_s": cpu_times[1],
+           "gpus": [{"index": g.gpu, "source": g.source, "energy_j": g.energy_j,
+                     "uncertainty_j": g.uncertainty_j, "average_power_w": g.avg_power_w,
+                     "peak_power_w": g.peak_power_w, "samples": g.samples} for g in m.gpus],
+           "gpu_energy_j": m.energy_j, "cpu_energy_j": m.cpu_energy_j,
+           "short_window": m.below_sensor_period}
+    summary = {"elapsed_s": _stat(m.time_s),
+               "gpus": [{"index": g.gpu, "energy_j": _stat(g.energy_j),
+                         "average_power_w": _stat(g.avg_power_w)} for g in m.gpus],
+               "gpu_energy_j": _stat(m.energy_j), "cpu_energy_j": _stat(m.cpu_energy_j),
+               "user_cpu_s": _stat(cpu_times[0]), "system_cpu_s": _stat(cpu_times[1])}
     return {"command": cmd, "exit_code": exit_code, "status": status_text,
-            "elapsed_ms": m.time_s * 1000.0,
-            "gpus": [{"index": g.gpu, "source": g.source, "energy_mj": mj(g.energy_j),
-                      "uncertainty_mj": mj(g.uncertainty_j),
-                      "average_power_mw": mj(g.avg_power_w), "peak_power_mw": mj(g.peak_power_w),
-                      "samples": g.samples} for g in m.gpus],
-            "gpu_energy_mj": mj(m.energy_j), "cpu_energy_mj": mj(m.cpu_energy_j),
-            "short_window": m.below_sensor_period,
+            "started_at": run["started_at"], "ended_at": run["ended_at"], "repeats": 1,
+            "runs": [run], "summary": summary,
             "sampler": {"interval_ms": monitor.interval_ms,
                         "sensor_period_ms": monitor.sensor_period_ms},
             "knobs": knobs}
@@ -140,6 +161,7 @@ def main(argv=None):
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     label = " ".join(cmd)
     try:
+        started = time.time()
         monitor.begin_window(label)
         try:
             child = subprocess.Popen(cmd)
@@ -147,7 +169,9 @@ def main(argv=None):
             monitor.end_window(label)
             print("cnnergy: error: cannot run '%s': %s" % (cmd[0], e.strerror), file=sys.stderr)
             return 8
-        rc = child.wait()
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = rc = os.waitstatus_to_exitcode(status)
+        ended = time.time()
         m = monitor.end_window(label, wait=True)
     finally:
         for s, h in previous.items():
@@ -159,7 +183,8 @@ def main(argv=None):
         status_text = "was killed by signal %d (%s)" % (-rc, signal.Signals(-rc).name)
     else:
         exit_code, status_text = rc, "exited with status %d" % rc
-    report = (json.dumps(json_report(cmd, exit_code, status_text, m, monitor, knobs), indent=2)
+    report = (json.dumps(json_report(cmd, exit_code, status_text, m, monitor, knobs, started, ended,
+                                     (usage.ru_utime, usage.ru_stime)), indent=2)
               + "\n" if args.json else text_report(label, status_text, m, monitor))
     monitor.close()
     if args.output:
