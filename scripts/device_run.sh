@@ -44,7 +44,9 @@ run_tests() {
 
 # ---- throughput-matrix: images/s of our training step against eager PyTorch, cell by cell ---------
 # MODELS, BATCHES, PRECISIONS pick the cells (defaults below: 8 cells, about 5 minutes on an H100);
-# COMPILE="resnet50:256:bf16" adds torch.compile cells; ITERS / WARMUP per cell.
+# COMPILE="resnet50:256:bf16" adds torch.compile cells; MODES="eager,compile,reduce-overhead,
+# max-autotune-no-cudagraphs" runs every cell in each mode (compiled ones twice, the best kept) and the
+# table adds the ratio to the best mode; ITERS / WARMUP per cell.
 run_throughput_matrix() {
   gpu_info
   local models=${MODELS:-resnet50,resnet34} batches=${BATCHES:-64,256} precisions=${PRECISIONS:-bf16,fp32}
@@ -52,7 +54,7 @@ run_throughput_matrix() {
   timeout 280 bench_train_throughput --models "$models" --batches "$batches" --precisions "$precisions" $it \
     --out "$OUT/ours.json" 2>&1 | tail -20
   timeout 280 python3 "$CARRY/peer_pytorch.py" --models "$models" --batches "$batches" --precisions "$precisions" \
-    --compile "${COMPILE:-}" $it --out "$OUT/pytorch.json" 2>&1 | tail -20
+    --compile "${COMPILE:-}" ${MODES:+--modes "$MODES"} $it --out "$OUT/pytorch.json" 2>&1 | tail -20
   python3 "$CARRY/compare_throughput.py" --ours "$OUT/ours.json" --peer "$OUT/pytorch.json" \
     | tee "$OUT/compare.md"
 }
