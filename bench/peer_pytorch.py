@@ -23,6 +23,7 @@ import sys
 import time
 
 import torch
+import torch._dynamo  # reset() between compiled runs
 import torch.cuda.profiler  # start()/stop() for --profile-range
 import torchvision
 
@@ -154,7 +155,6 @@ def main():
             except Exception as exc:  # record and go on: one failing cell must not lose the others
                 runs.append({"status": "failed", "error": repr(exc)[:300]})
             if comp:  # a fresh compile for the next run and cell
-                import torch._dynamo
                 torch._dynamo.reset()
         ok = [x for x in runs if x["status"] == "ok"]
         r.update(max(ok, key=lambda x: x["images_per_s"]) if ok else runs[-1])

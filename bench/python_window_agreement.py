@@ -223,8 +223,8 @@ def main():
     me = os.path.abspath(__file__)
     mon_json, mon_jsonl = os.path.join(out, "monitor.json"), os.path.join(out, "monitor.jsonl")
     agree = os.path.join(out, "agreement.json")
-    cmd = [os.path.join(build, "bin", "cnnergy"), "monitor", "--gpus", str(args.gpu), "--json",
-           "--output", mon_json, "--jsonl", mon_jsonl, "--", sys.executable, me, "--inner",
+    cmd = [os.path.join(build, "bin", "cnnergy"), "monitor", "--gpu", str(args.gpu), "--json",
+           mon_json, "--jsonl", mon_jsonl, "--", sys.executable, me, "--inner",
            "agreement", "--result", agree, "--epochs", str(args.epochs)] + common
     print("running:", " ".join(cmd), flush=True)
     subprocess.run(cmd, env=env, check=True)
@@ -242,7 +242,7 @@ def main():
     win_j = run["energy_j"]
     points = counter_points(samples)
     mon_same_j = counter_at(points, run["end_s"]) - counter_at(points, run["begin_s"])
-    mon_whole_j = mon["gpu_energy_mj"] / 1000.0
+    mon_whole_j = mon["runs"][0]["gpu_energy_j"]  # cnnergy monitor's JSON: SI units, one entry per run
     epochs_j = sum(e["energy_j"] for e in a["epochs"])
     rows = [
         ("GPU", "%s (NVML %d), %s backend" % (a["gpu_name"], a["gpu"], a["backend"])),
@@ -254,7 +254,7 @@ def main():
          % (win_j, mon_same_j, pct(win_j, mon_same_j))),
         ("cnnergy monitor, whole process", "%.0f J over %.1f s (start-up, model build and "
          "teardown included): window is %.2f %% of it"
-         % (mon_whole_j, mon["elapsed_ms"] / 1000.0, 100.0 * win_j / mon_whole_j)),
+         % (mon_whole_j, mon["runs"][0]["elapsed_s"], 100.0 * win_j / mon_whole_j)),
         ("sum of epoch windows vs run window", "%.0f J vs %.0f J: %+.3f %%"
          % (epochs_j, win_j, pct(epochs_j, win_j))),
         ("run window uncertainty", "+- %.1f J (%.3f %%)"

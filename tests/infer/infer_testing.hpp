@@ -25,10 +25,13 @@ inline void randomize_batch_norms(Executor& ex, std::uint64_t seed) {
   for (std::size_t i = 0; i < ex.num_layers(); ++i) {
     Layer& l = ex.layer(i);
     if (l.type() != "batch_norm") continue;
-    set(l.parameters()[0].master, 0.5f, 1.5f);    // gamma
+    // gamma / sqrt(variance) stays within about [0.35, 1]: a random model's activations then stay
+    // in fp16's range through ResNet-50's 16 residual blocks (with gamma up to 1.5 and variance down
+    // to 0.25 they grew past 65504 and the fp16 reference itself overflowed on an H100).
+    set(l.parameters()[0].master, 0.5f, 1.0f);    // gamma
     set(l.parameters()[1].master, -0.5f, 0.5f);   // beta
     set(l.buffers()[0].tensor, -0.5f, 0.5f);      // running mean
-    set(l.buffers()[1].tensor, 0.25f, 2.0f);      // running variance
+    set(l.buffers()[1].tensor, 1.0f, 2.0f);       // running variance
   }
   backend.synchronize();
 }

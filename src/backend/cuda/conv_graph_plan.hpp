@@ -79,6 +79,9 @@ inline constexpr std::size_t kFallbackCandidates = 4;
 inline constexpr int kGraphFindPasses = 2;  // timed runs per candidate, after one warm-up run
 // A candidate whose first timed run is this many times the fastest so far is not timed again.
 inline constexpr float kClearlySlower = 1.5f;
+// What a warm-up run may add to a kernel's time (lazy module loading, cold caches), in milliseconds:
+// a candidate is left untimed only when its warm-up exceeds kClearlySlower x the fastest warm-up by more.
+inline constexpr float kWarmupSlackMs = 2.0f;
 
 // Plans for `p`, best-ranked first, each within `workspace_limit` bytes: up to `ranked` from the
 // ranking, then up to `fallback` more from the fallback list. Empty when cuDNN has no engine for

@@ -82,6 +82,12 @@ for _f in ("cnnergy_monitor_sensor_period_ms", "cnnergy_monitor_interval_ms"):
     getattr(_lib, _f).restype = ctypes.c_double
 for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
     getattr(_lib, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
+# begin/end through a PyDLL handle, which keeps the GIL: they take microseconds and never wait for
+# the sampler, while a CDLL call releases the GIL and must win it back, which right after a PyTorch
+# step (its autograd thread wants the GIL too) cost end_window 43 us median on an H100.
+_held = ctypes.PyDLL(library_path)
+for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
+    getattr(_held, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
 _lib.cnnergy_window_result.argtypes = [ctypes.c_void_p, _u64, ctypes.c_double,
                                        ctypes.POINTER(_Measurement)]
 _lib.cnnergy_window_discard.argtypes = [ctypes.c_void_p, _u64]
@@ -162,13 +168,13 @@ def export(h, port, jsonl):
 
 def begin(h, name):
     wid = _u64()
-    _check(_lib.cnnergy_window_begin(_handle(h), name.encode(), ctypes.byref(wid)))
+    _check(_held.cnnergy_window_begin(_handle(h), name.encode(), ctypes.byref(wid)))
     return wid.value
 
 
 def end(h, name):
     wid = _u64()
-    _check(_lib.cnnergy_window_end(_handle(h), name.encode(), ctypes.byref(wid)))
+    _check(_held.cnnergy_window_end(_handle(h), name.encode(), ctypes.byref(wid)))
     return wid.value
 
 
