@@ -240,7 +240,10 @@ int run_infer(const std::vector<std::string>& args) {
       }
       row["cuda_graph"] = session.graphed();
       row["folded_batch_norms"] = session.executor().memory().folded_batch_norms;
-      row["device_memory_in_use_mib"] = static_cast<double>(backend->memory_stats().in_use_bytes) / 1048576.0;
+      const MemoryStats mem = backend->memory_stats();
+      row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
+      // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).
+      row["peak_memory_mib"] = static_cast<double>(mem.peak_bytes) / 1048576.0;
       ++ran;
     } catch (const OutOfMemory& e) {
       row["status"] = std::string("does not fit: ") + e.what();
