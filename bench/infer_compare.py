@@ -50,13 +50,14 @@ def metric(r, name):
 COLUMNS = [  # (metric, header, lower is better)
     ("p50_ms", "p50 ms", True), ("p99_ms", "p99 ms", True), ("images_per_s", "img/s", False),
     ("mj_per_image", "mJ/img", True), ("peak_memory_mib", "peak MiB", True)]
+VS = {"peak_memory_mib": "eager"}  # the column's peer: the best, or PyTorch eager's for peak memory
 
 
 def fmt(v, name):
     if v is None:
         return "–"
     if name == "images_per_s" or name == "peak_memory_mib":
-        return f"{v:,.0f}"
+        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
     return f"{v:.3f}" if v < 10 else f"{v:.2f}"
 
 
@@ -78,7 +79,7 @@ def short(engine):
 
 def summary(cells):
     head = "| device | model | prec | batch | " + " | ".join(
-        f"{h} ours / best peer (ratio)" for _, h, _ in COLUMNS) + " |"
+        f"{h} ours / {VS.get(n, 'best peer')} (ratio)" for n, h, _ in COLUMNS) + " |"
     lines = [head, "|" + "---|" * (4 + len(COLUMNS))]
     for key in sorted(cells, key=lambda k: (k[0] != "gpu", k[1], k[2], k[3])):
         c = cells[key]

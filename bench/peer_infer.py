@@ -32,6 +32,7 @@ import torchvision
 
 COMPILE_MODES = {"compile": "default", "reduce-overhead": "reduce-overhead", "max-autotune": "max-autotune"}
 ALL_ENGINES = ["eager", "graph"] + list(COMPILE_MODES) + ["onnxruntime"]
+OOM = getattr(torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", MemoryError))
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -127,7 +128,7 @@ def setup(model_name, precision, device):
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     if device == "cpu" and precision != "fp32":
-        raise ValueError("the CPU cells run fp32 only")
+        raise SkipCell(f"the CPU cells run fp32 only ({precision} not run)")
     dtype = DTYPES[precision]
     fmt = torch.channels_last if precision in ("bf16", "fp16") else torch.contiguous_format
     model = getattr(torchvision.models, model_name)(num_classes=1000).eval()
@@ -153,7 +154,7 @@ def torch_cell(engine, model_name, batch, precision, device, energy, args):
             call = lambda: model(x)
         elif engine == "graph":
             if device != "cuda":
-                raise ValueError("CUDA graphs need the GPU")
+                raise SkipCell("CUDA graphs need the GPU")
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):  # warm-up off the capture stream (cudnn.benchmark searches here)
@@ -256,6 +257,8 @@ def child_main(spec_text):
     for b in spec["batches"]:
         try:
             row = torch_cell(spec["engine"], spec["model"], b, spec["precision"], spec["device"], energy, args)
+        except SkipCell as exc:
+            row = fail_row(b, "skipped: " + str(exc))
         except Exception as exc:  # this batch failed; the next may not
             row = fail_row(b, "failed: " + error_text(exc))
         print("ROW " + json.dumps(row), flush=True)
@@ -331,7 +334,7 @@ def main():
                                 row = torch_cell(engine, model_name, b, precision, args.device, energy, args)
                         except SkipCell as exc:
                             row = fail_row(b, "skipped: " + str(exc))
-                        except torch.OutOfMemoryError as exc:
+                        except OOM as exc:
                             row = fail_row(b, "failed: does not fit: " + error_text(exc)[:200])
                         except Exception as exc:  # one engine failing never stops the others
                             row = fail_row(b, "failed: " + error_text(exc))
