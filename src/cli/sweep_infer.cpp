@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "report/sweep_data.hpp"
-#include "tune/run/infer_trial.hpp"
+#include "tune/infer_latency.hpp"
 
 namespace cnnergy::cli {
 namespace {
