@@ -203,18 +203,21 @@ run_inference() {
   ours() {  # model precision batch device
     local layout=nchw; case $2 in bf16|fp16) layout=nhwc ;; esac
     step "ours_$4_$1_$2_b$3" "${5:-60}" cnnergy infer "$1" --device "$4" --precision "$2" --layout "$layout" \
-      --batch "$3" --requests "${REQUESTS:-200}" --windows 3 --window-s 1 --idle-s 1 --json "$OUT/ours_$4_$1_$2_b$3.json"
+      --batch "$3" --requests "${REQUESTS:-200}" --warmup "${WARMUP:-10}" --windows "${WINDOWS:-3}" --window-s 1 \
+      --idle-s "${IDLE_S:-1}" --json "$OUT/ours_$4_$1_$2_b$3.json"
   }
   for m in ${models//,/ }; do ours "$m" bf16 1 cuda; ours "$m" bf16 256 cuda; done
   ours resnet50 fp32 1 cuda; ours resnet50 fp16 1 cuda
-  step peer_gpu_bf16 150 python3 "$pi" --models "$models" --precisions bf16 --batches 1,256 --engines eager,graph,onnxruntime \
+  step peer_gpu_bf16 180 python3 "$pi" --models "$models" --precisions bf16 --batches 1,256 --engines eager,graph,onnxruntime \
     --out "$OUT/peer_gpu_bf16.json"
   step peer_gpu_r50 40 python3 "$pi" --models resnet50 --precisions fp32,fp16 --batches 1 --engines eager,graph \
     --out "$OUT/peer_gpu_r50.json"
   # The CPU: ResNet-50 fp32, batch 1 and 32, ours against ONNX Runtime (CPU provider) and eager PyTorch.
-  ours resnet50 fp32 1 cpu 60; REQUESTS=20 ours resnet50 fp32 32 cpu 90
+  # (Few requests: how fast our CPU kernels run ResNet-50 is the question, and a step that times out keeps nothing.)
+  REQUESTS=30 WARMUP=2 WINDOWS=2 IDLE_S=0 ours resnet50 fp32 1 cpu 60
+  REQUESTS=8 WARMUP=1 WINDOWS=1 IDLE_S=0 ours resnet50 fp32 32 cpu 100
   step peer_cpu 100 python3 "$pi" --device cpu --models resnet50 --precisions fp32 --batches 1,32 \
-    --engines onnxruntime,eager --requests 100 --windows 2 --out "$OUT/peer_cpu.json"
+    --engines onnxruntime,eager --requests 100 --warmup 3 --windows 2 --out "$OUT/peer_cpu.json"
   # torch.compile last: compiling is what most often runs long (each mode has its own limit).
   local ct=${COMPILE_TIMEOUT:-$(( (budget - SECONDS - 40) / 3 ))}; [ "$ct" -gt 150 ] && ct=150
   step peer_gpu_compile $(( 3 * ct + 20 )) python3 "$pi" --models resnet50 --precisions bf16 --batches 1,256 \

@@ -43,7 +43,9 @@ std::string infer_charts(const ResultStore& store, const SweepData& d, const std
   bool any_energy = false;
   for (auto& [name, points] : series) {
     std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
-    ChartSeries p99{name}, p50{name + " p50"}, ej{name};
+    ChartSeries p99, p50, ej;
+    p99.name = ej.name = name;
+    p50.name = name + " p50";
     p99.color = p50.color = ej.color = palette_color(color++);
     p50.dashed = true;
     p50.in_legend = false;
