@@ -233,6 +233,7 @@ def run_compile_child(engine, model_name, batches, precision, device, args):
                 window_s=args.window_s)
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    CHILDREN.append(proc)
     try:
         out, err = proc.communicate(timeout=args.compile_timeout)
     except subprocess.TimeoutExpired:
@@ -248,6 +249,19 @@ def run_compile_child(engine, model_name, batches, precision, device, args):
         tail = " | ".join(l.strip() for l in err.strip().splitlines()[-3:])[-600:]
         rows += [fail_row(b, f"failed: child exited {proc.returncode}: {tail}") for b in batches if b not in done]
     return rows
+
+
+CHILDREN = []  # compile children (own process groups): killed with us, so none outlives a `timeout`
+
+
+def on_term(signum, frame):
+    for proc in CHILDREN:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+    sys.exit(128 + signum)
 
 
 def child_main(spec_text):
@@ -279,6 +293,8 @@ def error_text(exc):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         return child_main(sys.argv[2])
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="resnet50", help="torchvision names, comma-separated")
     ap.add_argument("--batches", default="1,256")
