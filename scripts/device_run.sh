@@ -218,6 +218,11 @@ run_inference() {
   REQUESTS=8 WARMUP=1 WINDOWS=1 IDLE_S=0 ours resnet50 fp32 32 cpu 100
   step peer_cpu 100 python3 "$pi" --device cpu --models resnet50 --precisions fp32 --batches 1,32 \
     --engines onnxruntime,eager --requests 100 --warmup 3 --windows 2 --out "$OUT/peer_cpu.json"
+  # The tuner for inference on this GPU: the cheapest joules per image whose p99 meets 5 ms (no knob changed).
+  step sweep_infer 60 cnnergy sweep --mode infer --model resnet50 --batch 1,8,64 --precision bf16 --layout nhwc \
+    --window-s 1 --windows 2 --warmup 3 --requests 100 --objective energy --max-p99-ms 5 --db "$OUT/sweep_infer.db" \
+    --report "$OUT/sweep_infer.html"
+  grep -E "^  (batch|trial)|p99 <=|best p99" "$OUT/sweep_infer.log" | head -8
   # torch.compile last: compiling is what most often runs long (each mode has its own limit).
   local ct=${COMPILE_TIMEOUT:-$(( (budget - SECONDS - 40) / 3 ))}; [ "$ct" -gt 150 ] && ct=150
   [ "$ct" -ge 30 ] || echo "peer_gpu_compile: skipped (${ct}s a mode left of INFER_BUDGET_S=$budget)"
