@@ -8,6 +8,7 @@ Usage: infer_compare.py --ours a.json [b.json ...] --peer p.json [q.json ...] [-
 --detail adds one table with every engine of every cell (failures with their error)."""
 import argparse
 import json
+import sys
 
 
 def kind(device_name):
@@ -19,14 +20,25 @@ def rows_of(doc, engine):
         yield (kind(doc.get("device")), doc["model"], doc["precision"], r["batch"]), dict(r, engine=engine)
 
 
+def read(path):
+    """The JSON document, or None (said on stderr) for a file a step killed by its timeout left empty."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"infer_compare: {path}: skipped ({exc})", file=sys.stderr)
+        return None
+
+
 def load(ours_paths, peer_paths):
     cells = {}
     for p in ours_paths:
-        doc = json.load(open(p))
-        for key, r in rows_of(doc, "cnnergy"):
+        doc = read(p)
+        for key, r in rows_of(doc, "cnnergy") if doc else []:
             cells.setdefault(key, {"ours": None, "peers": []})["ours"] = r
     for p in peer_paths:
-        for doc in json.load(open(p))["runs"]:
+        doc = read(p)
+        for doc in doc["runs"] if doc else []:
             for key, r in rows_of(doc, doc["engine"]):
                 cells.setdefault(key, {"ours": None, "peers": []})["peers"].append(r)
     return cells

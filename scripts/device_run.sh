@@ -214,8 +214,8 @@ run_inference() {
     --out "$OUT/peer_gpu_r50.json"
   # The CPU: ResNet-50 fp32, batch 1 and 32, ours against ONNX Runtime (CPU provider) and eager PyTorch.
   # (Few requests: how fast our CPU kernels run ResNet-50 is the question, and a step that times out keeps nothing.)
-  REQUESTS=30 WARMUP=2 WINDOWS=2 IDLE_S=0 ours resnet50 fp32 1 cpu 60
-  REQUESTS=8 WARMUP=1 WINDOWS=1 IDLE_S=0 ours resnet50 fp32 32 cpu 100
+  REQUESTS=20 WARMUP=2 WINDOWS=2 IDLE_S=0 ours resnet50 fp32 1 cpu 60
+  REQUESTS=3 WARMUP=0 WINDOWS=1 IDLE_S=0 ours resnet50 fp32 32 cpu 100
   step peer_cpu 100 python3 "$pi" --device cpu --models resnet50 --precisions fp32 --batches 1,32 \
     --engines onnxruntime,eager --requests 100 --warmup 3 --windows 2 --out "$OUT/peer_cpu.json"
   # The tuner for inference on this GPU: the cheapest joules per image whose p99 meets 5 ms (no knob changed).
