@@ -206,7 +206,7 @@ run_inference() {
       --batch "$3" --requests "${REQUESTS:-200}" --warmup "${WARMUP:-10}" --windows "${WINDOWS:-3}" --window-s 1 \
       --idle-s "${IDLE_S:-1}" --json "$OUT/ours_$4_$1_$2_b$3.json"
   }
-  for m in ${models//,/ }; do ours "$m" bf16 1 cuda; ours "$m" bf16 256 cuda; done
+  for m in ${models//,/ }; do ours "$m" bf16 1 cuda; ours "$m" bf16 256 cuda 90; done
   ours resnet50 fp32 1 cuda; ours resnet50 fp16 1 cuda
   step peer_gpu_bf16 180 python3 "$pi" --models "$models" --precisions bf16 --batches 1,256 --engines eager,graph,onnxruntime \
     --out "$OUT/peer_gpu_bf16.json"
