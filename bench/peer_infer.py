@@ -191,6 +191,13 @@ def onnx_file(model_name, path):
         torch.onnx.export(model, (x,), path, dynamo=False, **kw)
     except TypeError:  # an older torch without the dynamo argument
         torch.onnx.export(model, (x,), path, **kw)
+    except Exception as first:  # the TorchScript exporter gone or failing: the dynamo one (needs onnxscript)
+        try:
+            torch.onnx.export(model, (x,), path, dynamo=True, input_names=["images"], output_names=["logits"],
+                              dynamic_shapes={"x": {0: torch.export.Dim("n", min=1, max=4096)}})
+        except Exception as second:
+            raise RuntimeError(f"torch.onnx.export: TorchScript exporter: {error_text(first)[:200]}; "
+                               f"dynamo exporter: {error_text(second)[:200]}") from second
     return path
 
 
