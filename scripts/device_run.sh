@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -183,6 +183,56 @@ run_sweep_report() {
 run_accuracy_vs_batch() {
   gpu_info
   timeout 280 bash "$CARRY/accuracy_vs_batch.sh" "$OUT" fashion-mnist:/tmp/fmnist "${EPOCHS:-3}" 2>&1 | tail -6
+}
+
+# ---- inference: batch-1 latency, large-batch throughput and energy per image, ours against PyTorch
+# (eager, eager in a CUDA graph, torch.compile default / reduce-overhead / max-autotune) and ONNX Runtime,
+# same GPU, same call; then ResNet-50 fp32 on the CPU against ONNX Runtime's CPU provider. Every step's
+# timeout is cut to what is left of INFER_BUDGET_S (default 480 s), so the mode ends, packs and prints
+# the table (compare.md) last. INFER_MODELS / COMPILE_TIMEOUT (s per torch.compile mode) override.
+run_inference() {
+  gpu_info
+  local budget=${INFER_BUDGET_S:-480} models=${INFER_MODELS:-resnet50,resnet34,vgg16,alexnet}
+  local ci="$CARRY/infer_compare.py" pi="$CARRY/peer_infer.py"
+  [ -f "$pi" ] || { pi=bench/peer_infer.py; ci=bench/infer_compare.py; }
+  cap() { local left=$(( budget - SECONDS - 25 )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
+  step() {  # tag limit_s command...: one timed step, its log under $OUT, one line on the console
+    local tag=$1 limit; limit=$(cap "$2"); shift 2
+    if [ $(( budget - SECONDS )) -lt 35 ]; then echo "$tag: skipped (INFER_BUDGET_S=$budget spent)"; return; fi
+    timeout "$limit" "$@" > "$OUT/$tag.log" 2>&1; local rc=$?
+    echo "$tag: exit $rc after ${SECONDS}s (limit ${limit}s)"; [ $rc = 0 ] || tail -3 "$OUT/$tag.log"
+  }
+  ours() {  # model precision batch device
+    local layout=nchw; case $2 in bf16|fp16) layout=nhwc ;; esac
+    step "ours_$4_$1_$2_b$3" "${5:-60}" cnnergy infer "$1" --device "$4" --precision "$2" --layout "$layout" \
+      --batch "$3" --requests "${REQUESTS:-200}" --warmup "${WARMUP:-10}" --windows "${WINDOWS:-3}" --window-s 1 \
+      --idle-s "${IDLE_S:-1}" --json "$OUT/ours_$4_$1_$2_b$3.json"
+  }
+  for m in ${models//,/ }; do ours "$m" bf16 1 cuda; ours "$m" bf16 256 cuda 90; done
+  ours resnet50 fp32 1 cuda; ours resnet50 fp16 1 cuda
+  step peer_gpu_bf16 180 python3 "$pi" --models "$models" --precisions bf16 --batches 1,256 --engines eager,graph,onnxruntime \
+    --out "$OUT/peer_gpu_bf16.json"
+  step peer_gpu_r50 40 python3 "$pi" --models resnet50 --precisions fp32,fp16 --batches 1 --engines eager,graph \
+    --out "$OUT/peer_gpu_r50.json"
+  # The CPU: ResNet-50 fp32, batch 1 and 32, ours against ONNX Runtime (CPU provider) and eager PyTorch.
+  # (Few requests: how fast our CPU kernels run ResNet-50 is the question, and a step that times out keeps nothing.)
+  REQUESTS=20 WARMUP=2 WINDOWS=2 IDLE_S=0 ours resnet50 fp32 1 cpu 60
+  REQUESTS=3 WARMUP=0 WINDOWS=1 IDLE_S=0 ours resnet50 fp32 32 cpu 100
+  step peer_cpu 100 python3 "$pi" --device cpu --models resnet50 --precisions fp32 --batches 1,32 \
+    --engines onnxruntime,eager --requests 100 --warmup 3 --windows 2 --out "$OUT/peer_cpu.json"
+  # The tuner for inference on this GPU: the cheapest joules per image whose p99 meets 5 ms (no knob changed).
+  step sweep_infer 60 cnnergy sweep --mode infer --model resnet50 --batch 1,8,64 --precision bf16 --layout nhwc \
+    --window-s 1 --windows 2 --warmup 3 --requests 100 --objective energy --max-p99-ms 5 --db "$OUT/sweep_infer.db" \
+    --report "$OUT/sweep_infer.html"
+  grep -E "^  (batch|trial)|p99 <=|best p99" "$OUT/sweep_infer.log" | head -8
+  # torch.compile last: compiling is what most often runs long (each mode has its own limit).
+  local ct=${COMPILE_TIMEOUT:-$(( (budget - SECONDS - 40) / 3 ))}; [ "$ct" -gt 150 ] && ct=150
+  [ "$ct" -ge 30 ] || echo "peer_gpu_compile: skipped (${ct}s a mode left of INFER_BUDGET_S=$budget)"
+  [ "$ct" -ge 30 ] && step peer_gpu_compile $(( 3 * ct + 20 )) python3 "$pi" --models resnet50 --precisions bf16 --batches 1,256 \
+    --engines compile,reduce-overhead,max-autotune --compile-timeout "$ct" --out "$OUT/peer_gpu_compile.json"
+  grep -hE "batch +(1|32|256) " "$OUT"/peer_*.log | grep -E "failed|p50" | cut -c1-150
+  python3 "$ci" --detail --ours "$OUT"/ours_*.json --peer "$OUT"/peer_*.json > "$OUT/compare_detail.md" 2>&1
+  echo; python3 "$ci" --ours "$OUT"/ours_*.json --peer "$OUT"/peer_*.json 2>&1 | tee "$OUT/compare.md"
 }
 
 "run_${mode//-/_}"

@@ -122,6 +122,7 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("checkpoint", "trained weights (a checkpoint of this model, e.g. from train --save); default: seeded random");
   p.option("seed", "seed of the random weights and request images", "1");
   p.option("requests", "closed loop: timed requests per batch size for the latency percentiles", "200");
+  p.option("warmup", "closed loop: untimed requests before the timed ones (after the first, which records)", "10");
   p.option("windows", "energy windows per batch size (median and spread)", "3");
   p.option("window-s", "minimum seconds of each energy window (>= 1 s for an honest counter reading)", "1.0");
   p.option("idle-s", "seconds of idle-power measurement before each batch size (0: none)", "1.0");
@@ -157,6 +158,7 @@ int run_infer(const std::vector<std::string>& args) {
   const auto seed = static_cast<std::uint64_t>(p.get_int("seed", 0, std::int64_t{1} << 62));
   ClosedLoopSpec cl;
   cl.requests = p.get_int("requests", 1, 10000000);
+  cl.warmup = p.get_int("warmup", 0, 10000000);
   cl.windows = static_cast<int>(p.get_int("windows", 1, 1000));
   cl.window_s = p.get_double("window-s", 0.001, 3600.0);
   cl.idle_s = p.get_double("idle-s", 0.0, 3600.0);
@@ -240,7 +242,10 @@ int run_infer(const std::vector<std::string>& args) {
       }
       row["cuda_graph"] = session.graphed();
       row["folded_batch_norms"] = session.executor().memory().folded_batch_norms;
-      row["device_memory_in_use_mib"] = static_cast<double>(backend->memory_stats().in_use_bytes) / 1048576.0;
+      const MemoryStats mem = backend->memory_stats();
+      row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
+      // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).
+      row["peak_memory_mib"] = static_cast<double>(mem.peak_bytes) / 1048576.0;
       ++ran;
     } catch (const OutOfMemory& e) {
       row["status"] = std::string("does not fit: ") + e.what();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
 #include "cli/backend_flags.hpp"
+#include "cli/sweep_infer.hpp"
 #include "cli/sweep_session.hpp"
 #include "cli/vocabulary.hpp"
 #include "cli/knobs_flag.hpp"
@@ -28,6 +30,7 @@
 #include "telemetry/sampler.hpp"
 #include "tune/adaptive_sweep.hpp"
 #include "tune/plan.hpp"
+#include "tune/run/infer_trial.hpp"
 #include "tune/run/runners.hpp"
 #include "tune/store.hpp"
 
@@ -76,6 +79,8 @@ std::string knob_help(Knob k) {
 
 void declare_flags(ArgParser& p) {
   p.option("model", "built-in model to train (or give -- CMD ARGS)");
+  p.option("mode", "what a trial of a built-in model measures: a training step, or inference requests (forward only, "
+                   "batch norm folded, latency percentiles)", "train", {"train", "infer"});
   p.option("algo-cache", kAlgoCacheHelp);
   p.option("db", "results database (SQLite)", "cnnergy-results.db");
   p.group("Knobs (lists, ranges: see below)");
@@ -103,6 +108,9 @@ void declare_flags(ArgParser& p) {
            {"grid", "adaptive"});
   p.option("objective", "what the adaptive search minimises: energy, edp, ed2p, eds:K, time", "energy");
   p.option("budget", "adaptive search: most trials (default a third of the grid)", "0");
+  p.option("max-p99-ms", "--mode infer: the objective's optimum among settings whose p99 latency is at most this "
+                         "(grid and adaptive); none meeting it exits 2 after storing every trial");
+  p.option("requests", "--mode infer: timed requests per trial for the latency percentiles", "200");
   p.option("shard", "run only shard i of N (i/N), for cluster job arrays; merge the databases afterwards");
   p.flag("resume", "continue the sweep the database already holds: run only its missing trials (failed ones again)");
   p.flag("new", "store a second sweep even though the database already holds one with the same settings");
@@ -175,6 +183,10 @@ tune::SweepDefinition sweep_definition(const ArgParser& p, const DeviceSetup& de
   tune::SweepDefinition def;
   def.workload = is_command ? "command=" + joined(p.passthrough()) : "model=" + p.get("model") + " device=" + dev.device.str();
   if (auto s = p.get_optional("input")) def.workload += " input=" + *s;
+  if (!is_command && p.get("mode") == "infer") {
+    def.workload += " mode=infer";
+    def.settings["requests"] = p.get("requests");
+  }
   for (Knob k : tune::kAllKnobs)
     if (auto v = p.get_optional(std::string(tune::knob_flag(k)))) def.space.set(k, tune::parse_knob_values(k, *v, dev.limits));
   def.reference = p.get_optional("reference") ? def.space.parse_reference(p.get("reference"), dev.limits)
@@ -282,8 +294,21 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
       hw = std::make_unique<tune::HardwareKnobs>(open_knobs(p, dev.nvml, false, "", /*handle_signals=*/false),
                                                  std::vector<unsigned>{dev.gpu});
   const tune::MeasureSettings ms = measure_settings(p);
+  const bool infer = !is_command && p.get("mode") == "infer";
+  tune::InferSettings is;
+  is.requests = p.get_int("requests", 1, 10000000);
   const tune::TrialRunner runner = is_command ? tune::make_command_runner(p.passthrough(), ms, hw.get(), sampler)
+                                   : infer    ? tune::make_infer_runner(model_workload(p, dev), ms, is, hw.get(), sampler)
                                               : tune::make_model_runner(model_workload(p, dev), ms, hw.get(), sampler);
+  // --max-p99-ms in the adaptive search: a setting above the bound counts as worse than every one within.
+  std::function<bool(const tune::TrialMeasurement&)> feasible;
+  if (infer && p.get_optional("max-p99-ms")) {
+    const double bound = p.get_double("max-p99-ms", 0.0, 1e9);
+    feasible = [bound](const tune::TrialMeasurement& m) {
+      const auto l = tune::infer_latency_of(m.telemetry_json);
+      return l && l->p99_ms <= bound;
+    };
+  }
 
   std::cerr << "sweep " << def.key() << " (" << plan.to_run.size() << " trials to run, " << plan.already_done
             << " already done) -> " << p.get("db") << (dev.simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
@@ -309,7 +334,8 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
     };
     try {
       const auto r = tune::execute_adaptive_sweep(store, sweep_id, plan.to_run, knobs.front(),
-                                                  tune::parse_objective(p.get("objective")), interruptible, ao, progress);
+                                                  tune::parse_objective(p.get("objective")), interruptible, ao, progress,
+                                                  feasible);
       bar.finish();
       std::cout << "adaptive search: " << r.trials_run << " trials of " << plan.to_run.size() << ", best "
                 << r.best_key << "\n";
@@ -327,12 +353,20 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
   }
 }
 
-void report_results(const ArgParser& p, const tune::ResultStore& store, std::int64_t sweep_id, bool simulated) {
+// Returns the message of a latency bound no setting met (--mode infer --max-p99-ms), empty otherwise.
+std::string report_results(const ArgParser& p, const tune::ResultStore& store, std::int64_t sweep_id, bool simulated) {
   const auto data = report::load_sweep(store, sweep_id);
   if (simulated) std::cout << "\n[SIMULATED DEVICE: energy, power and clocks come from the fake NVML model]\n";
   report::print_trials_table(std::cout, data);
   std::cout << "\n";
   report::print_optimum_table(std::cout, data);
+  std::string unmet;
+  if (p.get_optional("model") && p.get("mode") == "infer") {
+    std::optional<double> bound;
+    if (p.get_optional("max-p99-ms")) bound = p.get_double("max-p99-ms", 0.0, 1e9);
+    const auto v = report_infer_sweep(std::cout, store, sweep_id, tune::parse_objective(p.get("objective")), bound);
+    if (!v.bound_met) unmet = v.message;
+  }
   if (auto path = p.get_optional("report")) {
     report::HtmlReportOptions ho;
     ho.sweep_id = sweep_id;
@@ -340,6 +374,7 @@ void report_results(const ArgParser& p, const tune::ResultStore& store, std::int
     report::write_html_report(store, *path, ho);
     std::cout << "report: " << *path << "\n";
   }
+  return unmet;
 }
 
 }  // namespace
@@ -357,6 +392,13 @@ int run_sweep(const std::vector<std::string>& args) {
   if (is_command == p.get_optional("model").has_value())
     throw InvalidArgument("give exactly one workload: --model M or -- CMD ARGS");
   if (p.get("windows") != "auto") p.get_int("windows", 1, 1000);  // a bad --windows is refused before anything opens
+  if (p.get("mode") == "infer" && is_command)
+    throw InvalidArgument("--mode infer measures a built-in model (--model M), not an external command");
+  if (p.get_optional("max-p99-ms")) {
+    if (p.get("mode") != "infer") throw InvalidArgument("--max-p99-ms bounds inference latency: add --mode infer");
+    if (!(p.get_double("max-p99-ms", -1e12, 1e12) > 0)) throw InvalidArgument("--max-p99-ms must be above 0 ms");
+  }
+  if (p.get("mode") == "infer") p.get_int("requests", 1, 10000000);
   measure_settings(p);
 
   const DeviceSetup dev = open_device(p, is_command);
@@ -394,7 +436,7 @@ int run_sweep(const std::vector<std::string>& args) {
     // Signals are ours from here: Ctrl-C stops after the trial in progress and the report is still written.
     SweepInterrupt interrupt;
     run_trials(p, dev, is_command, store, sweep_id, def, plan, interrupt);  // knobs restored on return
-    report_results(p, store, sweep_id, dev.simulated);
+    const std::string unmet = report_results(p, store, sweep_id, dev.simulated);
     sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
                      [&](const std::string& path) { report::export_csv(store, path); });
     if (interrupt.requested()) {
@@ -405,6 +447,8 @@ int run_sweep(const std::vector<std::string>& args) {
                    interrupt.signal(), p.get("db").c_str(), resume_command(args).c_str());
       return interrupt.exit_code();
     }
+    if (!unmet.empty())  // every measured trial is stored (and reported) above
+      throw InvalidArgument(unmet + "; all measured trials are kept in " + p.get("db"));
   }
   return 0;
 }

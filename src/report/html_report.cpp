@@ -127,7 +127,7 @@ std::string trials_table(const SweepData& d) {
   return "<div class=\"scroll\">" + o + "</table></div>\n";
 }
 
-std::string sweep_section(const SweepData& d, const HtmlReportOptions& options) {
+std::string sweep_section(const ResultStore& store, const SweepData& d, const HtmlReportOptions& options) {
   const std::string id = "s" + std::to_string(d.sweep.id);
   std::size_t counts[4] = {0, 0, 0, 0};
   for (const auto& s : d.summaries) ++counts[static_cast<int>(s.status)];
@@ -151,6 +151,10 @@ std::string sweep_section(const SweepData& d, const HtmlReportOptions& options) 
     for (const auto& c : kc) o += c;
     o += "</div>\n";
   }
+  if (const std::string ic = detail::infer_charts(store, d, id); !ic.empty())
+    o += "<h3>Inference: latency, throughput, energy per image</h3>\n<p class=\"note\">Latency of device-resident "
+         "requests (run + synchronize), nearest-rank percentiles; throughput and energy from the measured windows.</p>\n"
+         "<div class=\"charts\">" + ic + "</div>\n";
   if (const std::string ph = detail::phase_charts(d, id); !ph.empty()) o += "<h3>Phases</h3>\n<div class=\"charts\">" + ph + "</div>\n";
   if (const std::string ly = detail::layer_charts(d, id); !ly.empty()) o += "<h3>Layers</h3>\n<div class=\"charts\">" + ly + "</div>\n";
   o += "<h3>All trials</h3>\n" + trials_table(d);
@@ -177,7 +181,7 @@ std::string render_html_report(const ResultStore& store, const HtmlReportOptions
       o += "<li><a href=\"#s" + std::to_string(s.id) + "\">Sweep " + std::to_string(s.id) + ": " + html_escape(s.description) + "</a></li>";
     o += "</ul>\n";
   }
-  for (const auto& s : sweeps) o += sweep_section(load_sweep(store, s.id, options.objectives), options);
+  for (const auto& s : sweeps) o += sweep_section(store, load_sweep(store, s.id, options.objectives), options);
   o += "<script>" + std::string(kScript) + "</script>\n</body>\n</html>\n";
   return o;
 }

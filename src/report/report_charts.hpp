@@ -23,4 +23,8 @@ std::string phase_charts(const SweepData& data, const std::string& id_prefix);
 // has a profile); empty when no trial has layers.
 std::string layer_charts(const SweepData& data, const std::string& id_prefix);
 
+// An inference sweep's p50/p99 latency against throughput and energy per image against batch size
+// (infer_charts.cpp); empty when no trial stored a latency (a training sweep).
+std::string infer_charts(const tune::ResultStore& store, const SweepData& data, const std::string& id_prefix);
+
 }  // namespace cnnergy::report::detail

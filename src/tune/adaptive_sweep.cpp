@@ -11,7 +11,8 @@ namespace cnnergy::tune {
 AdaptiveSweepResult execute_adaptive_sweep(ResultStore& store, std::int64_t sweep_id, const std::vector<TrialSpec>& trials,
                                            Knob knob, const Objective& objective, const TrialRunner& run,
                                            const AdaptiveOptions& options,
-                                           const std::function<void(const SweepProgress&)>& on_progress) {
+                                           const std::function<void(const SweepProgress&)>& on_progress,
+                                           const std::function<bool(const TrialMeasurement&)>& feasible) {
   if (knob != Knob::kPowerLimit && knob != Knob::kSmClock && knob != Knob::kMemClock)
     throw InvalidArgument("the adaptive search works on one hardware knob (power limit, SM or memory clock), not " +
                           std::string(knob_name(knob)));
@@ -101,6 +102,7 @@ AdaptiveSweepResult execute_adaptive_sweep(ResultStore& store, std::int64_t swee
     while (candidates[i] != value) ++i;
     const auto m = run_trial(*specs[i]);
     if (!m) return std::nan("");
+    if (feasible && !feasible(stored.at(specs[i]->key).measurement)) return std::nan("");  // outside the bound
     TrialSummary s;
     s.key = specs[i]->key;
     s.knobs = specs[i]->knobs;

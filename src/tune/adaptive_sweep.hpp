@@ -24,10 +24,12 @@ struct AdaptiveSweepResult {
 // `trials` must vary `knob` only (a reference trial with another value of it, e.g. an unlocked clock,
 // is allowed). The reference trial runs first: EDS(k) and the savings need it, and it counts against
 // the budget (options.max_trials, default a third of the candidates). Failed trials are stored and
-// count as the worst value; PermissionDenied and NotSupported stop the sweep as in execute_sweep.
+// count as the worst value, and so do trials `feasible` (when given) rejects, e.g. a p99 latency above
+// `sweep --max-p99-ms` (they stay stored); PermissionDenied and NotSupported stop the sweep as in execute_sweep.
 AdaptiveSweepResult execute_adaptive_sweep(ResultStore& store, std::int64_t sweep_id, const std::vector<TrialSpec>& trials,
                                            Knob knob, const Objective& objective, const TrialRunner& run,
                                            const AdaptiveOptions& options = {},
-                                           const std::function<void(const SweepProgress&)>& on_progress = {});
+                                           const std::function<void(const SweepProgress&)>& on_progress = {},
+                                           const std::function<bool(const TrialMeasurement&)>& feasible = {});
 
 }  // namespace cnnergy::tune
