@@ -205,6 +205,35 @@ TEST(OnnxImport, SqueezeAxesAsAttributeAndAsInput) {
   EXPECT_EQ(run_form(b, x), x);
 }
 
+TEST(OnnxImport, PadPadsAsAttributeAndAsInputGoIntoTheAveragePool) {
+  const auto x = random_values(9, 14);
+  OnnxMaker a(10), b(13);
+  for (auto* m : {&a, &b}) {
+    m->input("x", {1, 1, 3, 3});
+    m->output("y", {1, 9});
+  }
+  OnnxMaker::attr_ints(a.node("Pad", {"x"}, {"p"}), "pads", {0, 0, 1, 1, 0, 0, 1, 1});
+  b.init_ints("pads", {0, 0, 1, 1, 0, 0, 1, 1});
+  b.node("Pad", {"x", "pads"}, {"p"});
+  for (auto* m : {&a, &b}) {
+    auto* pool = m->node("AveragePool", {"p"}, {"q"});
+    OnnxMaker::attr_ints(pool, "kernel_shape", {3, 3});
+    m->node("Flatten", {"q"}, {"y"});
+  }
+  for (auto* m : {&a, &b}) {
+    const auto y = run_form(*m, x);
+    ASSERT_EQ(y.size(), 9u);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        float sum = 0;  // ONNX: the padded zeros count (they are real elements after Pad)
+        for (int u = i - 1; u <= i + 1; ++u)
+          for (int v = j - 1; v <= j + 1; ++v)
+            if (u >= 0 && v >= 0 && u < 3 && v < 3) sum += x[static_cast<std::size_t>(u * 3 + v)];
+        EXPECT_NEAR(y[static_cast<std::size_t>(i * 3 + j)], sum / 9.0f, 1e-6f);
+      }
+  }
+}
+
 TEST(OnnxImport, MatMulWithAddBecomesOneFullyConnectedLayer) {
   OnnxMaker m(13);
   m.input("x", {1, 3});

@@ -25,7 +25,7 @@ const std::set<std::string>& runtime_ops() {
   static const std::set<std::string> ops = {
       "Conv", "BatchNormalization", "Relu", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Gemm",
       "MatMul", "Flatten", "Reshape", "Squeeze", "Add", "Sum", "Concat", "Dropout", "LRN", "Identity", "Softmax",
-      "Clip", "Shape"};
+      "Clip", "Shape", "Pad"};
   return ops;
 }
 
@@ -38,6 +38,9 @@ std::string supported_list() {
 struct Value {
   std::optional<ConstTensor> constant;
   Node node = -1;  // runtime tensor
+  // A zero Pad of H, W not applied yet (top, left, bottom, right): the Conv or AveragePool reading
+  // it takes it as its own padding; any other reader is refused.
+  std::vector<std::int64_t> pending_pad;
 };
 
 class Importer {
@@ -159,12 +162,17 @@ class Importer {
       throw NotSupported(node_label(n) + ": its " + what + " ('" + n.input(k) + "') must be a constant (initialiser)");
     return *v.constant;
   }
-  Node runtime(const onnx::NodeProto& n, int k) {
+  Node runtime(const onnx::NodeProto& n, int k, std::vector<std::int64_t>* pad = nullptr) {
     if (!has_input(n, k)) throw DataError(node_label(n) + " lacks input " + std::to_string(k));
     const Value& v = value(n.input(k), n);
     if (v.constant)
       throw NotSupported(node_label(n) + ": input '" + n.input(k) + "' is a constant; this op is mapped only on "
                          "the data flowing from the model input");
+    if (!v.pending_pad.empty()) {
+      if (!pad) throw NotSupported(node_label(n) + " reads a padded tensor ('" + n.input(k) + "'); a Pad is supported "
+                                   "only before a Conv or an AveragePool");
+      *pad = v.pending_pad;
+    }
     return v.node;
   }
   void set_runtime(const onnx::NodeProto& n, Node x) { values_[n.output(0)].node = x; }
@@ -192,6 +200,7 @@ class Importer {
   void map_pool(const onnx::NodeProto& n);
   void map_fc(const onnx::NodeProto& n);
   void map_reshape(const onnx::NodeProto& n);
+  void map_pad(const onnx::NodeProto& n);
   void finish();
 
   const onnx::ModelProto& model_;
@@ -230,7 +239,8 @@ std::vector<std::int64_t> pads_of(const onnx::NodeProto& n, const Shape& x, std:
 }
 
 void Importer::map_conv(const onnx::NodeProto& n) {
-  const Node x = runtime(n, 0);
+  std::vector<std::int64_t> extra;
+  const Node x = runtime(n, 0, &extra);
   const Shape xs = shape(x);
   if (xs.rank() != 4) throw NotSupported(node_label(n) + ": only 2-D convolutions (4-D input) are supported");
   const ConstTensor& w = constant(n, 1, "weight");
@@ -257,6 +267,12 @@ void Importer::map_conv(const onnx::NodeProto& n) {
   s.pad_left = p[1];
   s.pad_bottom = p[2];
   s.pad_right = p[3];
+  if (!extra.empty()) {  // a zero Pad before it
+    s.pad_top += extra[0];
+    s.pad_left += extra[1];
+    s.pad_bottom += extra[2];
+    s.pad_right += extra[3];
+  }
   s.bias = has_input(n, 2);
   const std::string name = layer_name(n);
   set_runtime(n, result_.builder.conv(x, name, s));
@@ -269,7 +285,8 @@ void Importer::map_conv(const onnx::NodeProto& n) {
 }
 
 void Importer::map_pool(const onnx::NodeProto& n) {
-  const Node x = runtime(n, 0);
+  std::vector<std::int64_t> extra;
+  const Node x = runtime(n, 0, n.op_type() == "AveragePool" ? &extra : nullptr);
   const Shape xs = shape(x);
   if (xs.rank() != 4) throw NotSupported(node_label(n) + ": only 2-D pooling (4-D input) is supported");
   const auto ks = attr_ints(n, "kernel_shape");
@@ -285,7 +302,10 @@ void Importer::map_pool(const onnx::NodeProto& n) {
   s.kernel_w = (*ks)[1];
   s.stride_h = strides[0];
   s.stride_w = strides[1];
-  const auto p = pads_of(n, xs, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, 1, 1);
+  auto p = pads_of(n, xs, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, 1, 1);
+  if (!extra.empty() && p != std::vector<std::int64_t>{0, 0, 0, 0})
+    throw NotSupported(node_label(n) + ": a padded AveragePool after a Pad");
+  if (!extra.empty()) p = extra;  // the padded zeros count in the average (count_include_pad)
   if (p[0] != p[2] || p[1] != p[3])
     throw NotSupported(node_label(n) + ": asymmetric pooling pads are not supported");
   s.pad_h = p[0];
@@ -296,7 +316,8 @@ void Importer::map_pool(const onnx::NodeProto& n) {
     if (attr_int(n, "storage_order", 0) != 0) throw NotSupported(node_label(n) + ": storage_order 1");
     set_runtime(n, result_.builder.max_pool(x, name, s));
   } else {
-    s.mode = attr_int(n, "count_include_pad", 0) ? PoolMode::kAvgIncludePad : PoolMode::kAvgExcludePad;
+    s.mode = (attr_int(n, "count_include_pad", 0) || !extra.empty()) ? PoolMode::kAvgIncludePad
+                                                                      : PoolMode::kAvgExcludePad;
     set_runtime(n, result_.builder.avg_pool(x, name, s));
   }
 }
@@ -389,6 +410,39 @@ void Importer::map_reshape(const onnx::NodeProto& n) {
   }
 }
 
+// Pad: pads as an attribute (before opset 11) or an input (11+), axes as an input (18+); constant
+// mode with value 0 over H, W only. All-zero pads are nothing; others wait for the Conv/AveragePool.
+void Importer::map_pad(const onnx::NodeProto& n) {
+  const Node x = runtime(n, 0);
+  const auto rank = static_cast<std::int64_t>(shape(x).rank());
+  if (attr_string(n, "mode", "constant") != "constant") throw NotSupported(node_label(n) + ": only constant padding");
+  std::vector<std::int64_t> pads =
+      has_input(n, 1) ? constant(n, 1, "pads").ints() : attr_ints(n, "pads").value_or(std::vector<std::int64_t>{});
+  const float fill = has_input(n, 2) ? static_cast<float>(constant(n, 2, "constant_value").at(0)) : attr_float(n, "value", 0.0f);
+  std::vector<std::int64_t> axes;
+  if (has_input(n, 3)) axes = constant(n, 3, "axes").ints();
+  else for (std::int64_t k = 0; k < rank; ++k) axes.push_back(k);
+  if (pads.size() != 2 * axes.size()) throw DataError(node_label(n) + ": needs 2 pads per axis");
+  std::vector<std::int64_t> begin(static_cast<std::size_t>(rank), 0), end(static_cast<std::size_t>(rank), 0);
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    const auto a = static_cast<std::size_t>(normalize_axis(axes[k], rank, n));
+    begin[a] = pads[k];
+    end[a] = pads[k + axes.size()];
+  }
+  bool zero = true;
+  for (std::int64_t k = 0; k < rank; ++k) {
+    if (begin[static_cast<std::size_t>(k)] < 0 || end[static_cast<std::size_t>(k)] < 0)
+      throw NotSupported(node_label(n) + ": negative pads (cropping)");
+    if ((begin[static_cast<std::size_t>(k)] || end[static_cast<std::size_t>(k)]) && (k < 2 || rank != 4))
+      throw NotSupported(node_label(n) + ": padding other than H, W of a 4-D tensor");
+    zero = zero && !begin[static_cast<std::size_t>(k)] && !end[static_cast<std::size_t>(k)];
+  }
+  set_runtime(n, x);
+  if (zero) return;
+  if (fill != 0.0f) throw NotSupported(node_label(n) + ": padding with " + std::to_string(fill) + " (0 is supported)");
+  values_[n.output(0)].pending_pad = {begin[2], begin[3], end[2], end[3]};
+}
+
 void Importer::map_node(const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
   if (!n.domain().empty() && n.domain() != "ai.onnx")
@@ -427,6 +481,9 @@ void Importer::map_node(const onnx::NodeProto& n) {
       values_[n.output(static_cast<int>(k))].constant = std::move(outs[k]);
     return;
   }
+  if (foldable(op) && !runtime_ops().count(op))
+    throw NotSupported(node_label(n) + ": operator " + op + " is supported on constants only (shape computations "
+                       "folded at import), not on the data flowing from the model input");
   if (!runtime_ops().count(op) || op == "Shape")
     throw NotSupported(node_label(n) + ": operator " + op + " is not supported. Supported operators: " +
                        supported_list());
@@ -435,6 +492,7 @@ void Importer::map_node(const onnx::NodeProto& n) {
   if (op == "Gemm" || op == "MatMul") return map_fc(n);
   if (op == "Flatten" || op == "Reshape" || op == "Squeeze") return map_reshape(n);
   if (op == "Identity") return set_runtime(n, runtime(n, 0));
+  if (op == "Pad") return map_pad(n);
   if (op == "Relu") return set_runtime(n, result_.builder.relu(runtime(n, 0), layer_name(n)));
   if (op == "Clip") {  // a ReLU when min is 0 and max absent/infinite (attributes before opset 11, inputs after)
     const float lo = has_input(n, 1) ? static_cast<float>(constant(n, 1, "min").at(0)) : attr_float(n, "min", -INFINITY);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +41,12 @@ OnnxImport import_onnx_file(const std::string& path, const OnnxImportOptions& op
 // The same from bytes already in memory; model_dir is where external data may lie.
 OnnxImport import_onnx_bytes(const std::string& bytes, const std::string& model_name, const std::string& model_dir,
                              const OnnxImportOptions& options = {});
+
+// build_model() (net/zoo/zoo.hpp) with the choice of an ONNX model's initial weights: init "file"
+// (its initialisers) or "random" (the seeded initialisation zoo models get). Zoo names take "file"
+// only (InvalidArgument otherwise: they have no file weights to ignore).
+std::unique_ptr<Graph> build_model_init(std::string_view name, const std::optional<Shape>& input_per_sample,
+                                        std::optional<std::int64_t> num_classes, std::string_view init);
 
 // The operators the importer maps (op_type names of the default domain), sorted.
 const std::vector<std::string>& onnx_supported_ops();

@@ -84,6 +84,21 @@ GraphBuilder describe_model(std::string_view name, const std::optional<Shape>& i
   return entry.build(input, classes);
 }
 
+std::unique_ptr<Graph> build_model_init(std::string_view name, const std::optional<Shape>& input_per_sample,
+                                        std::optional<std::int64_t> num_classes, std::string_view init) {
+  if (init != "file" && init != "random")
+    throw InvalidArgument("--init must be 'file' or 'random', got '" + std::string(init) + "'");
+  if (init == "file") return build_model(name, input_per_sample, num_classes);
+  if (!is_onnx_model_name(name))
+    throw InvalidArgument("--init random applies to ONNX models; zoo model '" + std::string(name) +
+                          "' is always initialised from the seed");
+  OnnxImportOptions options;
+  options.input = input_per_sample;
+  options.classes = num_classes;
+  options.random_init = true;
+  return import_onnx_file(onnx_path_of(name), options).builder.build();
+}
+
 std::unique_ptr<Graph> build_model(std::string_view name, const std::optional<Shape>& input_per_sample,
                                    std::optional<std::int64_t> num_classes) {
   return describe_model(name, input_per_sample, num_classes).build();
