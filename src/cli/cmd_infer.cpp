@@ -109,7 +109,7 @@ int run_on_inputs(const Graph& graph, Backend& backend, const InferenceOptions& 
 
 int run_infer(const std::vector<std::string>& args) {
   ArgParser p("infer", "Inference latency, throughput and energy of MODEL from batch 1 to large batches.");
-  p.positional("MODEL", "zoo model (cnnergy model-info --list)");
+  p.positional("MODEL", "zoo model (cnnergy model-info --list) or an ONNX file (PATH.onnx, onnx:PATH)");
   p.option("batch", "batch sizes, comma-separated (e.g. 1,2,4,8,64,256)", "1");
   declare_device_flag(p);
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());

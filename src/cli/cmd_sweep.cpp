@@ -75,7 +75,7 @@ std::string knob_help(Knob k) {
 }
 
 void declare_flags(ArgParser& p) {
-  p.option("model", "built-in model to train (or give -- CMD ARGS)");
+  p.option("model", "built-in model or ONNX file (PATH.onnx) to train (or give -- CMD ARGS)");
   p.option("algo-cache", kAlgoCacheHelp);
   p.option("db", "results database (SQLite)", "cnnergy-results.db");
   p.group("Knobs (lists, ranges: see below)");

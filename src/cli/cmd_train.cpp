@@ -94,7 +94,7 @@ Json report_json(const Graph& graph, const Backend& backend, const std::string& 
 int run_train(const std::vector<std::string>& args) {
   ArgParser p("train", "Train a model and report seconds, samples/s, loss and held-out top-1/top-5 accuracy per "
                        "epoch, with per-phase times (load, forward, backward, update) of Castro et al. 2019's Algorithm 1.");
-  p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
+  p.option("model", "zoo model (cnnergy model-info --list) or an ONNX file (PATH.onnx, onnx:PATH)", "lenet5");
   p.option("data", "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
            "fashion-mnist");
   declare_device_flag(p);
