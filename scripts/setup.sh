@@ -10,7 +10,8 @@ jobs=${CNNERGY_JOBS:-$(nproc)}
 packages=(cmake g++ make pkg-config libgtest-dev libopenblas-dev libsqlite3-dev libjpeg-dev libpng-dev
           dataset-fashion-mnist openmpi-bin libopenmpi-dev chromium
           libcli11-dev
-          pybind11-dev python3-dev)
+          pybind11-dev python3-dev
+          libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

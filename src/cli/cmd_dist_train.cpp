@@ -38,7 +38,7 @@ using namespace dist_output;
 
 // Flags both commands share: model, data, precision, solver, buckets, timeouts, energy.
 void declare_common(ArgParser& p) {
-  p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
+  p.option("model", "zoo model (cnnergy model-info --list) or an ONNX file (PATH.onnx, onnx:PATH)", "lenet5");
   p.option(
       "data",
       "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",

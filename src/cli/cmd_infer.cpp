@@ -23,6 +23,7 @@
 #include "infer/session.hpp"
 #include "measure/nvml_probe.hpp"
 #include "net/graph.hpp"
+#include "net/onnx/onnx_import.hpp"
 #include "net/zoo/zoo.hpp"
 
 namespace cnnergy::cli {
@@ -108,7 +109,7 @@ int run_on_inputs(const Graph& graph, Backend& backend, const InferenceOptions& 
 
 int run_infer(const std::vector<std::string>& args) {
   ArgParser p("infer", "Inference latency, throughput and energy of MODEL from batch 1 to large batches.");
-  p.positional("MODEL", "zoo model (cnnergy model-info --list)");
+  p.positional("MODEL", "zoo model (cnnergy model-info --list) or an ONNX file (PATH.onnx, onnx:PATH)");
   p.option("batch", "batch sizes, comma-separated (e.g. 1,2,4,8,64,256)", "1");
   declare_device_flag(p);
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
@@ -117,6 +118,8 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("conv-algo", "GPU convolution algorithm policy (auto, find, heuristic, graph_find, graph_heuristic or a name)",
            "auto");
   p.option("input", "model input override CxHxW");
+  p.option("init", "initial weights of an ONNX model: file (its initialisers) or random (seeded, the zoo's rules)",
+           "file");
   p.option("classes", "model class-count override");
   p.option("algo-cache", kAlgoCacheHelp);
   p.option("checkpoint", "trained weights (a checkpoint of this model, e.g. from train --save); default: seeded random");
@@ -172,7 +175,7 @@ int run_infer(const std::vector<std::string>& args) {
     ol.seed = seed;
   }
   const std::string checkpoint = p.get_optional("checkpoint").value_or("");
-  auto graph = build_model(p.get("MODEL"), input, classes);
+  auto graph = build_model_init(p.get("MODEL"), input, classes, p.get("init"));
   auto backend = create_backend(bo);
   InferenceOptions io;
   io.cuda_graph = p.get("cuda-graph") == "on";

@@ -296,7 +296,8 @@ int run_model_info(const std::vector<std::string>& args) {
               "Per-layer and total operations (Castro et al. 2019, Eqs. 1-7), forward/backward FLOPs, data\n"
               "read and written (Eqs. 8-9), CTC ratio and parameters of a built-in model, scaled to a batch\n"
               "(Eqs. 10-12).");
-  p.positional("MODEL", "a built-in model: " + model_names_joined(), /*required=*/false);
+  p.positional("MODEL", "a built-in model (" + model_names_joined() + ") or an ONNX file (PATH.onnx, onnx:PATH)",
+               /*required=*/false);
   p.option("batch", "batch size the totals are scaled to", "1");
   p.option("input", "input size of one sample, CxHxW (default: the model's own)");
   p.option("classes", "number of classes (default: the model's own)");

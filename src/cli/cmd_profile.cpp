@@ -50,7 +50,7 @@ Json summary_json(const Summary& s) {
 
 int run_profile(const std::vector<std::string>& args) {
   ArgParser p("profile", "Per-layer and per-phase time and energy of one training iteration of MODEL.");
-  p.positional("MODEL", "zoo model (cnnergy model-info --list)");
+  p.positional("MODEL", "zoo model (cnnergy model-info --list) or an ONNX file (PATH.onnx, onnx:PATH)");
   p.option("batch", "batch size, in samples", "64");
   declare_device_flag(p);
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());

@@ -78,7 +78,7 @@ std::string knob_help(Knob k) {
 }
 
 void declare_flags(ArgParser& p) {
-  p.option("model", "built-in model to train (or give -- CMD ARGS)");
+  p.option("model", "built-in model or ONNX file (PATH.onnx) to train or run (or give -- CMD ARGS)");
   p.option("mode", "what a trial of a built-in model measures: a training step, or inference requests (forward only, "
                    "batch norm folded, latency percentiles)", "train", {"train", "infer"});
   p.option("algo-cache", kAlgoCacheHelp);

@@ -15,6 +15,7 @@
 #include "data/dataset.hpp"
 #include "measure/nvml_probe.hpp"
 #include "net/graph.hpp"
+#include "net/onnx/onnx_import.hpp"
 #include "net/zoo/zoo.hpp"
 #include "train/precision.hpp"
 #include "core/json.hpp"
@@ -93,7 +94,7 @@ Json report_json(const Graph& graph, const Backend& backend, const std::string& 
 int run_train(const std::vector<std::string>& args) {
   ArgParser p("train", "Train a model and report seconds, samples/s, loss and held-out top-1/top-5 accuracy per "
                        "epoch, with per-phase times (load, forward, backward, update) of Castro et al. 2019's Algorithm 1.");
-  p.option("model", "zoo model (cnnergy model-info --list)", "lenet5");
+  p.option("model", "zoo model (cnnergy model-info --list) or an ONNX file (PATH.onnx, onnx:PATH)", "lenet5");
   p.option("data", "data set: fashion-mnist[:DIR], mnist:DIR, cifar10:DIR, folder:DIR, synthetic[:CxHxW:...]",
            "fashion-mnist");
   declare_device_flag(p);
@@ -116,6 +117,8 @@ int run_train(const std::vector<std::string>& args) {
   p.implicit_value("resume", "");
   p.option("resume-from", "continue from this checkpoint file");
   p.option("input", "model input override CxHxW");
+  p.option("init", "initial weights of an ONNX model: file (its initialisers) or random (seeded, the zoo's rules)",
+           "file");
   p.option("classes", "model class-count override");
   p.option("dataset-size", "synthetic data set size", "0");
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
@@ -174,7 +177,7 @@ int run_train(const std::vector<std::string>& args) {
   std::optional<std::int64_t> classes;
   if (p.get_optional("classes")) classes = p.get_int("classes", 1, 1 << 24);
   OutputSink sink(p);  // checks -o/--json/--csv are writable before training, not after it
-  auto graph = build_model(p.get("model"), input, classes);
+  auto graph = build_model_init(p.get("model"), input, classes, p.get("init"));
   const auto splits = data::open_dataset(data_spec(p.get("data"), *graph, p.get_int("dataset-size", 0, 1LL << 40)));
   auto backend = create_backend(bo);
 

@@ -344,6 +344,20 @@ void Executor::refresh_views() {
 void Executor::initialize_parameters(std::uint64_t seed) {
   Rng rng(seed);
   for (auto& l : layers_) l->init_parameters(rng);
+  // Imported weights (ONNX initialisers) replace the drawn ones, converted to each tensor's layout.
+  const InitialValues& values = graph_.initial_values();
+  if (!values.empty()) {
+    auto put = [&](const std::string& name, const Tensor& target) {
+      auto it = values.find(name);
+      if (it == values.end()) return;
+      backend_.upload(from_f32_nchw(it->second, DType::kF32, target.layout()), target);
+    };
+    for (auto& l : layers_) {
+      for (auto& p : l->parameters()) put(p.name, p.master);
+      for (auto& b : l->buffers()) put(b.name, b.tensor);
+      l->refresh_working_copies();
+    }
+  }
   fold_parameters();
 }
 

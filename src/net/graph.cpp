@@ -24,6 +24,11 @@ std::size_t Graph::layer_index(const std::string& name) const {
   throw InvalidArgument("model " + model_name_ + " has no layer named '" + name + "'");
 }
 
+const InitialValues& Graph::initial_values() const {
+  static const InitialValues kNone;
+  return initial_values_ ? *initial_values_ : kNone;
+}
+
 std::int64_t Graph::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& l : layers_) n += l.layer->parameter_count();

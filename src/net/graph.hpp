@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,11 @@
 #include "layers/workload.hpp"
 
 namespace cnnergy {
+
+// Initial values of parameters and state buffers by name ("<layer>.weight", "<layer>.running_mean"),
+// host fp32 in logical NCHW order: an imported model's weights (ONNX initialisers). Executors apply
+// them after the seeded initialisation, so every command trains from / infers with them.
+using InitialValues = std::map<std::string, Tensor>;
 
 struct GraphTensor {
   int id = 0;
@@ -51,6 +57,10 @@ class Graph {
   int logits_tensor() const { return logits_tensor_; }
   int loss_layer() const { return loss_layer_; }  // index of the softmax loss layer
 
+  // Imported weights (empty for zoo models, whose weights come from the seed or a checkpoint).
+  const InitialValues& initial_values() const;
+  void set_initial_values(std::shared_ptr<const InitialValues> values) { initial_values_ = std::move(values); }
+
   std::int64_t parameter_count() const;
   const Workload& layer_workload(std::size_t i) const { return layer(i).workload(); }  // per sample
   Workload total_workload() const;                                                    // per sample
@@ -63,6 +73,7 @@ class Graph {
   std::vector<GraphTensor> tensors_;
   int logits_tensor_;
   int loss_layer_;
+  std::shared_ptr<const InitialValues> initial_values_;
 };
 
 }  // namespace cnnergy

@@ -3,6 +3,7 @@
 // in build().
 #include "net/graph_builder.hpp"
 
+#include <map>
 #include <set>
 
 #include "core/errors.hpp"
@@ -19,6 +20,7 @@ struct GraphBuilder::State {
   std::set<std::string> names;
   int logits = -1;
   int loss_layer = -1;
+  std::map<std::string, Tensor> initial_values;
 
   void check_node(Node x, const std::string& layer_name) const {
     if (x < 0 || static_cast<std::size_t>(x) >= tensors.size())
@@ -108,6 +110,12 @@ void require(const void* s) {
 }  // namespace
 
 GraphBuilder::Node GraphBuilder::input() const { return 0; }
+void GraphBuilder::set_num_classes(std::int64_t num_classes) {
+  require(state_.get());
+  if (num_classes < 2) throw InvalidArgument("model " + state_->model_name + ": needs at least 2 classes");
+  if (state_->loss_layer >= 0) throw InvalidArgument("model " + state_->model_name + ": class count set after the loss");
+  state_->num_classes = num_classes;
+}
 std::int64_t GraphBuilder::num_classes() const {
   require(state_.get());
   return state_->num_classes;
@@ -210,6 +218,13 @@ void GraphBuilder::softmax_loss(Node logits, const std::string& name) {
   s.loss_layer = static_cast<int>(s.layers.size()) - 1;
 }
 
+void GraphBuilder::set_initial_value(const std::string& name, Tensor host_f32) {
+  require(state_.get());
+  if (host_f32.dtype() != DType::kF32 || host_f32.device().kind != DeviceKind::kCpu)
+    throw InternalError("initial value '" + name + "' must be a host fp32 tensor");
+  state_->initial_values[name] = std::move(host_f32);
+}
+
 std::unique_ptr<Graph> GraphBuilder::build() {
   require(state_.get());
   State& s = *state_;
@@ -218,8 +233,26 @@ std::unique_ptr<Graph> GraphBuilder::build() {
   for (const auto& t : s.tensors)
     if (t.consumers.empty())
       throw InvalidArgument("model " + s.model_name + ": the output of '" + t.name + "' is never used");
+  if (!s.initial_values.empty()) {
+    std::map<std::string, Shape> declared;
+    for (const auto& l : s.layers) {
+      for (const auto& p : l.layer->parameters()) declared[p.name] = p.shape;
+      for (const auto& b : l.layer->buffers()) declared[b.name] = b.shape;
+    }
+    for (const auto& [name, value] : s.initial_values) {
+      auto it = declared.find(name);
+      if (it == declared.end())
+        throw InvalidArgument("model " + s.model_name + ": an initial value names '" + name +
+                              "', which no layer declares");
+      if (!(it->second == value.shape()))
+        throw ShapeError("model " + s.model_name + ": initial value '" + name + "' is " + value.shape().str() +
+                         ", the layer declares " + it->second.str());
+    }
+  }
   auto graph = std::make_unique<Graph>(s.model_name, s.input_per_sample, s.num_classes, std::move(s.layers),
                                        std::move(s.tensors), s.logits, s.loss_layer);
+  if (!s.initial_values.empty())
+    graph->set_initial_values(std::make_shared<const InitialValues>(std::move(s.initial_values)));
   state_.reset();
   return graph;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/shape.hpp"
+#include "core/tensor.hpp"
 #include "layers/specs.hpp"
 
 namespace cnnergy {
@@ -25,6 +26,8 @@ class GraphBuilder {
   GraphBuilder& operator=(GraphBuilder&&) noexcept;
 
   Node input() const;
+  // For importers that learn the class count from the graph (before softmax_loss); >= 2.
+  void set_num_classes(std::int64_t num_classes);
   std::int64_t num_classes() const;
   const Shape& input_per_sample() const;
 
@@ -43,6 +46,10 @@ class GraphBuilder {
   Node flatten(Node x, const std::string& name);
   // Marks `logits` (N, num_classes) as the output and adds the softmax cross-entropy loss.
   void softmax_loss(Node logits, const std::string& name = "loss");
+
+  // Sets the initial value of a parameter or state buffer (host fp32, logical NCHW; see
+  // InitialValues in graph.hpp). build() checks every name and shape against the layers.
+  void set_initial_value(const std::string& name, Tensor host_f32);
 
   // Validates (shape inference at batch 1 with the declared input) and returns the graph.
   // Throws ShapeError naming the layer whose output would be empty or whose inputs disagree.

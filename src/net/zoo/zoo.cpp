@@ -4,6 +4,7 @@
 
 #include "core/errors.hpp"
 #include "net/graph.hpp"
+#include "net/onnx/onnx_import.hpp"
 #include "net/zoo/families.hpp"
 
 namespace cnnergy {
@@ -56,11 +57,18 @@ std::string model_names_joined() {
 const ModelEntry& find_model(std::string_view name) {
   for (const auto& m : model_zoo())
     if (m.name == name) return m;
-  throw InvalidArgument("unknown model '" + std::string(name) + "'; known models: " + model_names_joined());
+  throw InvalidArgument("unknown model '" + std::string(name) + "'; known models: " + model_names_joined() +
+                        ", or an ONNX file (PATH.onnx or onnx:PATH)");
 }
 
 GraphBuilder describe_model(std::string_view name, const std::optional<Shape>& input_per_sample,
                             std::optional<std::int64_t> num_classes) {
+  if (is_onnx_model_name(name)) {
+    OnnxImportOptions options;
+    options.input = input_per_sample;
+    options.classes = num_classes;
+    return import_onnx_file(onnx_path_of(name), options).builder;
+  }
   const ModelEntry& entry = find_model(name);
   const Shape input = input_per_sample.value_or(entry.default_input);
   if (input.rank() != 3)
@@ -74,6 +82,21 @@ GraphBuilder describe_model(std::string_view name, const std::optional<Shape>& i
     throw InvalidArgument("model " + entry.name + ": class count " + std::to_string(classes) + " is not in 2.." +
                           std::to_string(kMaxClasses));
   return entry.build(input, classes);
+}
+
+std::unique_ptr<Graph> build_model_init(std::string_view name, const std::optional<Shape>& input_per_sample,
+                                        std::optional<std::int64_t> num_classes, std::string_view init) {
+  if (init != "file" && init != "random")
+    throw InvalidArgument("--init must be 'file' or 'random', got '" + std::string(init) + "'");
+  if (init == "file") return build_model(name, input_per_sample, num_classes);
+  if (!is_onnx_model_name(name))
+    throw InvalidArgument("--init random applies to ONNX models; zoo model '" + std::string(name) +
+                          "' is always initialised from the seed");
+  OnnxImportOptions options;
+  options.input = input_per_sample;
+  options.classes = num_classes;
+  options.random_init = true;
+  return import_onnx_file(onnx_path_of(name), options).builder.build();
 }
 
 std::unique_ptr<Graph> build_model(std::string_view name, const std::optional<Shape>& input_per_sample,
