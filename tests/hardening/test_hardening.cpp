@@ -1,0 +1,502 @@
+// Regression tests of the reliability audit (docs/hardening.md): commands that hang, ignore SIGTERM, fork
+// or flood stdout; the watchdog when cnnergy itself is SIGKILLed; concurrent schema creation, concurrent
+// sweeps and concurrent --resume on one database; permission and full-disk errors; PID reuse in the knob
+// journal; gzip IDX inflation bounded by the header; overflow-checked shapes and IDX sizes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "core/shape.hpp"
+#include "core/subprocess.hpp"
+#include "data/data_test_util.hpp"
+#include "data/idx.hpp"
+#include "telemetry/journal.hpp"
+#include "tune/plan.hpp"
+#include "tune/store.hpp"
+#include "tune/tune_test_util.hpp"
+
+namespace cnnergy {
+namespace {
+
+namespace fs = std::filesystem;
+using tune::testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Alive and not a zombie (an orphan's zombie waits for init to reap it).
+bool process_running(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+bool wait_gone(pid_t pid, double seconds) {
+  const auto t0 = Clock::now();
+  while (seconds_since(t0) < seconds) {
+    if (!process_running(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return !process_running(pid);
+}
+
+pid_t read_pid(const std::string& path, double seconds = 5) {
+  const auto t0 = Clock::now();
+  while (seconds_since(t0) < seconds) {
+    std::ifstream in(path);
+    long v = 0;
+    if (in >> v && v > 0) return static_cast<pid_t>(v);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// Runs `body` in a forked child; returns its exit status (a gtest failure in the child is exit 1).
+template <typename F>
+int in_child(F&& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 1;
+    try {
+      rc = body();
+    } catch (...) {
+      rc = 99;
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ---- hung and misbehaving commands (finding 2) -------------------------------------------------
+
+TEST(HungCommand, TimeoutEndsTheCommand) {
+  ChildOptions o;
+  o.timeout_s = 0.3;
+  o.kill_grace_s = 2;
+  const auto t0 = Clock::now();
+  const ChildStatus st = run_command({"sleep", "30"}, {}, o);
+  EXPECT_TRUE(st.timed_out);
+  EXPECT_FALSE(st.ok());
+  EXPECT_LT(seconds_since(t0), 2.5);
+  EXPECT_NE(st.describe().find("timed out"), std::string::npos);
+}
+
+TEST(HungCommand, IgnoringSigtermEscalatesToSigkill) {
+  TempDir dir;
+  const std::string pidfile = dir.file("pid");
+  ChildOptions o;
+  o.timeout_s = 0.3;
+  o.kill_grace_s = 0.5;
+  const auto t0 = Clock::now();
+  const ChildStatus st =
+      run_command({"sh", "-c", "trap '' TERM; sleep 30 & echo $! > " + pidfile + "; while :; do wait; done"}, {}, o);
+  EXPECT_TRUE(st.timed_out);
+  EXPECT_EQ(st.exit_code, 128 + SIGKILL);
+  EXPECT_LT(seconds_since(t0), 3.0);
+  const pid_t sleeper = read_pid(pidfile);
+  ASSERT_GT(sleeper, 0);
+  EXPECT_TRUE(wait_gone(sleeper, 2)) << "the command's child survived";
+}
+
+TEST(HungCommand, ForkedChildrenAreEndedWithTheGroup) {
+  TempDir dir;
+  const std::string pidfile = dir.file("pid");
+  ChildOptions o;
+  o.timeout_s = 0.3;
+  o.kill_grace_s = 1;
+  const ChildStatus st = run_command({"sh", "-c", "sleep 30 & echo $! > " + pidfile + "; sleep 30 & wait"}, {}, o);
+  EXPECT_TRUE(st.timed_out);
+  const pid_t grandchild = read_pid(pidfile);
+  ASSERT_GT(grandchild, 0);
+  EXPECT_TRUE(wait_gone(grandchild, 2));
+}
+
+TEST(HungCommand, ChildrenLeftBehindByAFinishedCommandAreEnded) {
+  TempDir dir;
+  const std::string pidfile = dir.file("pid");
+  const ChildStatus st = run_command({"sh", "-c", "sleep 30 & echo $! > " + pidfile + "; exit 0"}, {}, {});
+  EXPECT_TRUE(st.ok());
+  const pid_t left = read_pid(pidfile);
+  ASSERT_GT(left, 0);
+  EXPECT_TRUE(wait_gone(left, 2));
+}
+
+TEST(HungCommand, CommandBlockedOnAFullStdoutPipeIsEnded) {
+  // stdout is a pipe nobody reads: `yes` fills it and blocks; the timeout still ends it.
+  const int rc = in_child([] {
+    int fds[2];
+    if (::pipe(fds) != 0) return 2;
+    ::dup2(fds[1], STDOUT_FILENO);
+    ChildOptions o;
+    o.timeout_s = 0.5;
+    o.kill_grace_s = 0.5;
+    const auto t0 = Clock::now();
+    const ChildStatus st = run_command({"yes", "flood"}, {}, o);
+    return st.timed_out && seconds_since(t0) < 3 ? 0 : 3;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(HungCommand, StopRequestEndsTheCommand) {
+  std::atomic<bool> stop{false};
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;
+  });
+  ChildOptions o;
+  o.stop = [&] { return stop.load(); };
+  o.kill_grace_s = 1;
+  const auto t0 = Clock::now();
+  const ChildStatus st = run_command({"sleep", "30"}, {}, o);
+  t.join();
+  EXPECT_TRUE(st.stopped);
+  EXPECT_LT(seconds_since(t0), 2.5);
+}
+
+TEST(HungCommand, WatchdogEndsTheGroupWhenCnnergyIsKilled) {
+  TempDir dir;
+  const std::string pidfile = dir.file("pid");
+  const pid_t parent = ::fork();
+  if (parent == 0) {  // plays cnnergy: starts a command and waits on it forever
+    try {
+      ChildProcess c({"sh", "-c", "sleep 60 & echo $! > " + pidfile + "; wait"}, {});
+      c.wait({});
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  const pid_t grandchild = read_pid(pidfile);
+  ASSERT_GT(grandchild, 0);
+  ::kill(parent, SIGKILL);
+  ::waitpid(parent, nullptr, 0);
+  EXPECT_TRUE(wait_gone(grandchild, 8)) << "the command outlived a SIGKILLed cnnergy";
+}
+
+TEST(HungCommand, MissingCommandIsATypedError) {
+  try {
+    run_command({"/nonexistent/cnnergy-no-such-command"}, {}, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kChildFailed);
+  }
+}
+
+// ---- the results database (findings 1, 3, 6, 7) -----------------------------------------------
+
+tune::SweepDefinition small_definition(const std::string& tag) {
+  using namespace tune;
+  SweepDefinition d;
+  d.workload = "model=lenet5";
+  d.space.set(Knob::kBatch, parse_knob_values(Knob::kBatch, "16,32,64", {}));
+  d.space.set(Knob::kPowerLimit, parse_knob_values(Knob::kPowerLimit, "200,300", {}));
+  d.reference = d.space.default_reference({});
+  d.settings = {{"tag", tag}};
+  return d;
+}
+
+void sleep_until(Clock::time_point t) { std::this_thread::sleep_until(t); }
+
+TEST(ConcurrentDb, TwoWritersCreatingANewDatabaseBothSucceed) {
+  TempDir dir;
+  for (int round = 0; round < 20; ++round) {
+    const std::string path = dir.file("new" + std::to_string(round) + ".db");
+    const auto start = Clock::now() + std::chrono::milliseconds(30);
+    std::vector<pid_t> kids;
+    for (int w = 0; w < 2; ++w) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        int rc = 0;
+        try {
+          sleep_until(start);
+          tune::ResultStore store(path);
+          const auto d = small_definition("w" + std::to_string(w));
+          store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "writer %d: %s\n", w, e.what());
+          rc = 3;
+        }
+        ::_exit(rc);
+      }
+      kids.push_back(pid);
+    }
+    for (pid_t k : kids) {
+      int status = 0;
+      ::waitpid(k, &status, 0);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+    EXPECT_EQ(tune::ResultStore(path, tune::ResultStore::Mode::kReadOnly).sweeps().size(), 2u);
+  }
+}
+
+// Two sweeps (different definitions) writing one database at once, 20 times: every trial of both is
+// stored exactly once.
+TEST(ConcurrentDb, TwoSweepsWritingOneDatabaseLoseNothing) {
+  TempDir dir;
+  for (int round = 0; round < 20; ++round) {
+    const std::string path = dir.file("two" + std::to_string(round) + ".db");
+    const auto start = Clock::now() + std::chrono::milliseconds(30);
+    std::vector<pid_t> kids;
+    for (int w = 0; w < 2; ++w) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        int rc = 0;
+        try {
+          sleep_until(start);
+          tune::ResultStore store(path);
+          const auto d = small_definition("w" + std::to_string(w));
+          const auto id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+          const auto plan = tune::plan_sweep(d.space.trials(d.reference), {}, {});
+          tune::FailurePolicy policy(0);
+          Rng rng(static_cast<std::uint64_t>(round * 2 + w));
+          const auto out = tune::execute_sweep(
+              store, id, plan, [&](const tune::TrialSpec& t) { return tune::testing::random_trial(rng, t, 2, 1).measurement; },
+              policy, {}, {});
+          rc = out.ok == plan.to_run.size() ? 0 : 4;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "sweep %d: %s\n", w, e.what());
+          rc = 3;
+        }
+        ::_exit(rc);
+      }
+      kids.push_back(pid);
+    }
+    for (pid_t k : kids) {
+      int status = 0;
+      ::waitpid(k, &status, 0);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+    tune::ResultStore store(path, tune::ResultStore::Mode::kReadOnly);
+    const auto sweeps = store.sweeps();
+    ASSERT_EQ(sweeps.size(), 2u);
+    for (const auto& s : sweeps) {
+      std::set<std::string> keys;
+      for (const auto& t : store.trials(s.id)) keys.insert(t.summary.key);
+      EXPECT_EQ(store.trials(s.id).size(), 6u);
+      EXPECT_EQ(keys.size(), 6u);
+    }
+  }
+}
+
+// Two processes resuming one sweep: each trial runs once in all (claims), and is stored once.
+TEST(ConcurrentDb, ConcurrentResumeRunsEachTrialOnce) {
+  TempDir dir;
+  const std::string path = dir.file("resume.db");
+  const std::string runs = dir.file("runs.log");
+  const auto d = small_definition("r");
+  std::int64_t id = 0;
+  {
+    tune::ResultStore store(path);
+    id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+  }
+  const auto start = Clock::now() + std::chrono::milliseconds(50);
+  std::vector<pid_t> kids;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        tune::ResultStore store(path);
+        const auto plan = tune::plan_sweep(d.space.trials(d.reference), {}, {});
+        sleep_until(start);
+        tune::FailurePolicy policy(0);
+        Rng rng(static_cast<std::uint64_t>(w));
+        tune::execute_sweep(
+            store, id, plan,
+            [&](const tune::TrialSpec& t) {
+              std::ofstream(runs, std::ios::app) << t.key << "\n";
+              std::this_thread::sleep_for(std::chrono::milliseconds(40));
+              return tune::testing::random_trial(rng, t, 2, 1).measurement;
+            },
+            policy, {}, {});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "resume %d: %s\n", w, e.what());
+        rc = 3;
+      }
+      ::_exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ::waitpid(k, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::ifstream in(runs);
+  std::multiset<std::string> ran;
+  for (std::string line; std::getline(in, line);) ran.insert(line);
+  EXPECT_EQ(ran.size(), 6u) << "a trial ran in both processes";
+  EXPECT_EQ(std::set<std::string>(ran.begin(), ran.end()).size(), 6u);
+  tune::ResultStore store(path, tune::ResultStore::Mode::kReadOnly);
+  EXPECT_EQ(store.trials(id).size(), 6u);
+}
+
+TEST(ConcurrentDb, ClaimOfADeadProcessIsTakenOver) {
+  TempDir dir;
+  const std::string path = dir.file("claims.db");
+  const auto d = small_definition("c");
+  std::int64_t id = 0;
+  {
+    tune::ResultStore store(path);
+    id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+  }
+  // A process claims a trial and dies without releasing it.
+  EXPECT_EQ(in_child([&] { return tune::ResultStore(path).claim_trial(id, "batch=16") ? 0 : 1; }), 0);
+  tune::ResultStore store(path);
+  EXPECT_TRUE(store.claim_trial(id, "batch=16"));
+  EXPECT_TRUE(store.claim_trial(id, "batch=16"));  // ours already
+  EXPECT_EQ(in_child([&] { return tune::ResultStore(path).claim_trial(id, "batch=16") ? 1 : 0; }), 0)
+      << "a live process's claim was taken";
+  store.release_trial(id, "batch=16");
+  EXPECT_EQ(in_child([&] { return tune::ResultStore(path).claim_trial(id, "batch=16") ? 0 : 1; }), 0);
+}
+
+TEST(Db, EmptyPathIsRefused) { EXPECT_THROW(tune::ResultStore(""), InvalidArgument); }
+
+// As an ordinary user (root may write anywhere): a folder or a file the user cannot write is a
+// permission error, not a "damaged database".
+TEST(Db, UnwritableFolderOrFileIsAPermissionError) {
+  TempDir dir;
+  const std::string path = dir.file("ro/results.db");
+  fs::create_directories(dir.path() / "ro");
+  { tune::ResultStore store(path); }
+  ::chmod((dir.path() / "ro").c_str(), 0555);
+  ::chmod(path.c_str(), 0444);
+  ::chmod(dir.path().c_str(), 0755);
+  const int rc = in_child([&] {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 2;
+    try {
+      tune::ResultStore store(path);
+      return 3;
+    } catch (const PermissionDenied& e) {
+      return std::string(e.what()).find("damaged") == std::string::npos ? 0 : 4;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 5;
+    }
+  });
+  ::chmod((dir.path() / "ro").c_str(), 0755);
+  EXPECT_EQ(rc, 0);
+}
+
+// A disk that fills while trials are written (RLIMIT_FSIZE): a clean DataError, and the database still
+// opens with every trial committed before.
+TEST(Db, FullDiskIsACleanErrorAndTheDatabaseStaysIntact) {
+  TempDir dir;
+  const std::string path = dir.file("full.db");
+  const auto d = small_definition("f");
+  const int rc = in_child([&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    tune::ResultStore store(path);
+    const auto id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+    rlimit r{200 * 1024, 200 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &r);
+    Rng rng(1);
+    try {
+      for (int i = 0; i < 100000; ++i) {
+        tune::TrialSpec spec = d.space.trials(d.reference)[0];
+        spec.key = "batch=" + std::to_string(1000 + i);
+        store.write_trial(id, tune::testing::random_trial(rng, spec, 20, 4));
+      }
+    } catch (const DataError& e) {
+      std::fprintf(stderr, "full disk: %s\n", e.what());
+      return 0;
+    }
+    return 6;
+  });
+  ASSERT_EQ(rc, 0);
+  tune::ResultStore store(path, tune::ResultStore::Mode::kReadOnly);
+  ASSERT_EQ(store.sweeps().size(), 1u);
+  const auto trials = store.trials(store.sweeps()[0].id);
+  EXPECT_GT(trials.size(), 0u);
+  for (const auto& t : trials) EXPECT_NO_THROW(store.read_trial(t.id));
+}
+
+// ---- the knob journal (finding 4) --------------------------------------------------------------
+
+TEST(Journal, ReusedPidIsNotTheWriter) {
+  auto d = telemetry::Journal::for_this_process();
+  ASSERT_GT(d.pid_start_ticks, 0u);
+  EXPECT_TRUE(telemetry::Journal::writer_alive(d));
+  d.pid_start_ticks += 12345;  // same PID, another process
+  EXPECT_FALSE(telemetry::Journal::writer_alive(d));
+  d.pid = 1L << 40;
+  EXPECT_FALSE(telemetry::Journal::writer_alive(d));
+}
+
+TEST(Journal, StartTimeRoundTripsAndNumbersAreRangeChecked) {
+  TempDir dir;
+  const telemetry::Journal j(dir.file("j.json"));
+  const auto d = telemetry::Journal::for_this_process();
+  j.write(d);
+  EXPECT_EQ(j.read().pid_start_ticks, d.pid_start_ticks);
+  for (const char* bad : {R"("pid":1e20)", R"("pid":-5)", R"("pid":1.5)", R"("created_unix_s":1e300)",
+                          R"("pid_start_ticks":-1)"}) {
+    std::string text = R"({"version":1,"tool":"cnnergy","pid":1,"host":"h","created_unix_s":0,"entries":[]})";
+    const std::string b(bad);
+    const std::string field = b.substr(0, b.find(':') + 1);
+    const auto at = text.find(field);
+    if (at != std::string::npos) text.replace(at, text.find_first_of(",}", at) - at, b);
+    else text.insert(1, b + ",");
+    std::ofstream(j.path()) << text;
+    EXPECT_THROW(j.read(), DataError) << text;
+  }
+}
+
+// ---- IDX and shapes (findings 5, 8) -------------------------------------------------------------
+
+TEST(Idx, GzipBombStopsAtTheHeadersSize) {
+  data::testing::TempDir dir;
+  std::vector<std::uint8_t> images = data::testing::idx_images(1, 2, 2, {1, 2, 3, 4});
+  images.resize(images.size() + (256u << 20), 0);  // 256 MiB of zeros after 4 pixels: a ~250 KB .gz
+  const auto gz = data::testing::gzip_bytes(images);
+  images.clear();
+  images.shrink_to_fit();
+  ASSERT_LT(gz.size(), 2u << 20);
+  data::testing::write_bytes(dir / "img.gz", gz);
+  data::testing::write_bytes(dir / "lbl", data::testing::idx_labels({0}));
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  const auto t0 = Clock::now();
+  try {
+    data::open_idx(dir / "img.gz", dir / "lbl", "bomb", 10, data::mnist_normalisation());
+    FAIL() << "accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("img.gz"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(t0), 2.0);
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB of peak RSS added";
+}
+
+TEST(Idx, HeaderSizeOverflowIsRefused) {
+  data::testing::TempDir dir;
+  std::vector<std::uint8_t> img = {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0x10};
+  data::testing::write_bytes(dir / "img", img);
+  data::testing::write_bytes(dir / "lbl", data::testing::idx_labels({0}));
+  EXPECT_THROW(data::open_idx(dir / "img", dir / "lbl", "x", 10, data::mnist_normalisation()), DataError);
+}
+
+TEST(ShapeArithmetic, NumelOverflowIsAShapeError) {
+  EXPECT_THROW(Shape({1LL << 40, 1LL << 40}).numel(), ShapeError);
+  EXPECT_THROW(Shape({-3, 4}).numel(), ShapeError);
+  EXPECT_EQ(Shape({1LL << 31, 1LL << 31}).numel(), 1LL << 62);
+}
+
+}  // namespace
+}  // namespace cnnergy
