@@ -204,7 +204,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
   };
   if (count(sql::kHasTables) == 0) {
     if (read_only) throw DataError(path + " is an empty SQLite file, not a cnnergy results database");
-    db_->exec(sql::kPragmas);
+    db_->exec_waiting(sql::kPragmas);
     // Two sweeps creating one new database at once: the check is repeated inside the write
     // transaction, so the second writer finds the first one's schema instead of creating it again.
     SqliteTransaction tx(*db_);
@@ -242,7 +242,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
     throw DataError("results database " + path + " has schema version " + info["schema_version"] + "; this cnnergy (" +
                     build::kVersion + ") reads schema versions 1 to " + std::to_string(sql::kSchemaVersion) +
                     ": open it with the cnnergy that wrote it (export --json keeps everything), or use a new database file");
-  if (!read_only) db_->exec(sql::kPragmas);
+  if (!read_only) db_->exec_waiting(sql::kPragmas);
 }
 
 ResultStore::~ResultStore() = default;

@@ -12,6 +12,7 @@
 #include "core/algo_cache.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "core/log.hpp"
 #include "core/rng.hpp"
 #include "core/shape.hpp"
 #include "data/cifar.hpp"
@@ -94,9 +95,7 @@ TEST(Fuzz, IdxRawAndGzip) {
     else open(in, labels);
   });
   const Bytes gz_images = data::testing::gzip_bytes(images), gz_labels = data::testing::gzip_bytes(labels);
-  fuzz("idx-gz", {gz_images, gz_labels}, [&](const Bytes& in) {
-    open(in, gz_labels);
-  });
+  fuzz("idx-gz", {gz_images}, [&](const Bytes& in) { open(in, gz_labels); });
 }
 
 TEST(Fuzz, Cifar10Binaries) {
@@ -167,6 +166,7 @@ TEST(Fuzz, AlgorithmCacheFile) {
   fs::create_directories(target);
   const std::string target_file = (target / fs::path(path).filename()).string();
   fuzz("algo-cache", {seed}, [&](const Bytes& in) {
+    set_log_level(LogLevel::kError);  // a damaged cache is a warning by design: one per input would flood the log
     write_all(target_file, in);
     AlgoCache cache(target.string(), ctx);
     (void)cache.lookup(key);

@@ -365,6 +365,78 @@ TEST(ConcurrentDb, ClaimOfADeadProcessIsTakenOver) {
   EXPECT_EQ(in_child([&] { return tune::ResultStore(path).claim_trial(id, "batch=16") ? 0 : 1; }), 0);
 }
 
+// Two shards of one sweep that overlap (both ran two of the trials): the merge holds each trial once,
+// the better result of a duplicate, and reports the duplicates.
+TEST(ConcurrentDb, MergeOfOverlappingShardsKeepsEachTrialOnce) {
+  TempDir dir;
+  const auto d = small_definition("m");
+  const auto trials = d.space.trials(d.reference);
+  Rng rng(3);
+  for (int shard = 0; shard < 2; ++shard) {
+    tune::ResultStore store(dir.file("shard" + std::to_string(shard) + ".db"));
+    const auto id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+    for (std::size_t i = 0; i < trials.size(); ++i) {
+      if (shard == 0 ? i >= 4 : i < 2) continue;  // shard 0: trials 0-3, shard 1: trials 2-5
+      auto rec = tune::testing::random_trial(rng, trials[i], 2, 1);
+      if (shard == 1 && i == 2) {  // a failure in one shard, a result in the other: the result wins
+        rec.status = tune::TrialStatus::kFailed;
+        rec.measurement = {};
+        rec.error_message = "boom";
+      }
+      store.write_trial(id, rec);
+    }
+  }
+  const auto report = tune::merge_stores(dir.file("all.db"), {dir.file("shard0.db"), dir.file("shard1.db")});
+  EXPECT_EQ(report.duplicates_kept + report.duplicates_replaced, 2u);
+  tune::ResultStore all(dir.file("all.db"), tune::ResultStore::Mode::kReadOnly);
+  ASSERT_EQ(all.sweeps().size(), 1u);
+  const auto stored = all.trials(all.sweeps()[0].id);
+  EXPECT_EQ(stored.size(), 6u);
+  for (const auto& t : stored) EXPECT_EQ(t.summary.status, tune::TrialStatus::kOk) << t.summary.key;
+}
+
+// A reader (what `report` and `export` do) opening and reading the database while a sweep writes it.
+TEST(ConcurrentDb, ReaderDuringAWriteSeesConsistentTrials) {
+  TempDir dir;
+  const std::string path = dir.file("rw.db");
+  const auto d = small_definition("rw");
+  std::int64_t id = 0;
+  {
+    tune::ResultStore store(path);
+    id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+  }
+  const pid_t writer = ::fork();
+  if (writer == 0) {
+    int rc = 0;
+    try {
+      tune::ResultStore store(path);
+      Rng rng(5);
+      auto spec = d.space.trials(d.reference)[0];
+      for (int i = 0; i < 150; ++i) {
+        spec.key = "batch=" + std::to_string(100 + i);
+        store.write_trial(id, tune::testing::random_trial(rng, spec, 3, 2));
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "writer: %s\n", e.what());
+      rc = 3;
+    }
+    ::_exit(rc);
+  }
+  std::size_t reads = 0, last = 0;
+  int status = 0;
+  while (::waitpid(writer, &status, WNOHANG) == 0) {
+    tune::ResultStore store(path, tune::ResultStore::Mode::kReadOnly);
+    const auto trials = store.trials(id);
+    EXPECT_GE(trials.size(), last);  // committed trials never disappear
+    last = trials.size();
+    for (const auto& t : trials) ASSERT_NO_THROW(store.read_trial(t.id));
+    ++reads;
+  }
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_GT(reads, 0u);
+  EXPECT_EQ(tune::ResultStore(path, tune::ResultStore::Mode::kReadOnly).trials(id).size(), 150u);
+}
+
 TEST(Db, EmptyPathIsRefused) { EXPECT_THROW(tune::ResultStore(""), InvalidArgument); }
 
 // As an ordinary user (root may write anywhere): a folder or a file the user cannot write is a
