@@ -83,7 +83,7 @@ TEST_F(HardeningCli, SweepTimeoutEndsHangingTrialsRestoresKnobsAndFails) {
   EXPECT_NE(r.output.find("every trial"), std::string::npos) << r.output;
   cnnergy::tune::ResultStore store(db, cnnergy::tune::ResultStore::Mode::kReadOnly);
   const auto trials = store.trials(store.sweeps().at(0).id);
-  ASSERT_EQ(trials.size(), 2u);
+  ASSERT_EQ(trials.size(), 3u);  // 250 W, 300 W and the 700 W reference
   for (const auto& t : trials) {
     EXPECT_EQ(t.summary.status, cnnergy::tune::TrialStatus::kFailed);
     EXPECT_NE(t.error_message.find("timed out"), std::string::npos) << t.error_message;
@@ -93,7 +93,8 @@ TEST_F(HardeningCli, SweepTimeoutEndsHangingTrialsRestoresKnobsAndFails) {
 }
 
 TEST_F(HardeningCli, SigintOfASweepWithAHangingCommandPrintsThePartialTable) {
-  const auto db = (dir_ / "i.db").string(), log = (dir_ / "log").string(), marker = (dir_ / "second");
+  const auto db = (dir_ / "i.db").string(), log = (dir_ / "log").string();
+  const fs::path marker = dir_ / "second";
   // The first trial finishes; the second one hangs until the sweep is interrupted.
   const std::string job = "sh -c 'if [ \"$CNNERGY_POWER_LIMIT_W\" = 300 ]; then echo $$ > " + marker.string() +
                           "; sleep 60; fi'";
