@@ -4,6 +4,7 @@
 // journal; gzip IDX inflation bounded by the header; overflow-checked shapes and IDX sizes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -435,6 +436,37 @@ TEST(ConcurrentDb, ReaderDuringAWriteSeesConsistentTrials) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_GT(reads, 0u);
   EXPECT_EQ(tune::ResultStore(path, tune::ResultStore::Mode::kReadOnly).trials(id).size(), 150u);
+}
+
+// A damaged JSON column: the error names the database, the row and the column (finding 11).
+TEST(Db, JsonColumnErrorsNameFileRowAndColumn) {
+  TempDir dir;
+  const std::string path = dir.file("json.db");
+  const auto d = small_definition("j");
+  std::int64_t id = 0;
+  {
+    tune::ResultStore store(path);
+    id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+    Rng rng(2);
+    store.write_trial(id, tune::testing::random_trial(rng, d.space.trials(d.reference)[0], 2, 1));
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "UPDATE trials SET metrics_json = '{\"time_ms\": [1, 2'", nullptr, nullptr, nullptr);
+  sqlite3_exec(db, "UPDATE sweeps SET environment_json = '{\"host\": 3'", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  tune::ResultStore store(path, tune::ResultStore::Mode::kReadOnly);
+  for (int which = 0; which < 2; ++which) {
+    try {
+      if (which == 0) store.trials(id);
+      else store.sweeps();
+      ADD_FAILURE() << "no error";
+    } catch (const DataError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(path), std::string::npos) << m;
+      EXPECT_NE(m.find(which == 0 ? "column metrics_json" : "column environment_json"), std::string::npos) << m;
+    }
+  }
 }
 
 TEST(Db, EmptyPathIsRefused) { EXPECT_THROW(tune::ResultStore(""), InvalidArgument); }

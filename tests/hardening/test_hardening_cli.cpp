@@ -192,6 +192,15 @@ TEST_F(HardeningCli, CheckpointWithNanWeightsOrAnAbsurdIterationIsRefused) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("non-finite"), std::string::npos) << r.output;
 
+  std::vector<char> name = good;  // a model name of control bytes: printed escaped, not raw
+  for (std::size_t i = 0; i < 3; ++i) name[16 + i] = static_cast<char>(0x01 + i);
+  reseal(name);
+  write(name);
+  r = cnnergy::testing::run_cli(resume);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("\\x01\\x02\\x03"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\x01'), std::string::npos) << "a raw control byte was printed";
+
   std::vector<char> iter = good;  // magic (8), version (4), model name (4 + n), then the iteration
   std::uint32_t name_len = 0;
   std::memcpy(&name_len, iter.data() + 12, 4);
