@@ -21,6 +21,7 @@
 #include "core/subprocess.hpp"
 #include "data/data_test_util.hpp"
 #include "data/idx.hpp"
+#include "report/html_report.hpp"
 #include "telemetry/journal.hpp"
 #include "tune/plan.hpp"
 #include "tune/store.hpp"
@@ -528,6 +529,36 @@ TEST(Db, FullDiskIsACleanErrorAndTheDatabaseStaysIntact) {
   const auto trials = store.trials(store.sweeps()[0].id);
   EXPECT_GT(trials.size(), 0u);
   for (const auto& t : trials) EXPECT_NO_THROW(store.read_trial(t.id));
+}
+
+// The HTML report on a full disk: a clean DataError, no half-written report left under its name.
+TEST(Db, FullDiskWhileWritingTheReportIsACleanError) {
+  TempDir dir;
+  const std::string path = dir.file("r.db"), html = dir.file("report.html");
+  const auto d = small_definition("h");
+  {
+    tune::ResultStore store(path);
+    const auto id = store.add_sweep(tune::SweepRecord{0, d.key(), "", "x", d.canonical(), {}, ""});
+    Rng rng(4);
+    for (const auto& t : d.space.trials(d.reference)) store.write_trial(id, tune::testing::random_trial(rng, t, 3, 1));
+  }
+  const int rc = in_child([&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    tune::ResultStore store(path, tune::ResultStore::Mode::kReadOnly);
+    rlimit r{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &r);
+    try {
+      report::write_html_report(store, html, {});
+    } catch (const DataError& e) {
+      std::fprintf(stderr, "full disk: %s\n", e.what());
+      return 0;
+    }
+    return 7;
+  });
+  EXPECT_EQ(rc, 0);
+  EXPECT_FALSE(fs::exists(html));
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find("report.html.tmp"), std::string::npos) << e.path();
 }
 
 // ---- the knob journal (finding 4) --------------------------------------------------------------
