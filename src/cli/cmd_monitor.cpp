@@ -16,6 +16,7 @@
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "core/subprocess.hpp"
 #include "exporter/monitor_exporter.hpp"
 #include "telemetry/energy_meter.hpp"
 #include "core/json.hpp"
@@ -80,6 +81,9 @@ int run_monitor(const std::vector<std::string>& args) {
   p.option("interval-ms", "sampling interval, in ms (default: the sensor's own update period, detected at start); "
                           "without a command also the period of the printed lines [default there: 1000]");
   p.deprecated_alias("interval", "interval-ms");
+  p.option("timeout-s", "end a run that takes longer than this, in s (its whole process group: SIGTERM, then "
+                        "SIGKILL after --kill-grace-s); the run reports exit status 124 [default: no limit]");
+  p.option("kill-grace-s", "seconds between SIGTERM and SIGKILL when a run is ended", "10");
   p.group("Knobs (restored afterwards)");
   p.option("power-limit", "run the command with this power limit, in W");
   p.option("sm-clock", "run the command with the SM clock locked: MHz or MIN-MAX in MHz");
@@ -107,12 +111,17 @@ int run_monitor(const std::vector<std::string>& args) {
       "Exit status: the command's own (of the first failing run with -r); 128+N if a signal N killed it; 8 if\n"
       "it could not be started (not found, not executable); the tool's own errors use the codes in\n"
       "`cnnergy --help`. Without a command: 0 when stopped by SIGINT/SIGTERM.\n"
-      "SIGINT/SIGTERM/SIGHUP sent to cnnergy are forwarded to the command. Changed GPU settings are\n"
+      "The command runs in a process group of its own (so it and its children can be ended together; it\n"
+      "cannot read a terminal). SIGINT/SIGTERM/SIGHUP sent to cnnergy are forwarded to that group; if cnnergy\n"
+      "itself is killed (even with SIGKILL) a watchdog ends the group. Changed GPU settings are\n"
       "restored when the runs end; after a crash or kill -9 run `cnnergy restore`.");
   if (!p.parse(args)) return 0;
   const std::vector<std::string>& cmd = p.passthrough();
   const std::int64_t repeats = p.get_int("windows", 1, 1000000);
   if (cmd.empty() && p.given("windows")) throw InvalidArgument("-r/--windows repeats a command: give -- CMD ARGS");
+  ChildOptions child_options;
+  if (p.has("timeout-s")) child_options.timeout_s = p.get_double("timeout-s", 0.001, 1e9);
+  child_options.kill_grace_s = p.get_double("kill-grace-s", 0, 3600);
   std::string format = p.get("format");
   std::optional<std::string> json_path = p.get_optional("json");
   if (json_path && json_path->empty()) {  // the old bare --json: the report itself as JSON
@@ -146,10 +155,10 @@ int run_monitor(const std::vector<std::string>& args) {
   // stops us before it (restoring on the way out), and it ends the command-less sampling.
   std::atomic<pid_t> child{0};
   std::atomic<int> early_signal{0};
-  telemetry::SignalWatcher watcher([&](int signo, bool user_sent) {
+  telemetry::SignalWatcher watcher([&](int signo, bool) {
     const pid_t pid = child.load();
     if (pid > 0) {
-      if (user_sent) ::kill(pid, signo);  // a terminal's Ctrl-C already reached the child's group
+      ::kill(-pid, signo);  // the command has a process group of its own: a terminal's Ctrl-C reaches only us
     } else {
       early_signal = signo;
     }
@@ -194,7 +203,7 @@ int run_monitor(const std::vector<std::string>& args) {
     if (exporter) exporter->on_window(runs.back().m);
   } else {
     for (std::int64_t i = 0; i < repeats; ++i) {
-      runs.push_back(run_command_measured(cmd, meter, child, early_signal));
+      runs.push_back(run_command_measured(cmd, meter, child, early_signal, child_options));
       if (exporter) exporter->on_window(runs.back().m);  // each run's window, as it completes
       if (runs.back().exit_code != 0 || early_signal.load() != 0) break;
     }

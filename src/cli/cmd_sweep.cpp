@@ -4,6 +4,9 @@
 #include "cli/cmd_sweep.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -118,6 +121,10 @@ void declare_flags(ArgParser& p) {
   p.flag("skip-invalid", "drop the trials the device cannot run (listed with the reason) instead of refusing the plan");
   add_knobs_option(p);
   p.option("max-failures", "stop after this many failed trials in a row (0 = never)", "5");
+  p.option("timeout-s", "-- CMD only: end a trial whose command runs (warm-up and windows together) take longer "
+                        "than this, in s; its process group gets SIGTERM, then SIGKILL after --kill-grace-s, and "
+                        "the trial is stored as failed (timed out) [default: no limit]");
+  p.option("kill-grace-s", "seconds between SIGTERM and SIGKILL when a command is ended", "10");
   p.option("report", "write an HTML report to FILE when the sweep ends (also when it is interrupted)");
   p.option("accuracy-data", "also train each trial on this data set and store top-1 accuracy");
   p.option("accuracy-epochs", "epochs of that training", "1");
@@ -277,7 +284,8 @@ std::string trial_outcome(const tune::TrialRecord& r) {
 }
 
 // Runs the plan (grid or adaptive) with the progress bar; the hardware knobs are restored on return.
-void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tune::ResultStore& store,
+// Returns the number of trials this run finished with a result (ok or does-not-fit).
+std::size_t run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tune::ResultStore& store,
                 std::int64_t sweep_id, const tune::SweepDefinition& def, const tune::SweepPlan& plan,
                 const SweepInterrupt& interrupt) {
   // Energy: one sampler for the whole sweep, over the GPU whose knobs we turn (all GPUs for commands).
@@ -297,7 +305,11 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
   const bool infer = !is_command && p.get("mode") == "infer";
   tune::InferSettings is;
   is.requests = p.get_int("requests", 1, 10000000);
-  const tune::TrialRunner runner = is_command ? tune::make_command_runner(p.passthrough(), ms, hw.get(), sampler)
+  tune::CommandLimits limits;
+  if (p.has("timeout-s")) limits.timeout_s = p.get_double("timeout-s", 0.001, 1e9);
+  limits.kill_grace_s = p.get_double("kill-grace-s", 0, 3600);
+  limits.stop = [&interrupt] { return interrupt.requested(); };
+  const tune::TrialRunner runner = is_command ? tune::make_command_runner(p.passthrough(), ms, hw.get(), sampler, limits)
                                    : infer    ? tune::make_infer_runner(model_workload(p, dev), ms, is, hw.get(), sampler)
                                               : tune::make_model_runner(model_workload(p, dev), ms, hw.get(), sampler);
   // --max-p99-ms in the adaptive search: a setting above the bound counts as worse than every one within.
@@ -339,9 +351,11 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
       bar.finish();
       std::cout << "adaptive search: " << r.trials_run << " trials of " << plan.to_run.size() << ", best "
                 << r.best_key << "\n";
+      return r.best_key.empty() ? 0 : r.trials_run;
     } catch (const NotSupported&) {
       if (!interrupt.requested()) throw;
       bar.finish();
+      return 1;  // interrupted: the exit code says so
     }
   } else {
     tune::FailurePolicy policy(static_cast<std::size_t>(p.get_int("max-failures", 0, 1 << 20)));
@@ -349,8 +363,26 @@ void run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_command, tun
         tune::execute_sweep(store, sweep_id, plan, runner, policy, [&] { return interrupt.requested(); }, progress);
     bar.finish();
     std::cout << "trials: " << out.ok << " ok, " << out.failed << " failed, " << out.does_not_fit << " did not fit, "
-              << out.skipped << " skipped" << (out.stopped_early ? " (stopped: " + out.stop_reason + ")" : "") << "\n";
+              << out.skipped << " skipped"
+              << (out.run_elsewhere ? ", " + std::to_string(out.run_elsewhere) + " run by another process" : "")
+              << (out.stopped_early ? " (stopped: " + out.stop_reason + ")" : "") << "\n";
+    return out.ok + out.does_not_fit + out.run_elsewhere + (plan.to_run.empty() || interrupt.requested() ? 1 : 0);
   }
+}
+
+// `--report FILE`: a folder or an unwritable place is refused before any trial runs.
+void check_report_path(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) throw InvalidArgument("--report is empty: give the HTML file to write");
+  if (std::filesystem::is_directory(path, ec))
+    throw InvalidArgument("--report " + path + " is a directory: give the HTML file to write, e.g. " +
+                          (std::filesystem::path(path) / "report.html").string());
+  const bool existed = std::filesystem::exists(path, ec);
+  {
+    std::ofstream probe(path, std::ios::app);
+    if (!probe) throw DataError("cannot write --report file " + path + ": " + std::strerror(errno));
+  }
+  if (!existed) std::filesystem::remove(path, ec);  // no empty file left if the sweep fails
 }
 
 // Returns the message of a latency bound no setting met (--mode infer --max-p99-ms), empty otherwise.
@@ -405,6 +437,8 @@ int run_sweep(const std::vector<std::string>& args) {
   const tune::SweepDefinition def = sweep_definition(p, dev, is_command);
   auto trials = def.space.trials(def.reference);
   const auto dropped = check_trials(p, dev, is_command, trials);
+  if (p.get("db").empty()) throw InvalidArgument("--db is empty: give the results database's file name");
+  if (auto r = p.get_optional("report")) check_report_path(*r);  // before the sweep, not after it
   tune::ResultStore store(p.get("db"));
   tune::PlanOptions po;
   po.resume = p.get_flag("resume");
@@ -435,7 +469,7 @@ int run_sweep(const std::vector<std::string>& args) {
   {
     // Signals are ours from here: Ctrl-C stops after the trial in progress and the report is still written.
     SweepInterrupt interrupt;
-    run_trials(p, dev, is_command, store, sweep_id, def, plan, interrupt);  // knobs restored on return
+    const std::size_t finished = run_trials(p, dev, is_command, store, sweep_id, def, plan, interrupt);  // knobs restored
     const std::string unmet = report_results(p, store, sweep_id, dev.simulated);
     sink.finish_with([&](const std::string& path) { report::export_json(store, path); },
                      [&](const std::string& path) { report::export_csv(store, path); });
@@ -446,6 +480,11 @@ int run_sweep(const std::vector<std::string>& args) {
                    "Continue it with:\n  %s\n",
                    interrupt.signal(), p.get("db").c_str(), resume_command(args).c_str());
       return interrupt.exit_code();
+    }
+    if (finished == 0) {
+      std::fprintf(stderr, "cnnergy: every trial of this sweep failed (see the table above and the database %s)\n",
+                   p.get("db").c_str());
+      return static_cast<int>(ExitCode::kData);
     }
     if (!unmet.empty())  // every measured trial is stored (and reported) above
       throw InvalidArgument(unmet + "; all measured trials are kept in " + p.get("db"));

@@ -2,7 +2,6 @@
 #include "cli/monitor_session.hpp"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,8 +16,7 @@
 #include <thread>
 
 #include "core/errors.hpp"
-
-extern char** environ;
+#include "core/subprocess.hpp"
 
 namespace cnnergy::cli {
 
@@ -36,7 +34,6 @@ std::string joined_command(const std::vector<std::string>& cmd) {
   return out;
 }
 
-double seconds_of(const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; }
 
 // mean, sample standard deviation, min, max of the runs' values; empty when any run lacks the value.
 struct Stat {
@@ -146,51 +143,28 @@ std::string iso_utc_from_steady(std::int64_t steady_ns) {
 }
 
 MonitorRun run_command_measured(const std::vector<std::string>& cmd, telemetry::EnergyMeter& meter,
-                                std::atomic<pid_t>& child, const std::atomic<int>& early_signal) {
-  std::vector<char*> argv;
-  for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults, empty;
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&defaults, s);
-  sigemptyset(&empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
+                                std::atomic<pid_t>& child, const std::atomic<int>& early_signal,
+                                const ChildOptions& options) {
   const auto window = meter.begin(joined_command(cmd));
-  pid_t pid = 0;
-  const int spawn_rc = ::posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
-  if (spawn_rc != 0) {
+  std::optional<ChildProcess> proc;
+  try {
+    proc.emplace(cmd, std::vector<std::pair<std::string, std::string>>{});
+  } catch (const Error&) {
     meter.close(window);
-    throw Error(ExitCode::kChildFailed, "cannot run '" + cmd[0] + "': " + std::strerror(spawn_rc) +
-                                            (spawn_rc == ENOENT ? " (command not found)" : ""));
+    throw;
   }
-  child = pid;
-  if (int s = early_signal.load()) ::kill(pid, s);
-  int status = 0;
-  rusage usage{};
-  while (::wait4(pid, &status, 0, &usage) < 0) {
-    if (errno != EINTR) throw InternalError(std::string("wait4 failed: ") + std::strerror(errno));
-  }
+  child = proc->pid();
+  if (int s = early_signal.load()) proc->signal_group(s);
+  const ChildStatus st = proc->wait(options);
   child = -1;
   meter.close(window);
   MonitorRun r;
   r.m = meter.result(window);
-  r.user_cpu_s = seconds_of(usage.ru_utime);
-  r.system_cpu_s = seconds_of(usage.ru_stime);
+  r.user_cpu_s = st.user_cpu_s;
+  r.system_cpu_s = st.system_cpu_s;
   r.has_cpu_time = true;
-  if (WIFEXITED(status)) {
-    r.exit_code = WEXITSTATUS(status);
-    r.status_text = "exited with status " + std::to_string(r.exit_code);
-  } else if (WIFSIGNALED(status)) {
-    r.exit_code = 128 + WTERMSIG(status);
-    r.status_text = std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-                    strsignal(WTERMSIG(status)) + ")";
-  }
+  r.exit_code = st.timed_out ? 124 : st.exit_code;  // 124: timed out, as timeout(1) reports it
+  r.status_text = st.describe();
   return r;
 }
 

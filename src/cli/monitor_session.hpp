@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/json.hpp"
+#include "core/subprocess.hpp"
 #include "telemetry/energy_meter.hpp"
 #include "telemetry/sampler.hpp"
 
@@ -30,11 +31,13 @@ struct MonitorRun {
   bool has_cpu_time = false;                // false without a command
 };
 
-// Spawns `cmd` (signals at their defaults in the child), measures it in one window of `meter`, and
-// waits for it. `child` holds its pid while it runs (for signal forwarding); `early_signal` != 0 is sent
-// to it at once (a signal that arrived before the start). Error(kChildFailed) when it cannot be started.
+// Spawns `cmd` in a process group of its own (signals at their defaults in the child), measures it in one
+// window of `meter`, and waits for it (options: --timeout-s, the SIGTERM-to-SIGKILL grace). `child` holds
+// its pid (= its group) while it runs, for signal forwarding; `early_signal` != 0 is sent to the group at
+// once (a signal that arrived before the start). Error(kChildFailed) when it cannot be started.
 MonitorRun run_command_measured(const std::vector<std::string>& cmd, telemetry::EnergyMeter& meter,
-                                std::atomic<pid_t>& child, const std::atomic<int>& early_signal);
+                                std::atomic<pid_t>& child, const std::atomic<int>& early_signal,
+                                const ChildOptions& options = {});
 
 // No command: one window from now until `stop` becomes non-zero (the SIGINT/SIGTERM handler sets it).
 // Every `print_every_ms` one line (wall time, power and energy so far per GPU) goes to `live` (may be null).

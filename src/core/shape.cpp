@@ -9,7 +9,9 @@ namespace cnnergy {
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (auto d : dims_) n *= d;
+  for (auto d : dims_)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))  // dimensions read from files are checked here too
+      throw ShapeError("shape " + str() + " has " + (d < 0 ? "a negative dimension" : "more than 2^63 elements"));
   return n;
 }
 

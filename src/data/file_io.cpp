@@ -24,10 +24,12 @@ bool is_gzip(std::span<const std::uint8_t> bytes) {
 
 // Inflates a whole gzip file held in memory (several concatenated members are allowed, as gzip -d
 // does). A stream that ends early or fails its CRC is a DataError.
-std::vector<std::uint8_t> inflate_gzip(std::span<const std::uint8_t> in,
-                                       const std::filesystem::path& path) {
+// `limit`: at most this many bytes come out; past it, `prefix_only` returns the first `limit` bytes and
+// otherwise a DataError says the file holds more than expected (no gigabytes inflated for nothing).
+std::vector<std::uint8_t> inflate_gzip(std::span<const std::uint8_t> in, const std::filesystem::path& path,
+                                       std::uint64_t limit, bool prefix_only) {
   std::vector<std::uint8_t> out;
-  out.reserve(in.size() * 3);
+  out.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(limit, std::uint64_t{in.size()} * 3)));
   std::size_t consumed = 0;
   while (consumed < in.size()) {
     z_stream zs{};
@@ -46,6 +48,15 @@ std::vector<std::uint8_t> inflate_gzip(std::span<const std::uint8_t> in,
       zs.avail_out = sizeof(chunk);
       const int rc = inflate(&zs, Z_NO_FLUSH);
       out.insert(out.end(), chunk, chunk + (sizeof(chunk) - zs.avail_out));
+      if (out.size() > limit) {
+        inflateEnd(&zs);
+        if (prefix_only) {
+          out.resize(static_cast<std::size_t>(limit));
+          return out;
+        }
+        throw DataError(path.string() + ": inflates to more than " + std::to_string(limit) +
+                        " bytes, more than its header describes (corrupt or not this kind of file)");
+      }
       if (rc == Z_STREAM_END) break;
       if (rc == Z_OK) continue;
       if (rc == Z_BUF_ERROR && zs.avail_in == 0 && left > 0) continue;
@@ -79,10 +90,21 @@ std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
   return bytes;
 }
 
-std::vector<std::uint8_t> read_file_maybe_gz(const std::filesystem::path& path) {
+std::vector<std::uint8_t> read_file_maybe_gz(const std::filesystem::path& path, std::uint64_t max_bytes) {
   std::vector<std::uint8_t> bytes = read_file_bytes(path);
   if (!is_gzip(bytes)) return bytes;
-  return inflate_gzip(bytes, path);
+  return inflate_gzip(bytes, path, max_bytes, false);
+}
+
+std::vector<std::uint8_t> read_prefix_maybe_gz(const std::filesystem::path& path, std::size_t n) {
+  ReadOnlyFile file(path);
+  std::vector<std::uint8_t> head(static_cast<std::size_t>(std::min<std::uint64_t>(file.size_bytes(), std::max<std::size_t>(n, 2))));
+  file.read_at(0, head);
+  if (!is_gzip(head)) {
+    if (head.size() > n) head.resize(n);
+    return head;
+  }
+  return inflate_gzip(read_file_bytes(path), path, n, true);
 }
 
 ReadOnlyFile::ReadOnlyFile(const std::filesystem::path& path) : path_(path) {

@@ -14,7 +14,11 @@ namespace cnnergy::data {
 
 // The whole content of `path`; a gzip file (by its magic bytes, whatever its name) is inflated.
 // Throws DataError for a missing/unreadable file or a corrupt or truncated gzip stream.
-std::vector<std::uint8_t> read_file_maybe_gz(const std::filesystem::path& path);
+// `max_bytes`: a gzip file that inflates to more is refused (DataError) as soon as it passes that size.
+std::vector<std::uint8_t> read_file_maybe_gz(const std::filesystem::path& path,
+                                             std::uint64_t max_bytes = UINT64_MAX);
+// The first `n` bytes of the (inflated) content, or all of it when shorter: for reading a header first.
+std::vector<std::uint8_t> read_prefix_maybe_gz(const std::filesystem::path& path, std::size_t n);
 
 // The raw bytes of `path` (no inflation). Throws DataError naming the file.
 std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);

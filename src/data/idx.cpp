@@ -20,6 +20,8 @@ std::string hex32(std::uint32_t v) {
   return text;
 }
 
+constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{1} << 40;  // 1 TiB: any larger header is corrupt
+
 std::uint32_t read_be32(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
          std::uint32_t{p[3]};
@@ -54,7 +56,10 @@ std::vector<std::int64_t> parse_idx_header(const std::vector<std::uint8_t>& byte
     dims[d] = read_be32(bytes.data() + 4 + 4 * d);
     if (dims[d] == 0)
       throw DataError(file + ": dimension " + std::to_string(d) + " in the header is 0");
-    expected_bytes *= static_cast<std::uint64_t>(dims[d]);
+    if (__builtin_mul_overflow(expected_bytes, static_cast<std::uint64_t>(dims[d]), &expected_bytes) ||
+        expected_bytes > kMaxIdxBytes)
+      throw DataError(file + ": the header's dimensions describe more than " + std::to_string(kMaxIdxBytes >> 30) +
+                      " GiB of data (corrupt header)");
   }
   const std::uint64_t have = bytes.size() - header;
   if (have < expected_bytes)
@@ -65,6 +70,21 @@ std::vector<std::int64_t> parse_idx_header(const std::vector<std::uint8_t>& byte
                     " bytes after the data the header describes (corrupt or not an IDX file)");
   *data_offset = header;
   return dims;
+}
+
+// The file's bytes, a gzip file inflated only as far as its header says (plus one byte to notice data
+// after it): a small .gz that would inflate to gigabytes is refused without inflating it all.
+std::vector<std::uint8_t> read_idx_bytes(const std::filesystem::path& path, std::uint32_t magic) {
+  const std::size_t ndims = magic & 0xFF;
+  const std::size_t header = 4 + 4 * ndims;
+  std::vector<std::uint8_t> head = read_prefix_maybe_gz(path, header);
+  if (head.size() < header || read_be32(head.data()) != magic) return head;  // the header check says why
+  std::uint64_t expected = 1;
+  for (std::size_t d = 0; d < ndims; ++d)
+    if (__builtin_mul_overflow(expected, std::uint64_t{read_be32(head.data() + 4 + 4 * d)}, &expected) ||
+        expected > kMaxIdxBytes)
+      return head;  // so is a header describing an impossible size
+  return read_file_maybe_gz(path, header + expected + 1);
 }
 
 class IdxDataset final : public Dataset {
@@ -135,11 +155,11 @@ std::shared_ptr<const Dataset> open_idx(const std::filesystem::path& images_file
   if (num_classes < 1 || num_classes > 256)
     throw InvalidArgument(name + ": IDX labels are bytes; num_classes must lie in [1, 256], got " +
                           std::to_string(num_classes));
-  std::vector<std::uint8_t> pixels = read_file_maybe_gz(images_file);
+  std::vector<std::uint8_t> pixels = read_idx_bytes(images_file, kImagesMagic);
   std::size_t pixel_offset = 0;
   const std::vector<std::int64_t> image_dims =
       parse_idx_header(pixels, kImagesMagic, images_file, &pixel_offset);
-  std::vector<std::uint8_t> labels = read_file_maybe_gz(labels_file);
+  std::vector<std::uint8_t> labels = read_idx_bytes(labels_file, kLabelsMagic);
   std::size_t label_offset = 0;
   const std::vector<std::int64_t> label_dims =
       parse_idx_header(labels, kLabelsMagic, labels_file, &label_offset);

@@ -5,6 +5,7 @@
 #include "net/checkpoint.hpp"
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -127,8 +128,27 @@ struct Parsed {
   std::map<std::string, Record> records;
 };
 
+// A name read from a file, safe to print: printable ASCII as is, other bytes as \xNN, at most 80 bytes.
+std::string printable(const std::string& name) {
+  std::string out;
+  for (std::size_t i = 0; i < name.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return name.size() > 80 ? out + "..." : out;
+}
+
 Parsed parse(const std::string& path) {
   Parsed out;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DataError("checkpoint " + path + " is a directory; give the checkpoint file (the --save FILE of a run)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError("cannot open checkpoint " + path);
   out.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -154,22 +174,45 @@ Parsed parse(const std::string& path) {
   out.state.loss_scale = r.get<float>();
   out.state.good_steps = r.get<std::int64_t>();
   out.state.skipped_steps = r.get<std::int64_t>();
+  // The checksum only says the file is as written: values no training run can reach are refused too.
+  constexpr std::int64_t kMaxCount = std::int64_t{1} << 48;
+  auto count_ok = [](std::int64_t v) { return v >= 0 && v <= kMaxCount; };
+  if (!count_ok(out.state.iteration) || !count_ok(out.state.good_steps) || !count_ok(out.state.skipped_steps))
+    throw DataError("checkpoint " + path + " holds an impossible iteration count (" + std::to_string(out.state.iteration) +
+                    "; good steps " + std::to_string(out.state.good_steps) + ", skipped " +
+                    std::to_string(out.state.skipped_steps) + ")");
+  if (!std::isfinite(out.state.learning_rate) || out.state.learning_rate < 0 || !std::isfinite(out.state.loss_scale) ||
+      !(out.state.loss_scale > 0))
+    throw DataError("checkpoint " + path + " holds an impossible learning rate or loss scale");
   const auto count = r.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < count; ++i) {
     std::string name = r.get_string();
     const auto rank = r.get<std::uint32_t>();
-    if (rank > 8) throw DataError("checkpoint " + path + ": tensor '" + name + "' has rank " + std::to_string(rank));
+    if (rank > 8)
+      throw DataError("checkpoint " + path + ": tensor '" + printable(name) + "' has rank " + std::to_string(rank));
     std::vector<std::int64_t> dims(rank);
-    for (auto& d : dims) d = r.get<std::int64_t>();
+    std::uint64_t elements = 1;
+    for (auto& d : dims) {
+      d = r.get<std::int64_t>();
+      if (d < 0 || __builtin_mul_overflow(elements, static_cast<std::uint64_t>(d), &elements) || elements > body)
+        throw DataError("checkpoint " + path + ": tensor '" + printable(name) + "' has impossible dimensions");
+    }
     Record rec{Shape(dims), nullptr};
     const auto n = r.get<std::uint64_t>();
-    if (n != static_cast<std::uint64_t>(rec.shape.numel()))
-      throw DataError("checkpoint " + path + ": tensor '" + name + "' holds " + std::to_string(n) +
+    if (n != elements)
+      throw DataError("checkpoint " + path + ": tensor '" + printable(name) + "' holds " + std::to_string(n) +
                       " values for shape " + rec.shape.str());
     if (n > body) throw DataError("checkpoint " + path + " is truncated or malformed");
     rec.data = reinterpret_cast<const float*>(r.take(static_cast<std::size_t>(n) * sizeof(float)));
-    if (!out.records.emplace(std::move(name), rec).second)
-      throw DataError("checkpoint " + path + " holds a tensor twice");
+    for (std::uint64_t k = 0; k < n; ++k) {
+      float v;
+      std::memcpy(&v, rec.data + k, sizeof v);
+      if (!std::isfinite(v))
+        throw DataError("checkpoint " + path + ": tensor '" + printable(name) + "' holds a non-finite value (NaN or "
+                        "infinity) at element " + std::to_string(k) + "; the run that saved it had diverged");
+    }
+    if (!out.records.emplace(name, rec).second)
+      throw DataError("checkpoint " + path + " holds tensor '" + printable(name) + "' twice");
   }
   if (!r.at_end()) throw DataError("checkpoint " + path + " has trailing bytes");
   return out;
@@ -180,7 +223,7 @@ void restore(const std::string& path, const Parsed& parsed, Executor& executor, 
              bool allow_extra) {
   const std::string& model = executor.graph().model_name();
   if (parsed.model != model)
-    throw DataError("checkpoint " + path + " is for model '" + parsed.model + "', not '" + model + "'");
+    throw DataError("checkpoint " + path + " is for model '" + printable(parsed.model) + "', not '" + model + "'");
   for (const auto& w : wanted) {
     auto it = parsed.records.find(w.name);
     if (it == parsed.records.end())

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/subprocess.hpp"
 #include "core/json.hpp"
 #include "telemetry/nvml.hpp"
 
@@ -50,6 +52,15 @@ std::uint32_t as_u32(const Json& j, const std::string& what) {
   if (v < 0 || v > 4.0e9 || v != static_cast<double>(static_cast<std::uint32_t>(v)))
     throw DataError(what + " must be a non-negative integer");
   return static_cast<std::uint32_t>(v);
+}
+
+// A JSON number that must be an integer in [lo, hi] (checked before any cast: a cast of an
+// out-of-range double is undefined behaviour).
+std::int64_t integer_in(const Json& j, const std::string& what, std::int64_t lo, std::int64_t hi) {
+  const double v = j.number(what);
+  if (!std::isfinite(v) || v < static_cast<double>(lo) || v > static_cast<double>(hi) || v != std::floor(v))
+    throw DataError(what + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return static_cast<std::int64_t>(v);
 }
 
 void fsync_path(const std::string& path, int flags) {
@@ -104,11 +115,13 @@ JournalData Journal::read() const {
     if (j.at("version").number("version") != kJournalVersion)
       throw DataError("unknown journal version");
     JournalData d;
-    d.pid = static_cast<long>(j.at("pid").number("pid"));
+    d.pid = static_cast<long>(integer_in(j.at("pid"), "pid", 0, 1LL << 32));
+    if (const Json* t = j.find("pid_start_ticks"))
+      d.pid_start_ticks = static_cast<std::uint64_t>(integer_in(*t, "pid_start_ticks", 0, 1LL << 53));
     d.host = j.at("host").str("host");
     if (const Json* b = j.find("boot_id")) d.boot_id = b->str("boot_id");
     if (const Json* u = j.find("owner_uid")) d.owner_uid = as_u32(*u, "owner_uid");
-    d.created_unix_s = static_cast<std::int64_t>(j.at("created_unix_s").number("created_unix_s"));
+    d.created_unix_s = integer_in(j.at("created_unix_s"), "created_unix_s", -(1LL << 53), 1LL << 53);
     const Json& entries = j.at("entries");
     if (!entries.is_array()) throw DataError("'entries' must be an array");
     for (const Json& e : entries.items()) {
@@ -141,6 +154,7 @@ void Journal::write(const JournalData& data) const {
   j["version"] = kJournalVersion;
   j["tool"] = "cnnergy";
   j["pid"] = data.pid;
+  if (data.pid_start_ticks) j["pid_start_ticks"] = static_cast<double>(data.pid_start_ticks);
   j["host"] = data.host;
   j["boot_id"] = data.boot_id;
   if (data.owner_uid) j["owner_uid"] = *data.owner_uid;
@@ -209,6 +223,7 @@ void Journal::remove() const {
 JournalData Journal::for_this_process() {
   JournalData d;
   d.pid = static_cast<long>(::getpid());
+  d.pid_start_ticks = process_start_ticks(d.pid).value_or(0);
   d.host = host_name();
   d.boot_id = read_first_line("/proc/sys/kernel/random/boot_id");
   d.created_unix_s = static_cast<std::int64_t>(std::time(nullptr));
@@ -219,8 +234,11 @@ bool Journal::writer_alive(const JournalData& data) {
   if (data.host != host_name()) return false;
   if (!data.boot_id.empty() && data.boot_id != read_first_line("/proc/sys/kernel/random/boot_id"))
     return false;
-  if (data.pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(data.pid), 0) == 0 || errno == EPERM;
+  if (data.pid <= 0 || data.pid > (1L << 22)) return false;  // Linux PIDs stop at 2^22
+  if (!(::kill(static_cast<pid_t>(data.pid), 0) == 0 || errno == EPERM)) return false;
+  if (data.pid_start_ticks == 0) return true;  // an older journal: the PID is all there is
+  const auto now = process_start_ticks(data.pid);
+  return !now || *now == data.pid_start_ticks;  // another start time: the PID was reused
 }
 
 std::string describe_restore(const JournalEntry& e) {

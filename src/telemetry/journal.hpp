@@ -27,6 +27,9 @@ struct JournalEntry {
 
 struct JournalData {
   long pid = 0;
+  // The writer's start time (clock ticks since boot, /proc/PID/stat field 22; 0 in journals written
+  // before it was recorded): a PID reused by another process after a crash is not mistaken for the writer.
+  std::uint64_t pid_start_ticks = 0;
   // The user on whose behalf the changes were made (set by cnnergyd, which changes GPUs for
   // clients; absent for a cnnergy process changing them itself). Written as "owner_uid".
   std::optional<std::uint32_t> owner_uid;

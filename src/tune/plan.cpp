@@ -129,6 +129,21 @@ SweepOutcome execute_sweep(ResultStore& store, std::int64_t sweep_id, const Swee
       outcome.stop_reason = "interrupted; " + std::to_string(done) + " trials of this run are stored (rerun with --resume)";
       break;
     }
+    if (!store.claim_trial(sweep_id, spec.key)) {  // another process runs (or ran) it
+      ++outcome.run_elsewhere;
+      continue;
+    }
+    struct Release {  // the claim goes once the trial is stored, or when an error ends the sweep
+      ResultStore& store;
+      std::int64_t sweep_id;
+      const std::string& key;
+      ~Release() {
+        try {
+          store.release_trial(sweep_id, key);
+        } catch (const std::exception&) {  // a stale claim of a dead process is taken over later
+        }
+      }
+    } release{store, sweep_id, spec.key};
     TrialRecord rec;
     rec.spec = spec;
     rec.started = utc_timestamp();

@@ -85,6 +85,7 @@ struct SweepProgress {
 
 struct SweepOutcome {
   std::size_t ok = 0, failed = 0, does_not_fit = 0, skipped = 0;
+  std::size_t run_elsewhere = 0;  // claimed or finished by another process on the same sweep (concurrent --resume)
   bool stopped_early = false;  // by the failure policy or by `should_cancel`
   std::string stop_reason;
 };

@@ -3,6 +3,9 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/errors.hpp"
 
 namespace cnnergy::tune {
@@ -45,6 +48,18 @@ void SqliteDb::exec(const std::string& sql) {
     if (primary == SQLITE_CORRUPT) suffix = " (the file is damaged)";
     throw DataError("results database " + path_ + ": " + msg + suffix);
   }
+}
+
+void SqliteDb::exec_waiting(const std::string& sql, double max_wait_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_wait_s);
+  for (int attempt = 0;; ++attempt) {
+    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    const int primary = rc & 0xFF;
+    if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + (attempt % 8) * 5));
+  }
+  exec(sql);  // one more attempt: its error, with SQLite's message, is the one reported
 }
 
 std::int64_t SqliteDb::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }
@@ -107,7 +122,7 @@ std::optional<double> SqliteStmt::get_optional_double(int col) const {
   return is_null(col) ? std::nullopt : std::optional<double>(get_double(col));
 }
 
-SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) { db_.exec_waiting("BEGIN IMMEDIATE"); }
 
 SqliteTransaction::~SqliteTransaction() {
   if (!done_) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);  // best effort; never throws

@@ -24,6 +24,9 @@ class SqliteDb {
   const std::string& path() const { return path_; }
   bool read_only() const { return read_only_; }
   void exec(const std::string& sql);  // statements without results
+  // exec, retried while another connection holds a lock SQLite does not wait for by itself (changing
+  // the journal mode, starting a write transaction while another process creates the schema).
+  void exec_waiting(const std::string& sql, double max_wait_s = 10);
   std::int64_t last_insert_id() const;
   std::string last_error() const;  // SQLite's message for the last failed call
   [[noreturn]] void fail(const std::string& what, int rc) const;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -97,7 +98,9 @@ std::map<Metric, Stats> metrics_from_json(const std::string& text) {
   const Json j = Json::parse(text);
   for (const auto& [name, v] : j.as_object()) {
     Stats s;
-    s.n = static_cast<std::size_t>(v["n"].as_number());
+    const double n = v["n"].as_number();
+    if (!(n >= 0 && n <= 1e9 && n == std::floor(n))) throw DataError("metric '" + name + "': n must be a count");
+    s.n = static_cast<std::size_t>(n);
     s.median = v["median"].as_number();
     s.mean = v["mean"].as_number();
     s.stddev = v["stddev"].as_number();
@@ -125,14 +128,41 @@ int status_rank(TrialStatus s) {
   return 0;
 }
 
-SweepRecord read_sweep_row(const SqliteStmt& st) {
+// A writer needs the file and its folder (SQLite's -wal and -shm files live beside it): without
+// them SQLite's errors would read as a damaged database.
+void check_writable(const std::string& path, bool exists) {
+  if (path.empty()) throw InvalidArgument("the results database path is empty (--db needs a file name)");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (exists && ::access(path.c_str(), W_OK) != 0 && errno == EACCES)
+    throw PermissionDenied("cannot write results database " + path + ": permission denied (the file is read-only to this user)");
+  if (::access(dir.c_str(), W_OK) != 0 && (errno == EACCES || errno == EROFS))
+    throw PermissionDenied("cannot write results database " + path + ": no permission to write in its folder " + dir.string() +
+                           (errno == EROFS ? " (a read-only file system)" : "") +
+                           " (SQLite keeps its -wal and -shm files beside the database)");
+  if (exists && ::access(path.c_str(), W_OK) != 0 && errno == EROFS)
+    throw PermissionDenied("cannot write results database " + path + ": it is on a read-only file system");
+}
+
+// A JSON column's value parsed by `parse`; errors name the database, the row and the column.
+template <typename F>
+auto parse_json_column(const std::string& db, const std::string& row, const char* column, F&& parse) {
+  try {
+    return parse();
+  } catch (const Error& e) {
+    throw DataError("results database " + db + ", " + row + ", column " + column + ": " + e.what());
+  }
+}
+
+SweepRecord read_sweep_row(const SqliteStmt& st, const std::string& db) {
   SweepRecord s;
   s.id = st.get_int(0);
   s.sweep_key = st.get_text(1);
   s.created = st.get_text(2);
   s.command_line = st.get_text(3);
   s.description = st.get_text(4);
-  s.environment = environment_from_json(st.get_text(5));
+  s.environment = parse_json_column(db, "sweep " + std::to_string(s.id), "environment_json",
+                                    [&] { return environment_from_json(st.get_text(5)); });
   s.notes = st.get_text(6);
   return s;
 }
@@ -145,6 +175,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
   const bool exists = fs::exists(path, ec);
   if (read_only && !exists) throw DataError("no results database at " + path);
   if (exists && fs::is_directory(path, ec)) throw DataError("results database path " + path + " is a directory");
+  if (!read_only) check_writable(path, exists);
   const bool has_content = exists && fs::file_size(path, ec) > 0;
   if (has_content && !has_sqlite_header(path))
     throw DataError(path + " is not a cnnergy results database (it is not an SQLite file: damaged, or some other file)");
@@ -173,12 +204,17 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
   };
   if (count(sql::kHasTables) == 0) {
     if (read_only) throw DataError(path + " is an empty SQLite file, not a cnnergy results database");
-    db_->exec(sql::kPragmas);
+    db_->exec_waiting(sql::kPragmas);
+    // Two sweeps creating one new database at once: the check is repeated inside the write
+    // transaction, so the second writer finds the first one's schema instead of creating it again.
     SqliteTransaction tx(*db_);
-    for (const auto& stmt : sql::schema()) db_->exec(stmt);
-    for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
+    const bool create = count(sql::kHasTables) == 0;
+    if (create) {
+      for (const auto& stmt : sql::schema()) db_->exec(stmt);
+      for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
+    }
     tx.commit();
-    return;
+    if (create) return;
   }
   if (count(sql::kHasSchemaInfo) == 0) throw DataError(path + " is an SQLite database but not a cnnergy results database (no schema_info table)");
   std::map<std::string, std::string> info;
@@ -206,7 +242,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
     throw DataError("results database " + path + " has schema version " + info["schema_version"] + "; this cnnergy (" +
                     build::kVersion + ") reads schema versions 1 to " + std::to_string(sql::kSchemaVersion) +
                     ": open it with the cnnergy that wrote it (export --json keeps everything), or use a new database file");
-  if (!read_only) db_->exec(sql::kPragmas);
+  if (!read_only) db_->exec_waiting(sql::kPragmas);
 }
 
 ResultStore::~ResultStore() = default;
@@ -242,13 +278,13 @@ std::optional<SweepRecord> ResultStore::find_sweep(const std::string& sweep_key)
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " WHERE sweep_key = ? ORDER BY id DESC LIMIT 1");
   st.bind(1, sweep_key);
   if (!st.step()) return std::nullopt;
-  return read_sweep_row(st);
+  return read_sweep_row(st, path());
 }
 
 std::vector<SweepRecord> ResultStore::sweeps() const {
   std::vector<SweepRecord> out;
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " ORDER BY id");
-  while (st.step()) out.push_back(read_sweep_row(st));
+  while (st.step()) out.push_back(read_sweep_row(st, path()));
   return out;
 }
 
@@ -256,7 +292,7 @@ SweepRecord ResultStore::sweep(std::int64_t id) const {
   SqliteStmt st(*db_, std::string(sql::kSweepColumns) + " WHERE id = ?");
   st.bind(1, id);
   if (!st.step()) throw DataError("results database " + path() + " has no sweep " + std::to_string(id));
-  return read_sweep_row(st);
+  return read_sweep_row(st, path());
 }
 
 void ResultStore::append_sweep_note(std::int64_t sweep_id, const std::string& note) {
@@ -367,7 +403,10 @@ std::vector<StoredTrial> ResultStore::trials(std::int64_t sweep_id) const {
       t.summary.key = st.get_text(3);
       t.summary.knobs = parse_trial_key(t.summary.key);
       t.summary.status = parse_trial_status(st.get_text(4));
-      t.summary.metrics = metrics_from_json(st.get_text(13));
+      t.summary.metrics = parse_json_column(path(), "trial " + std::to_string(t.id), "metrics_json",
+                                            [&] { return metrics_from_json(st.get_text(13)); });
+    } catch (const DataError&) {
+      throw;
     } catch (const Error& e) {
       throw DataError("results database " + path() + ", trial " + std::to_string(t.id) + ": " + e.what());
     }
@@ -411,8 +450,12 @@ TrialRecord ResultStore::read_trial(std::int64_t trial_id) const {
     Repetition r;
     r.elapsed_ms = reps.get_double(0);
     r.iterations = reps.get_int(1);
-    const Json energies = Json::parse(reps.get_text(2));  // named: as_array() refers into it
-    for (const auto& e : energies.as_array()) r.energy_mj.push_back(e.as_number());
+    r.energy_mj = parse_json_column(path(), "trial " + std::to_string(trial_id), "repetitions.energy_mj_json", [&] {
+      const Json energies = Json::parse(reps.get_text(2));  // named: as_array() refers into it
+      std::vector<double> mj;
+      for (const auto& e : energies.as_array()) mj.push_back(e.as_number());
+      return mj;
+    });
     r.peak_power_w = reps.get_optional_double(3);
     r.max_temperature_c = reps.get_optional_double(4);
     r.energy_source = reps.get_text(5);

@@ -84,6 +84,13 @@ class ResultStore {
   bool has_trial(std::int64_t sweep_id, const std::string& key) const;
   std::optional<TrialStatus> trial_status(std::int64_t sweep_id, const std::string& key) const;
   std::vector<StoredTrial> trials(std::int64_t sweep_id) const;  // by trial index
+  // Claims (store_claims.cpp): processes running one sweep at once (a repeated --resume, shards on
+  // one file) claim a trial before running it, so no trial is measured twice or under contention. False
+  // when another live process on this host holds the claim (or one on another host), or when the trial
+  // was stored with a result (ok, does not fit) after this process planned it. Claims of processes that
+  // died (PID and start time) are taken over; release_trial() drops ours once the trial is stored.
+  bool claim_trial(std::int64_t sweep_id, const std::string& key);
+  void release_trial(std::int64_t sweep_id, const std::string& key);
   TrialRecord read_trial(std::int64_t trial_id) const;           // everything, repetitions included
   // The trial's telemetry statistics (telemetry/trial_stats.hpp as JSON); "" when it has none or the
   // database predates schema 3.

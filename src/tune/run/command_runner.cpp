@@ -17,13 +17,26 @@ std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string&
 void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w);
 
 TrialMeasurement run_command_trial(const std::vector<std::string>& command, const MeasureSettings& settings,
-                                   const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler) {
+                                   const TrialSpec& trial, const std::shared_ptr<telemetry::Sampler>& sampler,
+                                   const CommandLimits& limits) {
   const auto env = trial_environment(trial);
+  const auto trial_start = std::chrono::steady_clock::now();
   auto run_once = [&] {
-    const ChildStatus st = run_command(command, env);
+    ChildOptions o;
+    o.kill_grace_s = limits.kill_grace_s;
+    o.stop = limits.stop;
+    if (limits.timeout_s > 0) {
+      const double used_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - trial_start).count();
+      o.timeout_s = std::max(1e-3, limits.timeout_s - used_s);
+    }
+    const ChildStatus st = run_command(command, env, o);
+    if (st.timed_out)
+      throw Error(ExitCode::kChildFailed, "timed out: trial " + trial.key + " ran longer than --timeout-s " +
+                                              std::to_string(limits.timeout_s) + " s; '" + command.front() +
+                                              "' and its process group were ended");
+    if (st.stopped) throw Error(ExitCode::kChildFailed, "interrupted: '" + command.front() + "' was ended in trial " + trial.key);
     if (!st.ok())
-      throw Error(ExitCode::kChildFailed, "'" + command.front() + "' exited with status " + std::to_string(st.exit_code) +
-                                              " in trial " + trial.key);
+      throw Error(ExitCode::kChildFailed, "'" + command.front() + "' " + st.describe() + " in trial " + trial.key);
   };
   auto probe = make_energy_probe(sampler, {});
   const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;  // before the command's first run
@@ -61,11 +74,11 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
 }
 
 TrialRunner make_command_runner(std::vector<std::string> command, const MeasureSettings& settings, HardwareKnobs* knobs,
-                                std::shared_ptr<telemetry::Sampler> sampler) {
+                                std::shared_ptr<telemetry::Sampler> sampler, CommandLimits limits) {
   if (command.empty()) throw InvalidArgument("sweep: no command after '--'");
-  return [command, settings, knobs, sampler](const TrialSpec& trial) {
+  return [command, settings, knobs, sampler, limits](const TrialSpec& trial) {
     if (knobs) knobs->apply(trial);
-    return run_command_trial(command, settings, trial, sampler);
+    return run_command_trial(command, settings, trial, sampler, limits);
   };
 }
 

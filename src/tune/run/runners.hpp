@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -108,10 +109,20 @@ double estimate_training_bytes(const Graph& graph, std::int64_t batch, DType dty
 void warn_if_noisy(const TrialSpec& trial, std::span<const double> ms, std::span<const double> mj,
                    const RepetitionPolicy& policy);
 
+// How a trial's command runs are bounded: the whole trial (warm-up and windows) gets `timeout_s` (0: no
+// limit); a run still going then, or when `stop` says so (Ctrl-C), has its process group ended (SIGTERM,
+// SIGKILL after `kill_grace_s`) and the trial fails as "timed out" / "interrupted".
+struct CommandLimits {
+  double timeout_s = 0;
+  double kill_grace_s = 10;
+  std::function<bool()> stop;
+};
+
 // Reruns `command` once per iteration; a window is `min_iterations` runs or `window_seconds`, whichever
 // is longer. A run that exits non-zero fails the trial (recorded, the sweep goes on).
 TrialRunner make_command_runner(std::vector<std::string> command, const MeasureSettings& settings,
-                                HardwareKnobs* knobs, std::shared_ptr<telemetry::Sampler> sampler);
+                                HardwareKnobs* knobs, std::shared_ptr<telemetry::Sampler> sampler,
+                                CommandLimits limits = {});
 
 }  // namespace tune
 }  // namespace cnnergy
