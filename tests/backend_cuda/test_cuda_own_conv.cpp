@@ -1,5 +1,5 @@
-// The project's own CUDA convolutions (own:direct, own:im2col_gemm, own:winograd,
-// own:winograd_2x2) against the CPU reference: every implementation x direction x precision x
+// The project's own CUDA convolutions (own:direct, own:im2col_gemm, own:implicit_gemm, own:fft,
+// own:winograd, own:winograd_2x2) against the CPU reference: every implementation x direction x precision x
 // supported layout on fixed awkward shapes and on fresh random ones; the rules that exclude shapes
 // (typed NotSupported naming the rule); the run-wide "own:NAME" policy's per-direction fallback
 // with notes; info()'s names and extra memory; unknown names. GPU tests skip without a GPU.
@@ -24,21 +24,26 @@ struct Impl {
   const char* name;  // without "own:"
   bool nhwc;         // runs NHWC too
 };
-constexpr Impl kImpls[] = {{"direct", true}, {"im2col_gemm", false}, {"winograd", false}, {"winograd_2x2", false}};
+constexpr Impl kImpls[] = {{"direct", true},    {"im2col_gemm", false}, {"implicit_gemm", true},
+                           {"fft", false},      {"winograd", false},    {"winograd_2x2", false}};
 
 // "" when `impl` runs `dir` of d in this layout, else the rule (own_conv_rules.hpp).
 std::string rule_of(const std::string& impl, const Conv2dDesc& d, Layout l, Direction dir) {
   const bool nhwc = l == Layout::kNHWC;
   if (impl == "direct") return cuda::own::direct_rule(d);
   if (impl == "im2col_gemm") return cuda::own::im2col_gemm_rule(d, nhwc);
+  if (impl == "implicit_gemm") return cuda::own::implicit_gemm_rule(d);
+  if (impl == "fft") return cuda::own::fft_rule(d, nhwc, dir);
   return cuda::own::winograd_rule(d, nhwc, impl == "winograd" ? 4 : 2, dir);
 }
 
 // The error bound of each implementation per precision (docs/convolutions.md): the fixture's
 // precision tolerance, raised for Winograd, whose transforms amplify rounding (F(4x4) more than
-// F(2x2)), and for TF32 products of transformed values.
+// F(2x2)), and for TF32 products of transformed values; and for FFT, whose rounding scales with
+// the operands' norms over the whole padded plane rather than with each output.
 double tolerance(const std::string& impl, const Precision& p) {
   double tol = p.tol;
+  if (impl == "fft") tol = std::max(tol, 2e-3);
   if (impl == "winograd") tol = std::max(tol, p.tf32 ? 5e-2 : 1e-3);
   if (impl == "winograd_2x2") tol = std::max(tol, p.tf32 ? 3e-2 : 5e-4);
   return tol;
@@ -78,6 +83,8 @@ std::vector<OwnCase> own_cases() {
       {"3x3_pad3_larger_than_kernel", make_desc(1, 4, 5, 6, 3, 3, 3, 1, 3, 3, 3, 3, 1, 1, false)},
       // 64 channels: the direct kernels' shared-memory chunks (35 channels) split the sum
       {"3x3_c64_k64_plane30", make_desc(2, 64, 30, 30, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
+      // implicit GEMM: several 128x64 tiles, K-slices and backward-filter splits
+      {"3x3_c40_k72_stride1", make_desc(3, 40, 17, 19, 72, 3, 3, 1, 1, 1, 1, 1, 1, 1, true)},
       {"3x5_stride2_asymmetric_pad", make_desc(2, 13, 10, 9, 5, 3, 5, 2, 1, 2, 0, 1, 1, 1, true)},
       {"groups4", make_desc(3, 8, 7, 8, 12, 3, 3, 1, 1, 1, 1, 1, 1, 4, true)},
       {"depthwise_stride2", make_desc(2, 6, 9, 9, 6, 3, 3, 2, 1, 1, 1, 1, 1, 6, true)},

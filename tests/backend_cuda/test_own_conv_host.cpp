@@ -125,6 +125,20 @@ TEST(OwnConvRules, Im2colGemmIsNchwOnlyAndDirectFitsSharedMemory) {
   EXPECT_NE(cuda::own::direct_rule(many).find("65535"), std::string::npos);
 }
 
+TEST(OwnConvRules, FftTakesDilation1Groups1NchwAndStride1Backward) {
+  EXPECT_EQ(cuda::own::fft_rule(conv(8, 8, 5, 1, 1, 1), false, Direction::kBackwardFilter), "");
+  EXPECT_EQ(cuda::own::fft_rule(conv(8, 8, 5, 2, 1, 1), false, Direction::kForward), "");
+  EXPECT_NE(cuda::own::fft_rule(conv(8, 8, 5, 2, 1, 1), false, Direction::kBackwardData).find("stride 1"),
+            std::string::npos);
+  EXPECT_NE(cuda::own::fft_rule(conv(8, 8, 3, 1, 2, 1), false, Direction::kForward).find("dilation 1"),
+            std::string::npos);
+  EXPECT_NE(cuda::own::fft_rule(conv(8, 8, 3, 1, 1, 2), false, Direction::kForward).find("groups 1"),
+            std::string::npos);
+  EXPECT_NE(cuda::own::fft_rule(conv(8, 8, 3, 1, 1, 1), true, Direction::kForward).find("NCHW only"),
+            std::string::npos);
+  EXPECT_EQ(cuda::own::implicit_gemm_rule(conv(6, 12, 3, 2, 2, 3)), "");
+}
+
 // The CPU backend maps own:im2col_gemm onto its im2col_gemm and refuses the other own names
 // (InvalidArgument: exit code 2) naming its choices.
 TEST(OwnConvCpu, OnlyIm2colGemmRunsOnTheCpu) {

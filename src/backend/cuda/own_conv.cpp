@@ -36,9 +36,11 @@ std::unique_ptr<OwnConvAlgo> make_own(const std::string& impl, std::shared_ptr<C
                                       const OwnConvProblem& p) {
   if (impl == "direct") return make_own_direct(std::move(ctx), p);
   if (impl == "im2col_gemm") return make_own_im2col_gemm(std::move(ctx), p);
+  if (impl == "implicit_gemm") return make_own_implicit_gemm(std::move(ctx), p);
   if (impl == "winograd") return make_own_winograd(std::move(ctx), p, 4);
   if (impl == "winograd_2x2") return make_own_winograd(std::move(ctx), p, 2);
-  return nullptr;  // implicit_gemm, fft: not in this build (docs/convolutions.md)
+  if (impl == "fft") return make_own_fft(std::move(ctx), p);
+  return nullptr;
 }
 
 std::string precision_text(const OwnConvProblem& p) {

@@ -1,5 +1,5 @@
 // The project's own CUDA convolutions beside cuDNN (docs/convolutions.md): direct, explicit
-// im2col + cuBLAS GEMM and Winograd F(2x2,3x3)/F(4x4,3x3), chosen per direction by the names
+// im2col + cuBLAS GEMM, implicit GEMM (tensor cores), FFT (cuFFT) and Winograd F(2x2,3x3)/F(4x4,3x3), chosen per direction by the names
 // "own:<implementation>" in ConvAlgoChoice or run-wide by the policy "own:<implementation>".
 #pragma once
 
@@ -49,12 +49,16 @@ class OwnConvAlgo {
   virtual void backward_filter(const void* x, const void* dy, void* dw) = 0;
 };
 
-// Factories (own_conv_direct.cu, own_conv_im2col.cu, own_conv_winograd.cu). They never throw for
+// Factories (own_conv_direct.cu, own_conv_im2col.cu, own_conv_implicit_gemm.cu,
+// own_conv_fft.cu, own_conv_winograd.cu). They never throw for
 // a shape they cannot run: unsupported() says so.
 std::unique_ptr<OwnConvAlgo> make_own_direct(std::shared_ptr<CudaContext> ctx,
                                              const OwnConvProblem& p);
 std::unique_ptr<OwnConvAlgo> make_own_im2col_gemm(std::shared_ptr<CudaContext> ctx,
                                                   const OwnConvProblem& p);
+std::unique_ptr<OwnConvAlgo> make_own_implicit_gemm(std::shared_ptr<CudaContext> ctx,
+                                                    const OwnConvProblem& p);
+std::unique_ptr<OwnConvAlgo> make_own_fft(std::shared_ptr<CudaContext> ctx, const OwnConvProblem& p);
 // tile_m = 4: F(4x4,3x3); tile_m = 2: F(2x2,3x3).
 std::unique_ptr<OwnConvAlgo> make_own_winograd(std::shared_ptr<CudaContext> ctx,
                                                const OwnConvProblem& p, int tile_m);

@@ -58,6 +58,21 @@ inline std::string im2col_gemm_rule(const Conv2dDesc& d, bool nhwc) {
   return {};
 }
 
+inline std::string implicit_gemm_rule(const Conv2dDesc& d) {
+  if (auto r = size_rule(d); !r.empty()) return "implicit_gemm: " + r;
+  if (d.groups > 65535) return "implicit_gemm: at most 65535 groups (grid limits)";
+  return {};
+}
+
+inline std::string fft_rule(const Conv2dDesc& d, bool nhwc, Direction dir) {
+  if (auto r = size_rule(d); !r.empty()) return "fft: " + r;
+  if (d.dilation_h != 1 || d.dilation_w != 1 || d.groups != 1) return "fft: dilation 1 and groups 1 only";
+  if (nhwc) return "fft: NCHW only";
+  if (dir != Direction::kForward && (d.stride_h != 1 || d.stride_w != 1))
+    return "fft: backward directions need stride 1 (forward subsamples any stride)";
+  return {};
+}
+
 // tile_m: 4 for F(4x4,3x3), 2 for F(2x2,3x3).
 inline std::string winograd_rule(const Conv2dDesc& d, bool nhwc, int tile_m, Direction dir) {
   const std::string name = tile_m == 4 ? "winograd F(4x4,3x3)" : "winograd F(2x2,3x3)";

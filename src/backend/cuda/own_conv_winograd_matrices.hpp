@@ -6,9 +6,12 @@
 
 #ifdef __CUDACC__
 #define CNNERGY_HD __host__ __device__
-#define CNNERGY_UNROLL _Pragma("unroll")
 #else
 #define CNNERGY_HD
+#endif
+#ifdef __CUDA_ARCH__  // the device pass only: the host compiler does not know the pragma
+#define CNNERGY_UNROLL _Pragma("unroll")
+#else
 #define CNNERGY_UNROLL
 #endif
 
