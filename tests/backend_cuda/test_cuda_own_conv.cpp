@@ -156,7 +156,9 @@ class OwnConv : public CudaTest {
     const Result got = run(*g, d, algo, p.dtype, layout, x, w, bias, dy, dx0);
     const ConvAlgoInfo info = g->make_conv(d, algo)->info();
     for (int i = 0; i < 3; ++i)
-      if (!field(algo, i).empty()) EXPECT_EQ(field(info, i), own) << what;
+      if (!field(algo, i).empty()) {
+        EXPECT_EQ(field(info, i), own) << what;
+      }
     const std::string tag = what + " " + own;
     EXPECT_TRUE(close(got.y, ref.y, tol, tag + " forward"));
     EXPECT_TRUE(close(got.dx, ref.dx, tol, tag + " backward_data"));
@@ -229,7 +231,8 @@ TEST_F(OwnConv, FreshRandomShapesMatchCpu) {
 }
 
 // The run-wide policy "own:NAME": per direction the implementation where it runs, cuDNN auto with a
-// note where it cannot (Winograd's backward filter; a 5x5 layer); NotSupported without fallback.
+// note where it cannot (FFT's backward directions at stride 2; a 5x5 layer for Winograd);
+// NotSupported without fallback.
 TEST_F(OwnConv, RunWidePolicyFallsBackPerDirectionWithNotes) {
   auto g = gpu(kFp32, Layout::kNCHW, "own:winograd");
   ASSERT_TRUE(g);
@@ -237,11 +240,20 @@ TEST_F(OwnConv, RunWidePolicyFallsBackPerDirectionWithNotes) {
   const ConvAlgoInfo i3 = g->make_conv(d3, {})->info();
   EXPECT_EQ(i3.forward, "own:winograd");
   EXPECT_EQ(i3.backward_data, "own:winograd");
-  EXPECT_NE(i3.backward_filter.rfind("own:", 0), 0u) << i3.backward_filter;
-  ASSERT_FALSE(i3.notes.empty());
-  EXPECT_NE(i3.notes[0].find("backward_filter is not implemented"), std::string::npos) << i3.notes[0];
-  EXPECT_NE(i3.notes[0].find("fell back to cuDNN auto"), std::string::npos) << i3.notes[0];
+  EXPECT_EQ(i3.backward_filter, "own:winograd");
+  EXPECT_TRUE(i3.notes.empty()) << i3.notes.front();
   EXPECT_GT(i3.workspace_bytes, 0u);
+
+  auto f = gpu(kFp32, Layout::kNCHW, "own:fft");
+  ASSERT_TRUE(f);
+  const Conv2dDesc s2 = make_desc(2, 4, 11, 11, 6, 3, 3, 2, 1, 1, 1, 1, 1, 1, true);
+  const ConvAlgoInfo fi = f->make_conv(s2, {})->info();
+  EXPECT_EQ(fi.forward, "own:fft");
+  EXPECT_NE(fi.backward_data.rfind("own:", 0), 0u) << fi.backward_data;
+  EXPECT_NE(fi.backward_filter.rfind("own:", 0), 0u) << fi.backward_filter;
+  ASSERT_GE(fi.notes.size(), 2u);
+  EXPECT_NE(fi.notes[0].find("stride 1"), std::string::npos) << fi.notes[0];
+  EXPECT_NE(fi.notes[0].find("fell back to cuDNN auto"), std::string::npos) << fi.notes[0];
 
   const Conv2dDesc d5 = make_desc(2, 8, 10, 10, 8, 5, 5, 1, 2, 2, 2, 2, 1, 1, true);
   const ConvAlgoInfo i5 = g->make_conv(d5, {})->info();

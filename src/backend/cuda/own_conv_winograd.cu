@@ -4,7 +4,9 @@
 // transform V = B^T d B of every (m+2)x(m+2) tile, one cuBLAS GEMM per transformed point
 // (M = U V over channels, alpha^2 of them batched, fp32 / TF32), and the output transform
 // Y = A^T M A. Backward data is the same correlation of dy with the filter rotated by 180 degrees
-// and its K and C swapped. Backward filter is not implemented (unsupported() says so).
+// and its K and C swapped. Backward filter transforms the input tiles as forward does and each
+// output-gradient tile by A dy A^T, sums their products over all tiles of all images with the same
+// batched GEMM (accumulating across chunks), and maps the sum back with dW = G^T S G.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -107,6 +109,50 @@ __global__ void output_transform(const float* __restrict__ m, T* __restrict__ ou
   }
 }
 
+// Dy[e][k][p] = (A dy A^T) of the m x m output-gradient tile p (zero beyond the output plane);
+// the tiles are those of the forward correlation q.
+template <int M, typename T>
+__global__ void output_grad_transform(const T* __restrict__ dy, float* __restrict__ out, Correlation q, int n0,
+                                      int nb) {
+  constexpr int kA = M + 2;
+  const int tiles = q.tiles_h * q.tiles_w;
+  const std::int64_t p_count = static_cast<std::int64_t>(nb) * tiles;
+  const std::int64_t total = p_count * q.k_out;
+  for (std::int64_t i = kernels::global_thread(); i < total; i += kernels::grid_threads()) {
+    const std::int64_t p = i % p_count;
+    const int ko = static_cast<int>(i / p_count);
+    const int img = static_cast<int>(p / tiles), t = static_cast<int>(p % tiles);
+    const int y0 = (t / q.tiles_w) * M, x0 = (t % q.tiles_w) * M;
+    const T* plane = dy + (static_cast<std::int64_t>(n0 + img) * q.k_out + ko) * q.h_out * q.w_out;
+    float d[M][M];
+    for (int a = 0; a < M; ++a)
+      for (int b = 0; b < M; ++b) {
+        const int yy = y0 + a, xx = x0 + b;
+        d[a][b] = (yy < q.h_out && xx < q.w_out) ? to_float(plane[yy * q.w_out + xx]) : 0.0f;
+      }
+    float r[kA][kA];
+    winograd::transform_output_grad<M>(d, r);
+    for (int a = 0; a < kA; ++a)
+      for (int b = 0; b < kA; ++b) out[(static_cast<std::int64_t>(a * kA + b) * q.k_out + ko) * p_count + p] = r[a][b];
+  }
+}
+
+// dw[k][c] = G^T S[.][k][c] G, S summed over every tile.
+template <int M, typename T>
+__global__ void filter_grad_transform(const float* __restrict__ sum, T* __restrict__ dw, int k_out, int c_in) {
+  constexpr int kA = M + 2;
+  const std::int64_t total = static_cast<std::int64_t>(k_out) * c_in;
+  for (std::int64_t i = kernels::global_thread(); i < total; i += kernels::grid_threads()) {
+    float p[kA][kA];
+    for (int a = 0; a < kA; ++a)
+      for (int b = 0; b < kA; ++b) p[a][b] = sum[static_cast<std::int64_t>(a * kA + b) * total + i];
+    float f[3][3];
+    winograd::transform_filter_grad<M>(p, f);
+    for (int r = 0; r < 3; ++r)
+      for (int s = 0; s < 3; ++s) dw[(i * 3 + r) * 3 + s] = from_float<T>(f[r][s]);
+  }
+}
+
 class WinogradConv final : public OwnConvAlgo {
  public:
   WinogradConv(std::shared_ptr<CudaContext> ctx, const OwnConvProblem& p, int tile_m)
@@ -131,15 +177,20 @@ class WinogradConv final : public OwnConvAlgo {
   }
   std::size_t workspace_bytes(ConvDirection dir) const override {
     if (!unsupported(dir).empty()) return 0;
-    return dir == ConvDirection::kForward ? bytes(fwd_, chunk_fwd_) : bytes(bwd_, chunk_bwd_);
+    // Backward filter: the sum S (as U) and the input and output-gradient tiles (as V and M).
+    return dir == ConvDirection::kBackwardData ? bytes(bwd_, chunk_bwd_) : bytes(fwd_, chunk_fwd_);
   }
 
   void forward(const void* x, const void* w, void* y) override { run(fwd_, chunk_fwd_, x, w, y, false, false); }
   void backward_data(const void* dy, const void* w, void* dx, bool accumulate) override {
     run(bwd_, chunk_bwd_, dy, w, dx, true, accumulate);
   }
-  void backward_filter(const void*, const void*, void*) override {
-    throw NotSupported(unsupported(ConvDirection::kBackwardFilter));
+  void backward_filter(const void* x, const void* dy, void* dw) override {
+    if (m_ == 4) {
+      run_filter_grad<4>(x, dy, dw);
+    } else {
+      run_filter_grad<2>(x, dy, dw);
+    }
   }
 
  private:
@@ -213,6 +264,49 @@ class WinogradConv final : public OwnConvAlgo {
       });
       CNNERGY_CUDA_LAUNCH_CHECK("output_transform");
     }
+  }
+
+  // S[e] (K x C) = sum over tiles p of Dy[e] (K x P) V[e]^T (P x C), row-major; cuBLAS:
+  // S^T (C x K) = V (C x P) Dy^T (P x K), V and Dy stored as P-fastest rows.
+  template <int M>
+  void run_filter_grad(const void* x, const void* dy, void* dw) {
+    const Correlation& q = fwd_;
+    const cudaStream_t stream = ctx_->stream();
+    const int e_count = alpha2(), tiles = q.tiles_h * q.tiles_w;
+    auto s = ctx_->scratch(u_bytes(q));
+    auto vd = ctx_->scratch(static_cast<std::size_t>(chunk_fwd_) * per_image_bytes(q));
+    float* sf = static_cast<float*>(s->data());
+    float* vf = static_cast<float*>(vd->data());
+    const cublasComputeType_t compute = p_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    for (int n0 = 0; n0 < q.n; n0 += chunk_fwd_) {
+      const int nb = std::min(chunk_fwd_, q.n - n0);
+      const int p_count = nb * tiles;
+      float* df = vf + static_cast<std::int64_t>(e_count) * q.c_in * p_count;
+      const std::int64_t inputs = static_cast<std::int64_t>(p_count) * q.c_in;
+      const std::int64_t grads = static_cast<std::int64_t>(p_count) * q.k_out;
+      kernels::dispatch_float(p_.dtype, "winograd backward_filter transforms", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        input_transform<M, T><<<kernels::blocks_for(inputs), kernels::kBlock, 0, stream>>>(
+            static_cast<const T*>(x), vf, q, n0, nb);
+        CNNERGY_CUDA_LAUNCH_CHECK("input_transform");
+        output_grad_transform<M, T><<<kernels::blocks_for(grads), kernels::kBlock, 0, stream>>>(
+            static_cast<const T*>(dy), df, q, n0, nb);
+        CNNERGY_CUDA_LAUNCH_CHECK("output_grad_transform");
+      });
+      const float alpha = 1.0f, beta = n0 == 0 ? 0.0f : 1.0f;
+      CNNERGY_CUDA_CALL(cublasGemmStridedBatchedEx(
+          ctx_->cublas(), CUBLAS_OP_T, CUBLAS_OP_N, q.c_in, q.k_out, p_count, &alpha, vf, CUDA_R_32F, p_count,
+          static_cast<long long>(q.c_in) * p_count, df, CUDA_R_32F, p_count,
+          static_cast<long long>(q.k_out) * p_count, &beta, sf, CUDA_R_32F, q.c_in,
+          static_cast<long long>(q.k_out) * q.c_in, e_count, compute, CUBLAS_GEMM_DEFAULT));
+    }
+    const std::int64_t filters = static_cast<std::int64_t>(q.k_out) * q.c_in;
+    kernels::dispatch_float(p_.dtype, "winograd filter gradient transform", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      filter_grad_transform<M, T><<<kernels::blocks_for(filters), kernels::kBlock, 0, stream>>>(
+          sf, static_cast<T*>(dw), q.k_out, q.c_in);
+    });
+    CNNERGY_CUDA_LAUNCH_CHECK("filter_grad_transform");
   }
 
   std::shared_ptr<CudaContext> ctx_;

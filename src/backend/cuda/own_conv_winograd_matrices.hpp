@@ -123,6 +123,72 @@ CNNERGY_UNROLL
     }
 }
 
+// The weight gradient's transforms, from y = A^T[(G g G^T) * (B^T d B)]A: dL/dg = G^T [(A dy A^T) *
+// (B^T d B)] G for the m x m output gradient dy of a tile. a (alpha x alpha) = A dy A^T:
+template <int M>
+CNNERGY_HD void transform_output_grad(const float (&dy)[M][M], float (&a)[M + 2][M + 2]) {
+  constexpr int kA = M + 2;
+  float t[M][kA];
+CNNERGY_UNROLL
+  for (int i = 0; i < M; ++i)
+CNNERGY_UNROLL
+    for (int b = 0; b < kA; ++b) {
+      float acc = 0.0f;
+CNNERGY_UNROLL
+      for (int j = 0; j < M; ++j)
+        if (at(M, j, b) != 0.0f) acc += dy[i][j] * at(M, j, b);
+      t[i][b] = acc;
+    }
+CNNERGY_UNROLL
+  for (int x = 0; x < kA; ++x)
+CNNERGY_UNROLL
+    for (int b = 0; b < kA; ++b) {
+      float acc = 0.0f;
+CNNERGY_UNROLL
+      for (int i = 0; i < M; ++i)
+        if (at(M, i, x) != 0.0f) acc += at(M, i, x) * t[i][b];
+      a[x][b] = acc;
+    }
+}
+
+// f (3x3) = G^T p G.
+template <int M>
+CNNERGY_HD void transform_filter_grad(const float (&p)[M + 2][M + 2], float (&f)[3][3]) {
+  constexpr int kA = M + 2;
+  float t[3][kA];
+CNNERGY_UNROLL
+  for (int r = 0; r < 3; ++r)
+CNNERGY_UNROLL
+    for (int b = 0; b < kA; ++b) {
+      float acc = 0.0f;
+CNNERGY_UNROLL
+      for (int a = 0; a < kA; ++a)
+        if (g(M, a, r) != 0.0f) acc += g(M, a, r) * p[a][b];
+      t[r][b] = acc;
+    }
+CNNERGY_UNROLL
+  for (int r = 0; r < 3; ++r)
+CNNERGY_UNROLL
+    for (int s = 0; s < 3; ++s) {
+      float acc = 0.0f;
+CNNERGY_UNROLL
+      for (int b = 0; b < kA; ++b)
+        if (g(M, b, s) != 0.0f) acc += t[r][b] * g(M, b, s);
+      f[r][s] = acc;
+    }
+}
+
+// The weight gradient of one tile: f[r][s] = sum_ij dy[i][j] d[i + r][j + s] (host reference).
+template <int M>
+CNNERGY_HD void weight_grad_tile(const float (&d)[M + 2][M + 2], const float (&dy)[M][M], float (&f)[3][3]) {
+  float v[M + 2][M + 2], a[M + 2][M + 2], p[M + 2][M + 2];
+  transform_input<M>(d, v);
+  transform_output_grad<M>(dy, a);
+  for (int i = 0; i < M + 2; ++i)
+    for (int j = 0; j < M + 2; ++j) p[i][j] = a[i][j] * v[i][j];
+  transform_filter_grad<M>(p, f);
+}
+
 // The whole F(m x m, 3x3) on one tile (host reference for the unit test).
 template <int M>
 CNNERGY_HD void correlate_tile(const float (&d)[M + 2][M + 2], const float (&f)[3][3], float (&y)[M][M]) {
