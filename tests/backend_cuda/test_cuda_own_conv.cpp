@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <span>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/conv_algos.hpp"
 #include "backend/cuda/own_conv.hpp"
+#include "backend/cuda/own_conv_implicit_gemm_maps.hpp"
 #include "backend/cuda/own_conv_rules.hpp"
 #include "backend_cuda/cuda_fixture.hpp"
 
@@ -315,6 +318,78 @@ TEST(OwnConvNames, ListedAndValidated) {
     FAIL();
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("own:winograd"), std::string::npos) << e.what();
+  }
+}
+
+// ---- without a GPU: the implicit GEMM's index maps multiplied out on the host -------------------
+struct HostOps {
+  template <typename T>
+  static float to(T v) {
+    return static_cast<float>(v);
+  }
+  template <typename T>
+  static T from(float v) {
+    return static_cast<T>(v);
+  }
+  static void add(float* p, float v) { *p += v; }
+};
+
+// C (m x n) = A (m x k) B (k x n) per group through a map, as implicit_gemm_kernel does.
+template <class Map>
+void multiply(const Map& map, int groups, int m, int n, int k) {
+  for (int grp = 0; grp < groups; ++grp)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int kk = 0; kk < k; ++kk) sum += static_cast<double>(map.a(grp, i, kk)) * map.b(grp, kk, j);
+        map.store(grp, i, j, static_cast<float>(sum));
+      }
+}
+
+class ImplicitGemmMaps : public SeededTest {};
+
+// Every direction, both layouts, against the CPU backend: catches any gather/scatter index error
+// of the GPU kernel's maps without a GPU.
+TEST_F(ImplicitGemmMaps, MultipliedOutOnTheHostMatchTheCpuReference) {
+  auto cpu = create_backend(BackendOptions{});
+  std::vector<OwnCase> cases = own_cases();
+  for (const OwnCase& c : cases) {
+    const Conv2dDesc& d = c.desc;
+    const Tensor x = random_tensor(d.input_shape(), rng_), w = random_tensor(d.weight_shape(), rng_);
+    const Tensor dy = random_tensor(d.output_shape(), rng_), dx0 = random_tensor(d.input_shape(), rng_);
+    Conv2dDesc nb = d;
+    nb.bias = false;
+    auto conv = cpu->make_conv(nb, {});
+    Tensor y_ref = Tensor::host(d.output_shape(), DType::kF32), dx_ref = clone(dx0);
+    Tensor dw_ref = Tensor::host(d.weight_shape(), DType::kF32);
+    conv->forward(x, w, Tensor{}, y_ref);
+    conv->backward_data(dy, w, dx_ref, true);
+    conv->backward_filter(x, dy, dw_ref, Tensor{});
+    for (const Layout l : kAllLayouts) {
+      const bool nhwc = l == Layout::kNHWC;
+      const cuda::own::ConvGeom g = cuda::own::geom_of(d, nhwc);
+      const Tensor xl = from_f32_nchw(x, DType::kF32, l), wl = from_f32_nchw(w, DType::kF32, l);
+      const Tensor dyl = from_f32_nchw(dy, DType::kF32, l), dxl = from_f32_nchw(dx0, DType::kF32, l);
+      const Tensor yl = Tensor::host(d.output_shape(), DType::kF32, l);  // NaN where nothing is stored
+      const std::span<float> y_values = yl.f32();
+      std::fill(y_values.begin(), y_values.end(), std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> dw32(static_cast<std::size_t>(d.weight_shape().numel()), 0.0f);
+      const auto* xp = static_cast<const float*>(xl.raw());
+      const auto* wp = static_cast<const float*>(wl.raw());
+      const auto* dyp = static_cast<const float*>(dyl.raw());
+      multiply(cuda::own::ForwardMap<float, HostOps>{xp, wp, static_cast<float*>(yl.raw()), g}, g.groups,
+               g.n * g.oh * g.ow, g.kg, g.cg * g.r * g.s);
+      multiply(cuda::own::BackwardDataMap<float, HostOps>{dyp, wp, static_cast<float*>(dxl.raw()), g, true},
+               g.groups, g.n * g.h * g.w, g.cg, g.kg * g.r * g.s);
+      multiply(cuda::own::BackwardFilterMap<float, HostOps>{xp, dyp, dw32.data(), g}, g.groups, g.kg,
+               g.cg * g.r * g.s, g.n * g.oh * g.ow);
+      const Tensor dwl = from_f32_nchw(dw_ref, DType::kF32, l);
+      std::copy(dw32.begin(), dw32.end(), static_cast<float*>(dwl.raw()));
+      const std::string what = std::string(c.name) + " " + std::string(layout_name(l));
+      EXPECT_TRUE(all_close(to_f32_nchw(yl), y_ref, 1e-4, 1e-4)) << what << " forward";
+      EXPECT_TRUE(all_close(to_f32_nchw(dxl), dx_ref, 1e-4, 1e-4)) << what << " backward_data accumulate";
+      EXPECT_TRUE(all_close(to_f32_nchw(dwl), dw_ref, 1e-3, 1e-4)) << what << " backward_filter";
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "backend/cuda/own_conv_common.cuh"
+#include "backend/cuda/own_conv_implicit_gemm_maps.hpp"
 
 namespace cnnergy::cuda {
 
@@ -21,91 +22,26 @@ namespace {
 
 using kernels::from_float;
 using kernels::to_float;
+using own::BackwardDataMap;
+using own::BackwardFilterMap;
 using own::ConvGeom;
+using own::ForwardMap;
 
 constexpr int kBM = 128, kBN = 64, kBK = 32, kThreads = 256;
 constexpr int kALd = kBK + 8, kBLd = kBN + 8, kCLd = 32 + 4;  // padded leading dimensions
 
-// (c, r, s) of a reduction index over C/g*R*S (or K/g*R*S): channel-fastest in NHWC.
-struct Tap {
-  int c, r, s;
-};
-__device__ __forceinline__ Tap decode_tap(const ConvGeom& g, int kk, int channels) {
-  if (g.nhwc) return {kk % channels, kk / (channels * g.s), (kk / channels) % g.s};
-  return {kk / (g.r * g.s), (kk / g.s) % g.r, kk % g.s};
-}
-
-template <typename T>
-struct ForwardMap {
-  const T* x;
-  const T* w;
-  T* y;
-  ConvGeom g;
-  __device__ T a(int grp, int m, int kk) const {
-    const int plane = g.oh * g.ow, n = m / plane, p = m % plane;
-    const Tap t = decode_tap(g, kk, g.cg);
-    const int iy = (p / g.ow) * g.sh - g.pt + t.r * g.dh, ix = (p % g.ow) * g.sw - g.pl + t.s * g.dw;
-    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return from_float<T>(0.0f);
-    return x[g.in(n, grp * g.cg + t.c, iy, ix)];
+// Storage conversions and the atomic sum the maps (own_conv_implicit_gemm_maps.hpp) use on the
+// device.
+struct DeviceOps {
+  template <typename T>
+  __device__ static float to(T v) {
+    return to_float(v);
   }
-  __device__ T b(int grp, int kk, int col) const {
-    const Tap t = decode_tap(g, kk, g.cg);
-    return w[g.wt(grp * g.kg + col, t.c, t.r, t.s)];
+  template <typename T>
+  __device__ static T from(float v) {
+    return from_float<T>(v);
   }
-  __device__ void store(int grp, int m, int col, float v) const {
-    const int plane = g.oh * g.ow, n = m / plane, p = m % plane;
-    y[g.out(n, grp * g.kg + col, p / g.ow, p % g.ow)] = from_float<T>(v);
-  }
-};
-
-template <typename T>
-struct BackwardDataMap {
-  const T* dy;
-  const T* w;
-  T* dx;
-  ConvGeom g;
-  bool accumulate;
-  __device__ T a(int grp, int m, int kk) const {
-    const int plane = g.h * g.w, n = m / plane, p = m % plane;
-    const Tap t = decode_tap(g, kk, g.kg);  // t.c is the output channel within the group
-    const int ty = p / g.w + g.pt - t.r * g.dh, tx = p % g.w + g.pl - t.s * g.dw;
-    if (ty < 0 || tx < 0 || ty % g.sh != 0 || tx % g.sw != 0) return from_float<T>(0.0f);
-    const int oy = ty / g.sh, ox = tx / g.sw;
-    if (oy >= g.oh || ox >= g.ow) return from_float<T>(0.0f);
-    return dy[g.out(n, grp * g.kg + t.c, oy, ox)];
-  }
-  __device__ T b(int grp, int kk, int col) const {
-    const Tap t = decode_tap(g, kk, g.kg);
-    return w[g.wt(grp * g.kg + t.c, col, t.r, t.s)];
-  }
-  __device__ void store(int grp, int m, int col, float v) const {
-    const int plane = g.h * g.w, n = m / plane, p = m % plane;
-    T* o = dx + g.in(n, grp * g.cg + col, p / g.w, p % g.w);
-    *o = from_float<T>(accumulate ? v + to_float(*o) : v);
-  }
-};
-
-template <typename T>
-struct BackwardFilterMap {
-  const T* x;
-  const T* dy;
-  float* dw32;  // zeroed; the weight's layout
-  ConvGeom g;
-  __device__ T a(int grp, int m, int kk) const {
-    const int plane = g.oh * g.ow, n = kk / plane, p = kk % plane;
-    return dy[g.out(n, grp * g.kg + m, p / g.ow, p % g.ow)];
-  }
-  __device__ T b(int grp, int kk, int col) const {
-    const int plane = g.oh * g.ow, n = kk / plane, p = kk % plane;
-    const Tap t = decode_tap(g, col, g.cg);
-    const int iy = (p / g.ow) * g.sh - g.pt + t.r * g.dh, ix = (p % g.ow) * g.sw - g.pl + t.s * g.dw;
-    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return from_float<T>(0.0f);
-    return x[g.in(n, grp * g.cg + t.c, iy, ix)];
-  }
-  __device__ void store(int grp, int m, int col, float v) const {
-    const Tap t = decode_tap(g, col, g.cg);
-    atomicAdd(dw32 + g.wt(grp * g.kg + m, t.c, t.r, t.s), v);
-  }
+  __device__ static void add(float* p, float v) { atomicAdd(p, v); }
 };
 
 // C (M x N) = A (M x K) B (K x N) for group blockIdx.z / splits, over the K-slice of split
@@ -246,7 +182,7 @@ class ImplicitGemmConv final : public OwnConvAlgo {
   void forward(const void* x, const void* w, void* y) override {
     kernels::dispatch_float(p_.dtype, "implicit_gemm forward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch<T>(ForwardMap<T>{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), g_},
+      launch<T>(ForwardMap<T, DeviceOps>{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), g_},
                 g_.n * g_.oh * g_.ow, g_.kg, g_.cg * g_.r * g_.s, 1);
     });
   }
@@ -254,7 +190,7 @@ class ImplicitGemmConv final : public OwnConvAlgo {
   void backward_data(const void* dy, const void* w, void* dx, bool accumulate) override {
     kernels::dispatch_float(p_.dtype, "implicit_gemm backward_data", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch<T>(BackwardDataMap<T>{static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g_,
+      launch<T>(BackwardDataMap<T, DeviceOps>{static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g_,
                                    accumulate},
                 g_.n * g_.h * g_.w, g_.cg, g_.kg * g_.r * g_.s, 1);
     });
@@ -272,7 +208,7 @@ class ImplicitGemmConv final : public OwnConvAlgo {
     const int splits = static_cast<int>(std::min({want, most, std::int64_t{65535} / g_.groups}));
     kernels::dispatch_float(p_.dtype, "implicit_gemm backward_filter", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch<T>(BackwardFilterMap<T>{static_cast<const T*>(x), static_cast<const T*>(dy),
+      launch<T>(BackwardFilterMap<T, DeviceOps>{static_cast<const T*>(x), static_cast<const T*>(dy),
                                      static_cast<float*>(dw32->data()), g_},
                 m, n, k, std::max(splits, 1));
     });

@@ -4,10 +4,12 @@
 // (m+2)x(m+2) input tile d gives the m x m correlation outputs.
 #pragma once
 
+#ifndef CNNERGY_HD
 #ifdef __CUDACC__
 #define CNNERGY_HD __host__ __device__
 #else
 #define CNNERGY_HD
+#endif
 #endif
 #ifdef __CUDA_ARCH__  // the device pass only: the host compiler does not know the pragma
 #define CNNERGY_UNROLL _Pragma("unroll")
