@@ -2,7 +2,7 @@
 // ("own:winograd_2x2") after Lavin and Gray 2016, for 3x3 stride-1 dilation-1 groups-1 NCHW. Three
 // kernels and a batched GEMM per chunk of images: the filter transform U = G g G^T, the input
 // transform V = B^T d B of every (m+2)x(m+2) tile, one cuBLAS GEMM per transformed point
-// (M = U V over channels, alpha^2 of them batched, fp32 / TF32), and the output transform
+// (M = U V over channels, alpha^2 of them batched, fp32 even under TF32), and the output transform
 // Y = A^T M A. Backward data is the same correlation of dy with the filter rotated by 180 degrees
 // and its K and C swapped. Backward filter transforms the input tiles as forward does and each
 // output-gradient tile by A dy A^T, sums their products over all tiles of all images with the same
@@ -237,7 +237,9 @@ class WinogradConv final : public OwnConvAlgo {
           static_cast<const T*>(w), uf, q.k_out, q.c_in, rotate);
     });
     CNNERGY_CUDA_LAUNCH_CHECK("filter_transform");
-    const cublasComputeType_t compute = p_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    // fp32 even under tf32: the transformed values are tens of times larger than the data, and TF32's
+    // 10-bit mantissa on them would cost a few percent of the output (docs/convolutions.md).
+    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     for (int n0 = 0; n0 < q.n; n0 += chunk) {
       const int nb = std::min(chunk, q.n - n0);
       const int p_count = nb * tiles;
@@ -277,7 +279,9 @@ class WinogradConv final : public OwnConvAlgo {
     auto vd = ctx_->scratch(static_cast<std::size_t>(chunk_fwd_) * per_image_bytes(q));
     float* sf = static_cast<float*>(s->data());
     float* vf = static_cast<float*>(vd->data());
-    const cublasComputeType_t compute = p_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    // fp32 even under tf32: the transformed values are tens of times larger than the data, and TF32's
+    // 10-bit mantissa on them would cost a few percent of the output (docs/convolutions.md).
+    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     for (int n0 = 0; n0 < q.n; n0 += chunk_fwd_) {
       const int nb = std::min(chunk_fwd_, q.n - n0);
       const int p_count = nb * tiles;
