@@ -115,7 +115,7 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("precision", "fp32, tf32, fp16, bf16", "fp32", precision_names());
   p.option("layout", "activation layout", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100)", "10");
-  p.option("conv-algo", "GPU convolution algorithm policy (auto, find, heuristic, graph_find, graph_heuristic or a name)",
+  p.option("conv-algo", "GPU convolution algorithm policy (auto, find, heuristic, graph_find, graph_heuristic or a name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note))",
            "auto");
   p.option("input", "model input override CxHxW");
   p.option("init", "initial weights of an ONNX model: file (its initialisers) or random (seeded, the zoo's rules)",

@@ -311,7 +311,7 @@ int run_model_info(const std::vector<std::string>& args) {
   p.option("layout", "with --show-algos: activation layout", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("algo-cache", kAlgoCacheHelp);
-  p.option("conv-algo", "with --show-algos: algorithm policy (auto, find, heuristic, graph_find, graph_heuristic or a name)", "auto");
+  p.option("conv-algo", "with --show-algos: algorithm policy (auto, find, heuristic, graph_find, graph_heuristic or a name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note))", "auto");
   p.flag("strict-algo", "with --show-algos: a named algorithm a layer cannot run is an error, not a fallback");
   declare_output_flags(p, "the per-layer table");
   p.epilog(kConventions);

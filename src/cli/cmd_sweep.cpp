@@ -71,7 +71,7 @@ std::string knob_help(Knob k) {
     case Knob::kGpus: return "GPU counts to sweep (data-parallel replicas, one GPU each), e.g. 1,2,4";
     case Knob::kPrecision: return "precisions to sweep: fp32, tf32, fp16, bf16";
     case Knob::kLayout: return "activation layouts to sweep: nchw, nhwc";
-    case Knob::kConvAlgo: return "convolution algorithm policies to sweep (auto, find, heuristic, graph_find, ...)";
+    case Knob::kConvAlgo: return "convolution algorithm policies to sweep (auto, find, heuristic, graph_find, ..., own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd: the own kernels per layer with cuDNN auto where one cannot run)";
     case Knob::kCudaGraph: return "off,on: the step kernel by kernel or replayed as one CUDA graph";
     case Knob::kMemClock: return "memory clocks to sweep, in MHz";
     case Knob::kSmClock: return "SM clocks to sweep, in MHz (locked per trial)";

@@ -255,8 +255,9 @@ std::vector<KnobValue> parse_knob_values(Knob knob, const std::string& text, con
         out.push_back(KnobValue::of_text(std::string(layout_name(parse_layout(item)))));
         break;
       case Knob::kConvAlgo: {
-        if (!safe_name(item))
-          throw InvalidArgument("invalid convolution algorithm name '" + item + "' (letters, digits, _ - . + only)");
+        // ':' for the own implementations (own:winograd, ...).
+        if (!safe_name(item) && !(item.rfind("own:", 0) == 0 && safe_name(item.substr(4))))
+          throw InvalidArgument("invalid convolution algorithm name '" + item + "' (letters, digits, _ - . + only, or own:NAME)");
         if (!limits.conv_algos.empty() && item != "default" &&
             std::find(limits.conv_algos.begin(), limits.conv_algos.end(), item) == limits.conv_algos.end())
           throw InvalidArgument("unknown convolution algorithm '" + item + "' (known: " + join(limits.conv_algos, ", ") + ")");

@@ -133,6 +133,10 @@ TEST(Knobs, TextKnobs) {
   EXPECT_EQ(parse_knob_values(Knob::kConvAlgo, "winograd,fft", l)[0].text, "winograd");
   EXPECT_NE(error_of([&] { parse_knob_values(Knob::kConvAlgo, "magic", l); }).find("known: implicit_gemm"), std::string::npos);
   EXPECT_NE(error_of([&] { parse_knob_values(Knob::kConvAlgo, "a=b", DeviceLimits{}); }).find("letters, digits"), std::string::npos);
+  // The own implementations (docs/convolutions.md) are "own:NAME"
+  EXPECT_EQ(parse_knob_values(Knob::kConvAlgo, "own:winograd,auto", DeviceLimits{})[0].text, "own:winograd");
+  EXPECT_NE(error_of([&] { parse_knob_values(Knob::kConvAlgo, "own:a=b", DeviceLimits{}); }).find("own:NAME"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_knob_values(Knob::kConvAlgo, "x:winograd", DeviceLimits{}); }).find("letters, digits"), std::string::npos);
   EXPECT_EQ(parse_knob_values(Knob::kCudaGraph, "off,on", l).size(), 2u);
   EXPECT_NE(error_of([&] { parse_knob_values(Knob::kCudaGraph, "yes", l); }).find("choose on or off"), std::string::npos);
 }

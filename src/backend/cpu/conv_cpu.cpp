@@ -351,7 +351,11 @@ std::string_view conv_algo_name(ConvAlgo a) {
 ConvAlgo parse_conv_algo(std::string_view name, ConvAlgo fallback) {
   if (name.empty()) return fallback;
   if (name == "reference") return ConvAlgo::kReference;
-  if (name == "im2col_gemm") return ConvAlgo::kIm2colGemm;
+  if (name == "im2col_gemm" || name == "own:im2col_gemm") return ConvAlgo::kIm2colGemm;
+  if (name.rfind("own:", 0) == 0)
+    throw InvalidArgument("the CPU backend has no convolution '" + std::string(name) +
+                          "' (choose one of: reference, im2col_gemm, own:im2col_gemm; the other own "
+                          "implementations run on CUDA)");
   throw InvalidArgument("unknown CPU convolution algorithm '" + std::string(name) +
                         "' (choose one of: reference, im2col_gemm)");
 }

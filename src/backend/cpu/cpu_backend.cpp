@@ -77,9 +77,12 @@ class CpuBackend final : public Backend {
         workspace_(std::make_shared<Workspace>(memory_)),
         device_name_(cpu_model_name()),
         // The run's policy picks the CPU default only when it names a CPU algorithm; CUDA policies
-        // ("find", "heuristic", cuDNN names) mean nothing here.
-        default_conv_algo_(options.conv_algo_policy == "reference" ? ConvAlgo::kReference
-                                                                   : ConvAlgo::kIm2colGemm) {}
+        // ("find", "heuristic", cuDNN names) mean nothing here; of the own implementations
+        // ("own:NAME"), own:im2col_gemm is the CPU's im2col_gemm and the others are refused.
+        default_conv_algo_(options.conv_algo_policy.rfind("own:", 0) == 0
+                               ? parse_conv_algo(options.conv_algo_policy, ConvAlgo::kIm2colGemm)
+                           : options.conv_algo_policy == "reference" ? ConvAlgo::kReference
+                                                                     : ConvAlgo::kIm2colGemm) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return device_name_; }

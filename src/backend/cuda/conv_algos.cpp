@@ -3,6 +3,7 @@
 
 #include <cudnn.h>
 
+#include "backend/cuda/own_conv.hpp"
 #include "core/errors.hpp"
 
 namespace cnnergy::cuda {
@@ -93,12 +94,19 @@ std::string valid_conv_algo_names(ConvDirection d) {
 
 void validate_conv_algo_policy(const std::string& policy) {
   if (is_search_policy(policy)) return;
+  if (has_own_prefix(policy)) {
+    own_conv_implementation(policy);  // InvalidArgument listing the own names when unknown
+    return;
+  }
   for (ConvDirection d : kDirections)
     if (find_conv_algo(d, policy)) return;
   std::string all;
   for (ConvDirection d : kDirections)
     all += "; " + std::string(direction_name(d)) + ": " + valid_conv_algo_names(d);
-  throw InvalidArgument("unknown convolution algorithm policy '" + policy + "'" + all);
+  std::string own;
+  for (const char* n : own_conv_implementations()) own += std::string(own.empty() ? "" : ", ") + kOwnConvPrefix + n;
+  throw InvalidArgument("unknown convolution algorithm policy '" + policy + "'" + all +
+                        "; own implementations (per layer, cuDNN auto where one cannot run): " + own);
 }
 
 }  // namespace cnnergy::cuda

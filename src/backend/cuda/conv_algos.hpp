@@ -29,8 +29,8 @@ std::string valid_conv_algo_names(ConvDirection d);  // "find, heuristic, ..., i
 bool is_search_policy(const std::string& policy);
 bool is_graph_policy(const std::string& policy);  // graph_find | graph_heuristic
 
-// A search policy or an algorithm name of any direction; InvalidArgument listing every valid
-// name otherwise.
+// A search policy, an algorithm name of any direction or "own:NAME" (own_conv.hpp);
+// InvalidArgument listing every valid name otherwise.
 void validate_conv_algo_policy(const std::string& policy);
 
 }  // namespace cnnergy::cuda

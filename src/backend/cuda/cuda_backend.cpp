@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/cuda/conv_algos.hpp"
+#include "backend/cuda/own_conv.hpp"
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_graph.hpp"
 #include "backend/cuda/cuda_ops.hpp"
@@ -193,7 +194,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
     ctx_->activate();
-    return make_cudnn_conv(ctx_, desc, algo);
+    return make_cuda_conv(ctx_, desc, algo);  // cuDNN, or own implementations (own_conv.hpp)
   }
   std::unique_ptr<LinearKernel> make_linear(const LinearDesc& desc) override {
     ctx_->activate();
