@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+
+#include <unistd.h>
 
 #include "cli/args.hpp"
 #include "cli/vocabulary.hpp"
@@ -144,12 +147,14 @@ int run_convbench(const std::vector<std::string>& raw_args) {
                           "--preset li2016 or --model NAME --batch N");
 
   std::size_t done = 0;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;  // a progress line only where someone watches it
   const auto progress = [&](const std::string& what) {
     std::fprintf(stderr, "\rconvbench: cell %zu: %-100.100s", ++done, what.c_str());
     std::fflush(stderr);
   };
-  const convbench::StudyResult result = convbench::run_study(problems, o, progress);
-  std::fprintf(stderr, "\n");
+  const convbench::StudyResult result =
+      convbench::run_study(problems, o, tty ? std::function<void(const std::string&)>(progress) : nullptr);
+  if (tty) std::fprintf(stderr, "\n");
   const Json doc = convbench::study_to_json(result);
   std::fputs(convbench::study_table(result).c_str(), stdout);
   if (auto html = p.get_optional("html")) {

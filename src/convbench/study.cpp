@@ -252,6 +252,8 @@ StudyResult run_study(const std::vector<ConvProblem>& problems, const StudyOptio
       result.peaks = find_device_peaks(result.device_name);
     }
     if (slot.probe && result.energy_source.empty()) result.energy_source = slot.probe->source();
+    if (!slot.probe && std::find(result.notes.begin(), result.notes.end(), "energy " + slot.energy_note) == result.notes.end())
+      result.notes.push_back("energy " + slot.energy_note);
   }
   if (result.backend.empty())
     throw NotSupported("convbench: no backend for any precision/layout asked: " + result.notes.front());
@@ -274,8 +276,12 @@ StudyResult run_study(const std::vector<ConvProblem>& problems, const StudyOptio
       for (const auto layout : o.layouts) {
         Slot& slot = slots.at({prec, layout});
         for (const auto& dir : o.directions) {
-          std::vector<std::string> impls = slot.backend ? implementations_for(o, *slot.backend, dir) : o.implementations;
-          if (impls.empty()) impls.push_back("(backend default)");
+          // A precision/layout without a backend lists the names of one that has one (each cell then
+          // says why it cannot run), so every precision shows the same rows.
+          Backend* lister = slot.backend.get();
+          for (auto& [key, other] : slots)
+            if (!lister && other.backend) lister = other.backend.get();
+          const std::vector<std::string> impls = implementations_for(o, *lister, dir);
           for (const auto& impl : impls) {
             Cell c;
             c.problem = pi;

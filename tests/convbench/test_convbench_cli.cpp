@@ -74,10 +74,11 @@ TEST(ConvbenchCli, CpuRunWritesJsonCsvAndHtml) {
     EXPECT_DOUBLE_EQ(c.at("flops").as_number(), flops);
     EXPECT_NEAR(c.at("tflops").as_number(), flops / (ms * 1e9), 1e-9 * c.at("tflops").as_number() + 1e-15);
     // Energy: RAPL where readable, else null with the reason (never 0).
-    if (c.at("joules_per_call_median").is_null())
+    if (c.at("joules_per_call_median").is_null()) {
       EXPECT_NE(c.at("energy_note").as_string().find("not measured"), std::string::npos);
-    else
+    } else {
       EXPECT_GT(c.at("joules_per_call_median").as_number(), 0);
+    }
   }
   EXPECT_EQ(ok, 2u * 2u * 3u);
   EXPECT_EQ(j.at("transfers").items().size(), 2u * 8u);  // the empty-output problem moves nothing

@@ -48,7 +48,9 @@ TEST_F(ConvbenchCuda, EveryCudnnNameGetsAStatusAndOkCellsAreConsistent) {
     const double flops = problem_flops(problems[c.problem].desc);
     EXPECT_NEAR(c.tflops, flops / (c.time_ms.median * 1e9), 1e-9 * c.tflops);
     EXPECT_FALSE(c.ran.empty()) << c.implementation;
-    if (r.peaks) EXPECT_TRUE(c.percent_of_peak.has_value());
+    if (r.peaks) {
+      EXPECT_TRUE(c.percent_of_peak.has_value());
+    }
     ASSERT_TRUE(c.kernels.has_value());
     if (c.kernels->counters.rfind("unavailable: flush", 0) != 0 && !c.kernels->kernels.empty()) {
       double share = 0;

@@ -128,9 +128,11 @@ TEST(ConvbenchStudy, HotspotsRankProblemsByTimeTimesLayers) {
     for (const auto& [dir, impl] : h.winners) {
       const Cell* best = find_cell(r, h.problem, impl, dir);
       ASSERT_NE(best, nullptr);
-      for (const Cell& c : r.cells)
-        if (c.problem == h.problem && c.direction == dir && c.status == kStatusOk)
+      for (const Cell& c : r.cells) {
+        if (c.problem == h.problem && c.direction == dir && c.status == kStatusOk) {
           EXPECT_LE(best->time_ms.median, c.time_ms.median);
+        }
+      }
       per_layer += best->time_ms.median;
     }
     EXPECT_NEAR(h.total_ms, per_layer * static_cast<double>(p.layers.size()), 1e-9);
