@@ -309,6 +309,11 @@ class Backend {
   // Compute's --profile-from-start off): cudaProfilerStart/Stop on CUDA, nothing elsewhere.
   virtual void profiler_range(bool active) { (void)active; }
 
+  // The algorithm names make_conv accepts in one direction's field ("forward", "backward_data" or
+  // "backward_filter"), each naming one fixed algorithm (policies that choose for themselves are
+  // left out), for studies that try every one (cnnergy convbench). InvalidArgument for another direction.
+  virtual std::vector<std::string> conv_algorithm_names(const std::string& direction) const = 0;
+
   // Kernels (throw NotSupported naming the operation and the backend if absent).
   virtual std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc, const ConvAlgoChoice& algo) = 0;
   virtual std::unique_ptr<LinearKernel> make_linear(const LinearDesc& desc) = 0;

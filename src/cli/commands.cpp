@@ -2,6 +2,7 @@
 #include "cli/commands.hpp"
 
 #include "cli/cmd_compare.hpp"
+#include "cli/cmd_convbench.hpp"
 #include "cli/cmd_dist_train.hpp"
 #include "cli/cmd_infer.hpp"
 #include "cli/cmd_model_info.hpp"
@@ -22,6 +23,8 @@ const std::vector<Command>& commands() {
       {"infer", "inference latency percentiles, throughput and energy per image, batch 1 to large; open loop; .npy runner",
        run_infer},
       {"profile", "per-layer and per-phase time and energy of a training iteration", run_profile},
+      {"convbench", "convolution study: implementations x directions x precisions, time, memory, energy (Li et al. 2016)",
+       run_convbench},
       {"sweep", "sweep knobs over a model or a command; store every trial; optimum per metric", run_sweep},
       {"report", "terminal tables and a self-contained HTML report of a results database", run_report},
       {"export", "export a results database as CSV and/or JSON", run_export},

@@ -28,6 +28,7 @@ class ConvLayer final : public Layer {
     if (!kernel_) return std::nullopt;
     return kernel_->info();
   }
+  std::optional<Conv2dDesc> conv_problem() const override { return desc_; }
 
   void init_parameters(Rng& rng) override {
     const auto fan_in = (desc_.c / desc_.groups) * desc_.r * desc_.s;

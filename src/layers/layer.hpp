@@ -160,6 +160,9 @@ class Layer {
 
   // The convolution algorithms the bound kernel runs (conv layers only), for --show-algos.
   virtual std::optional<ConvAlgoInfo> conv_algorithms() const { return std::nullopt; }
+  // The convolution problem of a conv layer after setup() (batch as set up), for studies that run
+  // each distinct convolution on its own (cnnergy convbench); empty for every other layer.
+  virtual std::optional<Conv2dDesc> conv_problem() const { return std::nullopt; }
 
   // Allocates parameters, gradients and buffers on the backend and creates the kernels. Throws
   // NotSupported naming the layer and the backend when the backend lacks a kernel.

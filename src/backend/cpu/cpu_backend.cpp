@@ -125,6 +125,12 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   std::unique_ptr<DeviceEvent> make_event() override { return std::make_unique<CpuEvent>(); }
 
+  std::vector<std::string> conv_algorithm_names(const std::string& direction) const override {
+    if (direction != "forward" && direction != "backward_data" && direction != "backward_filter")
+      throw InvalidArgument("unknown convolution direction '" + direction +
+                            "' (choose one of: forward, backward_data, backward_filter)");
+    return {"reference", "im2col_gemm"};  // both run every direction (conv_cpu.cpp)
+  }
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
     return make_conv_kernel(desc, algo, default_conv_algo_, options_.workspace_limit_bytes,

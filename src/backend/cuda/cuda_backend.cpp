@@ -191,6 +191,16 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaDeviceEvent>(ctx_);
   }
 
+  std::vector<std::string> conv_algorithm_names(const std::string& direction) const override {
+    for (const ConvDirection d : {ConvDirection::kForward, ConvDirection::kBackwardData, ConvDirection::kBackwardFilter}) {
+      if (direction != direction_name(d)) continue;
+      std::vector<std::string> names;
+      for (const NamedConvAlgo& a : conv_algos(d)) names.emplace_back(a.name);
+      return names;
+    }
+    throw InvalidArgument("unknown convolution direction '" + direction +
+                          "' (choose one of: forward, backward_data, backward_filter)");
+  }
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
     ctx_->activate();

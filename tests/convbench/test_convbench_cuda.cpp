@@ -1,0 +1,96 @@
+// The convolution study on a GPU with cuDNN's names (skips without a GPU): every legacy algorithm of
+// each direction, the graph policies and the own:* names get a status; ok cells have consistent
+// time and TFLOP/s and say what ran; kernel tracing lists kernels or says why not; energy windows
+// give joules where NVML reads them.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "convbench/study.hpp"
+
+namespace cnnergy::convbench {
+namespace {
+
+class ConvbenchCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  }
+};
+
+TEST_F(ConvbenchCuda, EveryCudnnNameGetsAStatusAndOkCellsAreConsistent) {
+  const std::vector<ConvProblem> problems = {parse_problem("n=8,c=32,h=28,w=28,k=64,r=3,s=3,pad=1"),
+                                             parse_problem("n=4,c=16,h=15,w=15,k=32,r=5,s=5,stride=2,pad=2")};
+  StudyOptions o;
+  o.device = Device{DeviceKind::kCuda, 0};
+  o.precisions = {"fp32", "bf16"};
+  o.layouts = {Layout::kNCHW, Layout::kNHWC};
+  o.repetitions = 5;
+  o.window_s = 0;
+  o.metrics = MetricsLevel::kKernels;
+  o.workspace_limit_bytes = std::size_t{1} << 30;
+  const StudyResult r = run_study(problems, o);
+  EXPECT_EQ(r.backend, "cuda");
+  const std::set<std::string> statuses = {kStatusOk, kStatusUnsupported, kStatusDoesNotFit, kStatusFailed};
+  std::set<std::string> ok_directions;
+  std::set<std::string> names;
+  for (const Cell& c : r.cells) {
+    names.insert(c.implementation);
+    ASSERT_TRUE(statuses.count(c.status)) << c.status;
+    EXPECT_NE(c.status, kStatusFailed) << c.implementation << " " << c.direction << ": " << c.detail;
+    if (c.status != kStatusOk) {
+      EXPECT_FALSE(c.detail.empty()) << c.implementation << " " << c.direction;
+      continue;
+    }
+    ok_directions.insert(c.direction + " " + c.precision + " " + c.layout);
+    EXPECT_GT(c.time_ms.median, 0);
+    const double flops = problem_flops(problems[c.problem].desc);
+    EXPECT_NEAR(c.tflops, flops / (c.time_ms.median * 1e9), 1e-9 * c.tflops);
+    EXPECT_FALSE(c.ran.empty()) << c.implementation;
+    if (r.peaks) {
+      EXPECT_TRUE(c.percent_of_peak.has_value());
+    }
+    ASSERT_TRUE(c.kernels.has_value());
+    if (c.kernels->counters.rfind("unavailable: flush", 0) != 0 && !c.kernels->kernels.empty()) {
+      double share = 0;
+      for (const auto& k : c.kernels->kernels) {
+        share += k.share;
+        EXPECT_GT(k.launches, 0);
+        EXPECT_GT(k.block_threads, 0);
+      }
+      EXPECT_NEAR(share, 1.0, 1e-6);
+    } else {
+      EXPECT_EQ(c.kernels->counters.rfind("unavailable: ", 0), 0u) << c.kernels->counters;
+    }
+  }
+  EXPECT_EQ(ok_directions.size(), 3u * 2u * 2u);  // something runs every direction x precision x layout
+  EXPECT_TRUE(names.count("implicit_precomp_gemm"));
+  EXPECT_TRUE(names.count("algo_1"));
+  EXPECT_TRUE(names.count("graph_find"));
+  EXPECT_TRUE(names.count("own:implicit_gemm"));
+  EXPECT_FALSE(r.transfers.empty());
+  for (const auto& t : r.transfers) EXPECT_GT(t.gb_per_s, 0);
+}
+
+TEST_F(ConvbenchCuda, EnergyWindowsGiveJoulesWhereNvmlReadsThem) {
+  StudyOptions o;
+  o.device = Device{DeviceKind::kCuda, 0};
+  o.implementations = {"implicit_precomp_gemm"};
+  o.directions = {"forward"};
+  o.window_s = 0.5;
+  o.windows = 2;
+  o.transfers = false;
+  const StudyResult r = run_study({parse_problem("n=32,c=64,h=56,w=56,k=64,r=3,s=3,pad=1")}, o);
+  ASSERT_EQ(r.cells.size(), 1u);
+  const Cell& c = r.cells.front();
+  ASSERT_EQ(c.status, kStatusOk) << c.detail;
+  if (r.energy_source.empty()) GTEST_SKIP() << "no NVML energy here: " << c.energy_note;
+  ASSERT_TRUE(c.joules_per_call.has_value()) << c.energy_note;
+  EXPECT_GT(c.joules_per_call->median, 0);
+  ASSERT_TRUE(c.max_batch.has_value());
+  EXPECT_GT(*c.max_batch, 32);
+}
+
+}  // namespace
+}  // namespace cnnergy::convbench
