@@ -11,7 +11,8 @@ packages=(cmake g++ make pkg-config libgtest-dev libopenblas-dev libsqlite3-dev 
           dataset-fashion-mnist openmpi-bin libopenmpi-dev chromium
           libcli11-dev
           pybind11-dev python3-dev
-          libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx)
+          libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
+          python3-torch python3-torchvision)  # torchvision models exported to ONNX, logits compared
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
