@@ -40,7 +40,9 @@ std::unique_ptr<OwnConvAlgo> make_own(const std::string& impl, std::shared_ptr<C
   if (impl == "winograd") return make_own_winograd(std::move(ctx), p, 4);
   if (impl == "winograd_2x2") return make_own_winograd(std::move(ctx), p, 2);
   if (impl == "fft") return make_own_fft(std::move(ctx), p);
-  return nullptr;
+  // Names are validated against own_conv_implementations() before a kernel is made: a name that
+  // reaches here without a factory is a mismatch between that list and this one.
+  throw InternalError("own convolution '" + impl + "' is listed but has no implementation");
 }
 
 std::string precision_text(const OwnConvProblem& p) {
@@ -153,7 +155,6 @@ class OwnConvKernel final : public ConvKernel {
   std::string rule_for(const std::string& impl, Dir dir) {
     auto it = algos_.find(impl);
     if (it == algos_.end()) it = algos_.emplace(impl, make_own(impl, ctx_, problem_)).first;
-    if (!it->second) return impl + ": not implemented in this build (docs/convolutions.md)";
     return it->second->unsupported(dir);
   }
   OwnConvAlgo* own(Dir dir) const {
