@@ -82,12 +82,17 @@ for _f in ("cnnergy_monitor_sensor_period_ms", "cnnergy_monitor_interval_ms"):
     getattr(_lib, _f).restype = ctypes.c_double
 for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
     getattr(_lib, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
-# begin/end through a PyDLL handle, which keeps the GIL: they take microseconds and never wait for
-# the sampler, while a CDLL call releases the GIL and must win it back, which right after a PyTorch
-# step (its autograd thread wants the GIL too) cost end_window 43 us median on an H100.
+# Calls that never wait go through a PyDLL handle, which keeps the GIL: begin, end, discard (an
+# unread Measurement's __del__ runs it inside end_window's caller) and result without waiting.
+# A CDLL call releases the GIL and must win it back; right after a PyTorch step its autograd
+# thread wants the GIL too, and end_window (end + the discard of the unread result) cost 43 us
+# median on an H100 while discard still went through CDLL.
 _held = ctypes.PyDLL(library_path)
 for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
     getattr(_held, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
+_held.cnnergy_window_discard.argtypes = [ctypes.c_void_p, _u64]
+_held.cnnergy_window_result.argtypes = [ctypes.c_void_p, _u64, ctypes.c_double,
+                                        ctypes.POINTER(_Measurement)]
 _lib.cnnergy_window_result.argtypes = [ctypes.c_void_p, _u64, ctypes.c_double,
                                        ctypes.POINTER(_Measurement)]
 _lib.cnnergy_window_discard.argtypes = [ctypes.c_void_p, _u64]
@@ -180,7 +185,8 @@ def end(h, name):
 
 def result(h, wid, timeout_ms):
     m = _Measurement()
-    status = _lib.cnnergy_window_result(_handle(h), wid, timeout_ms, ctypes.byref(m))
+    fn = _held.cnnergy_window_result if timeout_ms == 0 else _lib.cnnergy_window_result
+    status = fn(_handle(h), wid, timeout_ms, ctypes.byref(m))
     if status == NOT_READY:
         return None
     _check(status)
@@ -200,7 +206,7 @@ def result(h, wid, timeout_ms):
 
 
 def discard(h, wid):
-    _check(_lib.cnnergy_window_discard(_handle(h), wid))
+    _check(_held.cnnergy_window_discard(_handle(h), wid))
 
 
 def power_limit_set(gpu, watts):
