@@ -46,8 +46,8 @@ extern "C" {
 #define CNNERGY_EXPORT
 #endif
 
-/* 1.0.0 */
-#define CNNERGY_API_VERSION 10000
+/* 1.1.0: cnnergy_now_ns, cnnergy_window_begin_at / _end_at, cnnergy_monitor_window_count */
+#define CNNERGY_API_VERSION 10100
 #define CNNERGY_MAX_GPUS 64
 #define CNNERGY_NAME_MAX 128
 
@@ -136,6 +136,20 @@ CNNERGY_EXPORT cnnergy_status cnnergy_window_begin(cnnergy_monitor* monitor, con
  * gives its id for cnnergy_window_result. Only stamps the time. */
 CNNERGY_EXPORT cnnergy_status cnnergy_window_end(cnnergy_monitor* monitor, const char* name,
                                                  cnnergy_window_id* id);
+
+/* Since 1.1. The monitor's clock (CLOCK_MONOTONIC, ns; Python's time.monotonic_ns() reads the same
+ * clock on Linux). */
+CNNERGY_EXPORT int64_t cnnergy_now_ns(void);
+/* Since 1.1. As begin/end, at a time the caller stamped earlier on the monitor's clock, so the
+ * caller's thread can only stamp and hand the registration to another thread (the Python module
+ * does). INVALID_ARGUMENT for a time in the future, a begin before the monitor (re)started, an end
+ * before its begin. Samples the sampler took before the registration still count. */
+CNNERGY_EXPORT cnnergy_status cnnergy_window_begin_at(cnnergy_monitor* monitor, const char* name,
+                                                      int64_t t_ns, cnnergy_window_id* id);
+CNNERGY_EXPORT cnnergy_status cnnergy_window_end_at(cnnergy_monitor* monitor, const char* name,
+                                                    int64_t t_ns, cnnergy_window_id* id);
+/* Since 1.1. Windows the monitor holds: open, or ended and neither read nor discarded. */
+CNNERGY_EXPORT size_t cnnergy_monitor_window_count(cnnergy_monitor* monitor);
 
 typedef struct cnnergy_gpu_energy {
   unsigned gpu_index;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct cnnergy_monitor {
   std::uint64_t generation = 0;  // of the meter: ids of an earlier meter are refused
   std::map<std::string, EnergyMeter::WindowId> open;  // window name -> meter id
   double sensor_period_ms = 0, interval_ms = 0;
+  std::int64_t started_ns = 0;  // steady clock at the last start: no window may begin before it
   // Exporting (cnnergy_monitor_export): ended windows are collected on the sampler thread as soon
   // as they are covered, exported, and kept in `done` until the caller reads them.
   std::unique_ptr<cnnergy::exporter::MonitorExporter> exporter;
@@ -107,6 +109,7 @@ void start_locked(cnnergy_monitor& m) {
   ++m.generation;
   m.running = true;
   attach_export(m);
+  m.started_ns = steady_now_ns();
   m.sensor_period_ms = m.sampler->sensor_period_ms();
   m.interval_ms = m.sampler->interval_ms();
 }
@@ -190,6 +193,43 @@ cnnergy_status result_exported(cnnergy_monitor& m, std::unique_lock<std::mutex>&
   }
   fill(it->second, out);
   m.done.erase(it);
+  return CNNERGY_OK;
+}
+
+// cnnergy_window_begin(_at): `t_ns` empty stamps now.
+cnnergy_status begin_window(cnnergy_monitor* monitor, const char* name,
+                            std::optional<std::int64_t> t_ns, cnnergy_window_id* id) {
+  if (!monitor || !name) return bad("cnnergy_window_begin: NULL argument");
+  const std::size_t len = std::strlen(name);
+  if (len == 0 || len >= CNNERGY_NAME_MAX)
+    return bad("window name must have 1 to " + std::to_string(CNNERGY_NAME_MAX - 1) + " bytes");
+  std::lock_guard<std::mutex> lock(monitor->mutex);
+  if (!monitor->running) return bad("the monitor is stopped: start it before beginning windows");
+  std::string key(name, len);
+  if (monitor->open.count(key)) return bad("window '" + key + "' is already open");
+  if (t_ns && *t_ns < monitor->started_ns)
+    return bad("window '" + key + "' cannot begin before the monitor (re)started");
+  const auto w = t_ns ? monitor->meter->begin_at(key, *t_ns) : monitor->meter->begin(key);
+  monitor->open.emplace(std::move(key), w);
+  if (id) *id = (monitor->generation << kIdBits) | w;
+  return CNNERGY_OK;
+}
+
+// cnnergy_window_end(_at): `t_ns` empty stamps now.
+cnnergy_status end_window(cnnergy_monitor* monitor, const char* name,
+                          std::optional<std::int64_t> t_ns, cnnergy_window_id* id) {
+  if (!monitor || !name) return bad("cnnergy_window_end: NULL argument");
+  std::lock_guard<std::mutex> lock(monitor->mutex);
+  auto it = monitor->open.find(name);
+  if (it == monitor->open.end())
+    return bad(std::string("window '") + name + "' was never begun (or has already ended)");
+  if (t_ns)
+    monitor->meter->close_at(it->second, *t_ns);
+  else
+    monitor->meter->close(it->second);
+  if (monitor->exporter) monitor->pending.insert(it->second);
+  if (id) *id = (monitor->generation << kIdBits) | it->second;
+  monitor->open.erase(it);
   return CNNERGY_OK;
 }
 
@@ -357,36 +397,30 @@ double cnnergy_monitor_interval_ms(const cnnergy_monitor* monitor) {
 
 cnnergy_status cnnergy_window_begin(cnnergy_monitor* monitor, const char* name,
                                     cnnergy_window_id* id) {
-  return guarded([&] {
-    if (!monitor || !name) return bad("cnnergy_window_begin: NULL argument");
-    const std::size_t len = std::strlen(name);
-    if (len == 0 || len >= CNNERGY_NAME_MAX)
-      return bad("window name must have 1 to " + std::to_string(CNNERGY_NAME_MAX - 1) + " bytes");
-    std::lock_guard<std::mutex> lock(monitor->mutex);
-    if (!monitor->running) return bad("the monitor is stopped: start it before beginning windows");
-    std::string key(name, len);
-    if (monitor->open.count(key)) return bad("window '" + key + "' is already open");
-    const auto w = monitor->meter->begin(key);
-    monitor->open.emplace(std::move(key), w);
-    if (id) *id = (monitor->generation << kIdBits) | w;
-    return CNNERGY_OK;
-  });
+  return guarded([&] { return begin_window(monitor, name, std::nullopt, id); });
+}
+
+cnnergy_status cnnergy_window_begin_at(cnnergy_monitor* monitor, const char* name, int64_t t_ns,
+                                       cnnergy_window_id* id) {
+  return guarded([&] { return begin_window(monitor, name, t_ns, id); });
 }
 
 cnnergy_status cnnergy_window_end(cnnergy_monitor* monitor, const char* name,
                                   cnnergy_window_id* id) {
-  return guarded([&] {
-    if (!monitor || !name) return bad("cnnergy_window_end: NULL argument");
-    std::lock_guard<std::mutex> lock(monitor->mutex);
-    auto it = monitor->open.find(name);
-    if (it == monitor->open.end())
-      return bad(std::string("window '") + name + "' was never begun (or has already ended)");
-    monitor->meter->close(it->second);
-    if (monitor->exporter) monitor->pending.insert(it->second);
-    if (id) *id = (monitor->generation << kIdBits) | it->second;
-    monitor->open.erase(it);
-    return CNNERGY_OK;
-  });
+  return guarded([&] { return end_window(monitor, name, std::nullopt, id); });
+}
+
+cnnergy_status cnnergy_window_end_at(cnnergy_monitor* monitor, const char* name, int64_t t_ns,
+                                     cnnergy_window_id* id) {
+  return guarded([&] { return end_window(monitor, name, t_ns, id); });
+}
+
+int64_t cnnergy_now_ns(void) { return steady_now_ns(); }
+
+size_t cnnergy_monitor_window_count(cnnergy_monitor* monitor) {
+  if (!monitor) return 0;
+  std::lock_guard<std::mutex> lock(monitor->mutex);
+  return (monitor->meter ? monitor->meter->open_windows() : 0) + monitor->done.size();
 }
 
 cnnergy_status cnnergy_window_result(cnnergy_monitor* monitor, cnnergy_window_id id,

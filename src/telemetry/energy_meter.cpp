@@ -10,6 +10,10 @@
 
 namespace cnnergy::telemetry {
 
+namespace {
+constexpr std::int64_t kStampSlackNs = 1'000'000;  // a caller's stamp may lead ours by 1 ms
+}  // namespace
+
 const char* to_string(EnergySource s) {
   switch (s) {
     case EnergySource::kCounter:
@@ -80,6 +84,60 @@ void EnergyMeter::close(WindowId id, const SyncFn& sync) {
   // window on its own thread, so a close on the caller's thread only stamps (issue 21's < 10 us).
 }
 
+EnergyMeter::WindowId EnergyMeter::begin_at(std::string label, std::int64_t t_ns) {
+  const std::int64_t now = steady_now_ns();
+  if (t_ns > now + kStampSlackNs)
+    throw InvalidArgument("window '" + label + "': its begin is " +
+                          std::to_string((t_ns - now) / 1000) + " us in the future");
+  Window w;
+  w.label = std::move(label);
+  w.begin_ns = t_ns;
+  w.gpus.resize(sampler_->gpu_count());
+  std::lock_guard<std::mutex> lock(mutex_);
+  const WindowId id = next_id_++;
+  Window& placed = windows_.emplace(id, std::move(w)).first->second;
+  if (last_sample_ns_ >= t_ns) replay(placed);
+  return id;
+}
+
+void EnergyMeter::close_at(WindowId id, std::int64_t t_ns) {
+  const std::int64_t now = steady_now_ns();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = windows_.find(id);
+  if (it == windows_.end())
+    throw InvalidArgument("energy window " + std::to_string(id) + " is not open");
+  Window& w = it->second;
+  if (w.closed)
+    throw InvalidArgument("energy window " + std::to_string(id) + " was already closed");
+  if (t_ns > now + kStampSlackNs || t_ns < w.begin_ns)
+    throw InvalidArgument("window '" + w.label + "': its end must lie between its begin and now");
+  w.end_ns = t_ns;
+  w.closed = true;
+  // Samples past the end were counted while the window was open: count again with the end known.
+  if (last_sample_ns_ > t_ns) replay(w);
+}
+
+void EnergyMeter::replay(Window& w) {
+  bool covered = false;
+  const std::vector<Sample> seen = sampler_->samples_from(w.begin_ns, &covered);
+  if (!covered) return;  // the ring no longer reaches the begin: keep what was counted
+  for (GpuWindow& g : w.gpus) {
+    g.peak_mw = 0;
+    g.samples = 0;
+    g.variation_mw = 0;
+    g.last_power_mw.reset();
+    g.variation_done = false;
+  }
+  if (cpu_from_samples_) w.cpu_begin_mj.reset(), w.cpu_end_mj.reset();
+  CpuReading previous;
+  for (const Sample& s : seen) {
+    if (s.t_ns > last_sample_ns_) break;  // on_sample has yet to see it: it will count it
+    accumulate(w, s, previous);
+    if (s.cpu_energy_mj) previous = std::make_pair(s.t_ns, *s.cpu_energy_mj);
+  }
+  resolve(w);
+}
+
 Measurement EnergyMeter::end(WindowId id, const SyncFn& sync) {
   close(id, sync);
   return result(id);
@@ -118,39 +176,44 @@ bool EnergyMeter::complete(const Window& w) const {
   return true;
 }
 
+// One sample's share of a window: CPU energy at its edges (interpolated between this sample and
+// the previous one), and the power samples inside it (peak, count, total variation).
+void EnergyMeter::accumulate(Window& w, const Sample& s, const CpuReading& previous_cpu) {
+  const auto cpu_at = [&](std::int64_t t) -> std::optional<double> {
+    if (!s.cpu_energy_mj || s.t_ns < t) return std::nullopt;
+    if (!previous_cpu || previous_cpu->first >= s.t_ns) return s.cpu_energy_mj;
+    if (previous_cpu->first > t) return previous_cpu->second;  // registered late: the nearest one
+    const double f = double(t - previous_cpu->first) / double(s.t_ns - previous_cpu->first);
+    return previous_cpu->second + f * (*s.cpu_energy_mj - previous_cpu->second);
+  };
+  if (cpu_from_samples_) {
+    if (!w.cpu_begin_mj) w.cpu_begin_mj = cpu_at(w.begin_ns);
+    if (w.closed && !w.cpu_end_mj) w.cpu_end_mj = cpu_at(w.end_ns);
+  }
+  for (std::size_t slot = 0; slot < w.gpus.size() && slot < s.gpus.size(); ++slot) {
+    const GpuSample& g = s.gpus[slot];
+    GpuWindow& gw = w.gpus[slot];
+    if (!g.power_mw || g.t_ns < w.begin_ns) continue;
+    if (!gw.variation_done) {
+      if (gw.last_power_mw) gw.variation_mw += std::abs(double(*g.power_mw) - *gw.last_power_mw);
+      gw.last_power_mw = double(*g.power_mw);
+      gw.variation_done = w.closed && g.t_ns > w.end_ns;
+    }
+    if (w.closed && g.t_ns > w.end_ns) continue;
+    gw.peak_mw = std::max(gw.peak_mw, double(*g.power_mw));
+    ++gw.samples;
+  }
+}
+
 void EnergyMeter::on_sample(const Sample& s) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // CPU energy at an edge between the previous sample and this one: linear interpolation.
-    const auto cpu_at = [&](std::int64_t t) -> std::optional<double> {
-      if (!s.cpu_energy_mj || s.t_ns < t) return std::nullopt;
-      if (!last_cpu_ || last_cpu_->first >= s.t_ns) return s.cpu_energy_mj;
-      if (last_cpu_->first > t) return last_cpu_->second;  // registered late: the nearest reading
-      const double f = double(t - last_cpu_->first) / double(s.t_ns - last_cpu_->first);
-      return last_cpu_->second + f * (*s.cpu_energy_mj - last_cpu_->second);
-    };
     for (auto& [id, w] : windows_) {
-      if (cpu_from_samples_) {
-        if (!w.cpu_begin_mj) w.cpu_begin_mj = cpu_at(w.begin_ns);
-        if (w.closed && !w.cpu_end_mj) w.cpu_end_mj = cpu_at(w.end_ns);
-      }
-      for (std::size_t slot = 0; slot < w.gpus.size() && slot < s.gpus.size(); ++slot) {
-        const GpuSample& g = s.gpus[slot];
-        GpuWindow& gw = w.gpus[slot];
-        if (!g.power_mw || g.t_ns < w.begin_ns) continue;
-        if (!gw.variation_done) {
-          if (gw.last_power_mw)
-            gw.variation_mw += std::abs(double(*g.power_mw) - *gw.last_power_mw);
-          gw.last_power_mw = double(*g.power_mw);
-          gw.variation_done = w.closed && g.t_ns > w.end_ns;
-        }
-        if (w.closed && g.t_ns > w.end_ns) continue;
-        gw.peak_mw = std::max(gw.peak_mw, double(*g.power_mw));
-        ++gw.samples;
-      }
+      accumulate(w, s, last_cpu_);
       resolve(w);
     }
     if (s.cpu_energy_mj) last_cpu_ = std::make_pair(s.t_ns, *s.cpu_energy_mj);
+    last_sample_ns_ = std::max(last_sample_ns_, s.t_ns);
   }
   cv_.notify_all();
 }

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +73,12 @@ class EnergyMeter {
   // close), then returns its Measurement and forgets the window. After `timeout`, GPUs whose end is
   // not covered fall back to integrated power or report no energy.
   Measurement result(WindowId id, std::optional<std::chrono::milliseconds> timeout = {});
+  // begin() and close() at a time stamped earlier by the caller (steady_now_ns()'s clock, not in
+  // the future; a begin not before the sampler's first sample): the Python module stamps on the
+  // training thread and registers from another thread. Samples the meter already saw inside the
+  // window are counted again from the sampler's ring (peak, samples, power variation, CPU energy).
+  WindowId begin_at(std::string label, std::int64_t t_ns);
+  void close_at(WindowId id, std::int64_t t_ns);
   // close() + result().
   Measurement end(WindowId id, const SyncFn& sync = {});
 
@@ -106,14 +113,19 @@ class EnergyMeter {
     std::vector<GpuWindow> gpus;
   };
 
+  // The previous sample's CPU energy reading (t_ns, mJ), for interpolating window edges.
+  using CpuReading = std::optional<std::pair<std::int64_t, double>>;
   void on_sample(const Sample& s);
+  void accumulate(Window& w, const Sample& s, const CpuReading& previous_cpu);
+  void replay(Window& w);  // mutex_ held: accumulate again over the samples already seen
   void resolve(Window& w);
   bool complete(const Window& w) const;
   Measurement make_measurement(const Window& w) const;
 
   std::shared_ptr<Sampler> sampler_;
   bool cpu_from_samples_ = false;
-  std::optional<std::pair<std::int64_t, double>> last_cpu_;  // (t_ns, mJ) of the previous sample
+  CpuReading last_cpu_;  // of the previous sample
+  std::int64_t last_sample_ns_ = std::numeric_limits<std::int64_t>::min();  // seen by on_sample
   int listener_token_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable cv_;

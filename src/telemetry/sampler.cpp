@@ -308,6 +308,24 @@ std::vector<Sample> Sampler::samples() const {
   return out;
 }
 
+std::vector<Sample> Sampler::samples_from(std::int64_t t_ns, bool* covered) const {
+  std::lock_guard<std::mutex> lock(data_mutex_);
+  const std::size_t n = ring_.size();
+  auto at = [&](std::size_t i) -> const Sample& { return ring_[(ring_head_ + i) % n]; };
+  std::size_t lo = 0, hi = n;  // first sample with t > t_ns
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (at(mid).t_ns <= t_ns)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (covered) *covered = lo > 0;
+  std::vector<Sample> out;
+  for (std::size_t i = lo > 0 ? lo - 1 : 0; i < n; ++i) out.push_back(at(i));
+  return out;
+}
+
 std::optional<Sample> Sampler::latest() const {
   std::lock_guard<std::mutex> lock(data_mutex_);
   if (ring_.empty()) return std::nullopt;

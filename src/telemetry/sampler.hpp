@@ -121,6 +121,9 @@ class Sampler {
   }
 
   std::vector<Sample> samples() const;  // the ring's contents, oldest first
+  // The ring's samples from the last one at or before t_ns on, oldest first (all of them when t_ns
+  // is older than the ring; `covered` says whether a sample at or before t_ns was still there).
+  std::vector<Sample> samples_from(std::int64_t t_ns, bool* covered = nullptr) const;
   std::optional<Sample> latest() const;
   std::vector<CounterPoint> counter_points(std::size_t slot) const;
   SamplerStats stats() const;

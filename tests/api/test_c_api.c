@@ -137,6 +137,35 @@ static void test_windows(void) {
     }
   }
 
+  /* 1.1: a window registered after the fact, at stamps taken earlier, equals one stamped live */
+  {
+    cnnergy_window_id live = 0, late = 0;
+    cnnergy_measurement r_live, r_late;
+    const int64_t t0 = cnnergy_now_ns();
+    const size_t held = cnnergy_monitor_window_count(m);
+    CHECK(cnnergy_window_begin(m, "live", &live) == CNNERGY_OK, "%s", cnnergy_last_error());
+    sleep_ms(350);
+    CHECK(cnnergy_window_end(m, "live", &live) == CNNERGY_OK, "%s", cnnergy_last_error());
+    CHECK(cnnergy_window_begin_at(m, "late", t0, &late) == CNNERGY_OK, "%s", cnnergy_last_error());
+    CHECK(cnnergy_monitor_window_count(m) == held + 2, "held %zu", cnnergy_monitor_window_count(m));
+    CHECK(cnnergy_window_end_at(m, "late", t0 - 1, &late) == CNNERGY_ERROR_INVALID_ARGUMENT,
+          "end before begin");
+    CHECK(cnnergy_window_end_at(m, "late", cnnergy_now_ns() + 1000000000LL, &late) ==
+              CNNERGY_ERROR_INVALID_ARGUMENT, "end in the future");
+    CHECK(cnnergy_window_end_at(m, "late", t0 + 350000000LL,
+                                &late) == CNNERGY_OK, "%s", cnnergy_last_error());
+    CHECK(cnnergy_window_begin_at(m, "ancient", 1, NULL) == CNNERGY_ERROR_INVALID_ARGUMENT,
+          "begin before the monitor started");
+    CHECK(cnnergy_window_result(m, live, -1, &r_live) == CNNERGY_OK, "%s", cnnergy_last_error());
+    CHECK(cnnergy_window_result(m, late, -1, &r_late) == CNNERGY_OK, "%s", cnnergy_last_error());
+    CHECK(fabs(r_late.time_s - 0.35) < 1e-9, "late time %f", r_late.time_s);
+    CHECK(fabs(r_late.energy_j - r_live.energy_j) <= 0.05 * r_live.energy_j + r_live.uncertainty_j,
+          "late %f J vs live %f J", r_late.energy_j, r_live.energy_j);
+    CHECK(r_late.gpus[0].samples + 1 >= r_live.gpus[0].samples && r_late.gpus[0].samples >= 2,
+          "samples late %zu live %zu", r_late.gpus[0].samples, r_live.gpus[0].samples);
+    CHECK(cnnergy_monitor_window_count(m) == held, "held %zu", cnnergy_monitor_window_count(m));
+  }
+
   /* a short window is flagged; a non-waiting read says NOT_READY or gives the result */
   CHECK(cnnergy_window_begin(m, "short", NULL) == CNNERGY_OK, "%s", cnnergy_last_error());
   CHECK(cnnergy_window_end(m, "short", &id) == CNNERGY_OK, "%s", cnnergy_last_error());

@@ -160,6 +160,58 @@ class WindowTest(unittest.TestCase):
         self.monitor.begin_window("boom")  # the name was closed by the exception
         self.monitor.end_window("boom")
 
+    def test_stamped_windows_match_the_library_and_leave_nothing_behind(self):
+        # A window stamped in Python and registered later (the default path) against the same
+        # interval measured through the library's own stamping: same edges, energies, samples.
+        from cnnergy import _backend
+        mon = self.monitor
+        self.assertTrue(mon._stamping, "time.monotonic_ns() must read the library's clock")
+        h = mon._handle
+        before = _backend.window_count(h)
+        mon.begin_window("late")
+        wid_direct_begin = _backend.begin(h, "direct")
+        time.sleep(0.45)  # several samples pass before the background thread registers "late"
+        _backend.end(h, "direct")
+        late = mon.end_window("late")
+        direct = _backend.result(h, wid_direct_begin, -1.0)
+        self.assertAlmostEqual(late.time_s, direct["time_s"], delta=2e-4)
+        self.assertAlmostEqual(late.energy_j, direct["energy_j"], delta=0.005 * direct["energy_j"])
+        for g, d in zip(late.gpus, direct["gpus"]):
+            self.assertLessEqual(abs(g.samples - d["samples"]), 1)  # samples before registration
+            self.assertGreater(g.samples, 2)
+        self.check_truth(late)
+        # Windows dropped unread, before and after registration, are forgotten by the library.
+        for i in range(50):
+            mon.begin_window("dropped")
+            mon.end_window("dropped")
+        mon.begin_window("dropped-late")
+        mon._drain()  # registered while open...
+        m = mon.end_window("dropped-late")
+        mon._drain()  # ...and its end too
+        self.assertIsNotNone(m._id)
+        del m
+        mon._drain()  # the background thread's sweep: the unread window is discarded
+        self.assertEqual(_backend.window_count(h), before)
+
+    def test_stamps_are_checked_by_the_library(self):
+        from cnnergy import _backend
+        h = self.monitor._handle
+        now = _backend.now_ns()
+        with self.assertRaises(cnnergy.InvalidArgument) as e:
+            _backend.begin_at(h, "future", now + 10**9)
+        self.assertIn("future", str(e.exception))
+        with self.assertRaises(cnnergy.InvalidArgument) as e:
+            _backend.begin_at(h, "ancient", 1)
+        self.assertIn("before the monitor", str(e.exception))
+        _backend.begin_at(h, "backwards", now)
+        with self.assertRaises(cnnergy.InvalidArgument):
+            _backend.end_at(h, "backwards", now - 10**6)
+        _backend.discard(h, _backend.end_at(h, "backwards", _backend.now_ns()))
+        with self.assertRaises(cnnergy.InvalidArgument):
+            self.monitor.begin_window("")
+        with self.assertRaises(cnnergy.InvalidArgument):
+            self.monitor.begin_window("x" * 200)
+
     def test_begin_end_cost(self):
         # Reported, not asserted (timings are not tested in CI): begin + end on this thread.
         n = 2000

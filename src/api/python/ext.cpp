@@ -136,6 +136,19 @@ PYBIND11_MODULE(_cnnergy_ext, mod) {
     check(cnnergy_window_end(monitor_of(h), name.c_str(), &id));
     return id;
   });
+  mod.def("begin_at", [](std::uintptr_t h, const std::string& name, std::int64_t t_ns) {
+    cnnergy_window_id id = 0;
+    check(cnnergy_window_begin_at(monitor_of(h), name.c_str(), t_ns, &id));
+    return id;
+  });
+  mod.def("end_at", [](std::uintptr_t h, const std::string& name, std::int64_t t_ns) {
+    cnnergy_window_id id = 0;
+    check(cnnergy_window_end_at(monitor_of(h), name.c_str(), t_ns, &id));
+    return id;
+  });
+  mod.def("now_ns", [] { return cnnergy_now_ns(); });
+  mod.def("window_count",
+          [](std::uintptr_t h) { return cnnergy_monitor_window_count(monitor_of(h)); });
   // Returns the measurement as a dict, or None when timeout_ms == 0 and it is not ready yet.
   mod.def("result", [](std::uintptr_t h, cnnergy_window_id id, double timeout_ms) -> py::object {
     cnnergy_monitor* monitor = monitor_of(h);

@@ -97,8 +97,14 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::graph_search(Dir dir, bool find,
     ConvSearchClock::Scope timed(ctx_->search_clock(),
                                  std::string(direction_name(dir)) + " " + shape_text());
     std::size_t skipped = 0;
+    const std::string traced = std::string(direction_name(dir)) + " " + shape_text();
+    auto stage = ConvSearchClock::Clock::now();
     auto candidates =
         graph_conv_candidates(ctx_->cudnn(), problem, limit, ranked, fallback, &skipped);
+    ConvSearchClock::trace("graph:plans", traced, stage,
+                           std::to_string(candidates.size()) + " finalized, " +
+                               std::to_string(skipped) + " left out");
+    stage = ConvSearchClock::Clock::now();
     if (candidates.empty())
       why = "no engine within " + format_bytes(limit) + " of workspace keeps the run's numerics (" +
             std::to_string(skipped) + " configurations left out)";
@@ -106,6 +112,7 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::graph_search(Dir dir, bool find,
       plan = candidates.front();
     else if (!(plan = time_graph_candidates(dir, candidates, in1, in2, out)))
       why = "none of the " + std::to_string(candidates.size()) + " candidate engines ran";
+    if (find && !candidates.empty()) ConvSearchClock::trace("graph:timing", traced, stage);
     if (plan) ctx_->graph_plan_cache().store(key, plan);
   } else {
     ctx_->graph_plan_cache().insert(key, plan);
@@ -150,9 +157,15 @@ void CudnnConv::use_auto(Dir dir, const void* in1, const void* in2, void* out, f
     }
   ConvSearchClock::Scope timed(ctx_->search_clock(),
                                std::string(direction_name(dir)) + " " + shape_text());
+  const std::string traced = std::string(direction_name(dir)) + " " + shape_text();
+  auto stage = ConvSearchClock::Clock::now();
   use_find(dir, in1, in2, out);  // plan_ now holds the legacy algorithm
+  ConvSearchClock::trace("auto:find", traced, stage, conv_algo_name(dir, plan_[index(dir)].algo));
+  stage = ConvSearchClock::Clock::now();
   std::string why;
   auto plan = graph_search(dir, /*find=*/true, in1, in2, out, beta, why);
+  ConvSearchClock::trace("auto:graph_find", traced, stage, plan ? plan->engine() : why);
+  stage = ConvSearchClock::Clock::now();
   bool graph_won = false;
   std::string cost_note;
   LaunchCost winner;
@@ -173,6 +186,7 @@ void CudnnConv::use_auto(Dir dir, const void* in1, const void* in2, void* out, f
                 " ms host vs legacy " + std::to_string(legacy.device_ms) + " + " +
                 std::to_string(legacy.host_ms) + " ms host";
     winner = graph_won ? graph : legacy;
+    ConvSearchClock::trace("auto:costing", traced, stage, cost_note);
   }
   ctx_->auto_choice_cache().store(key, graph_won);
   if (persistent) {

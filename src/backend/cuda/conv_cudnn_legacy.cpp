@@ -218,7 +218,9 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
   // loading kernels on first use (CUDA's lazy module loading) and for cold caches, which made
   // single-pass find pick a 17x slower backward-filter kernel for one ResNet-50 layer on an H200.
   std::map<std::pair<int, int>, FindTiming> timings;  // by (algorithm, math type)
+  const std::string traced = std::string(direction_name(dir)) + " " + shape_text();
   for (int pass = 0; pass < kFindPasses; ++pass) {
+    const auto stage = ConvSearchClock::Clock::now();
     if (pass > 0) {
       float fastest = std::numeric_limits<float>::infinity();
       for (const auto& [algo_math, t] : timings) fastest = std::min(fastest, t.ms);
@@ -255,6 +257,12 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
         merge_timings(perfs, returned, offer, timings);
         break;
       }
+    }
+    if (ConvSearchClock::tracing()) {
+      std::string detail = "pass " + std::to_string(pass + 1) + ", ws " + format_bytes(offer) + ":";
+      for (const auto& [algo_math, t] : timings)
+        detail += " " + conv_algo_name(dir, algo_math.first) + "=" + std::to_string(t.ms);
+      ConvSearchClock::trace("legacy:find", traced, stage, detail);
     }
   }
   std::optional<CachedConvAlgo> best;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace cnnergy::cuda {
 
@@ -80,6 +82,21 @@ ConvSearchClock::Scope::~Scope() {
 void ConvSearchClock::count_cached() {
   std::lock_guard<std::mutex> lock(mutex_);
   ++cached_;
+}
+
+bool ConvSearchClock::tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("CNNERGY_SEARCH_TRACE");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void ConvSearchClock::trace(const std::string& stage, const std::string& problem,
+                            Clock::time_point since, const std::string& detail) {
+  if (!tracing()) return;
+  std::fprintf(stderr, "search trace: %-16s %-48s %9.2f ms %s\n", stage.c_str(), problem.c_str(),
+               1e3 * seconds(Clock::now() - since), detail.c_str());
 }
 
 AlgoSearchStats ConvSearchClock::stats() const {

@@ -36,6 +36,12 @@ class ConvSearchClock {
   };
 
   void count_cached();  // a decision taken from the persistent cache
+
+  // With CNNERGY_SEARCH_TRACE=1 in the environment: one stderr line per search stage ("trace:
+  // <stage> <problem> <ms> <detail>"), so a slow first step can be taken apart on a lent GPU.
+  static bool tracing();
+  static void trace(const std::string& stage, const std::string& problem, Clock::time_point since,
+                    const std::string& detail = {});
   AlgoSearchStats stats() const;
   void set_cache_path(std::string path) { cache_path_ = std::move(path); }
 

@@ -15,15 +15,20 @@ code under a GPU power limit or locked SM clocks that are always put back.
     with cnnergy.power_limit(250, gpu=0):   # restored on exit, exception, SIGINT/SIGTERM/SIGHUP
         train()
 
-begin_window/end_window only take a timestamp (microseconds); the library's sampler thread reads
-the GPU energy counter (slow: ~4 ms on real GPUs) and places each window's edges on it by
-interpolation (see docs/python.md). The backend is the pybind11 extension where it was built for
+begin_window/end_window only take a timestamp on the calling thread (a few microseconds, no call
+into the library): a background thread of the module registers the stamped windows with the
+library every 50 ms, whose sampler thread reads the GPU energy counter (slow: ~4 ms on real GPUs)
+and places each window's edges on it by interpolation (see docs/python.md). A window that ends
+and is dropped unread before it was registered never reaches the library at all. The backend is the pybind11 extension where it was built for
 this Python, otherwise ctypes over libcnnergy.so (same C API, same results).
 """
+import collections
 import contextlib
 import functools
 import os
 import threading
+import time
+import weakref
 
 from ._errors import (CnnergyError, DataError, DeviceError, InvalidArgument, NotReady,
                       NotSupported, PermissionDenied)
@@ -73,20 +78,29 @@ class Measurement:
     waits until the sampler has covered the window's end (about one sampling interval plus one
     sensor period after it), unless `ready` is already true. Unknown values are None."""
 
-    def __init__(self, monitor, name, window_id):
+    __slots__ = ("_monitor", "name", "_id", "_data", "_time_s", "__weakref__")
+
+    def __init__(self, monitor, name, window_id, time_s=None):
         self._monitor, self.name, self._id = monitor, name, window_id
         self._data = None
-        self._lock = threading.Lock()
+        self._time_s = time_s  # known at end_window (the stamps are the library's)
 
     def _get(self, timeout_ms=-1.0):
-        with self._lock:
-            if self._data is None:
-                d = _backend.result(self._monitor._handle, self._id, timeout_ms)
-                if d is None:
-                    return None
-                d["gpus"] = [GpuMeasurement(g) for g in d["gpus"]]
-                self._data = d
-            return self._data
+        if self._data is None:
+            monitor = self._monitor
+            if self._id is None:
+                monitor._drain()  # registers the stamped windows, this one included
+            if self._id is None:
+                raise monitor._drain_error or CnnergyError(
+                    "window '%s' was not registered with the library" % self.name)
+            with monitor._result_lock:
+                if self._data is None:
+                    d = _backend.result(monitor._handle, self._id, timeout_ms)
+                    if d is None:
+                        return None
+                    d["gpus"] = [GpuMeasurement(g) for g in d["gpus"]]
+                    self._data = d
+        return self._data
 
     @property
     def ready(self) -> bool:
@@ -98,7 +112,8 @@ class Measurement:
         self._get(-1.0 if timeout_s is None else max(1.0, timeout_s * 1000.0))
         return self
 
-    time_s = property(lambda self: self._get()["time_s"], doc="elapsed time (s)")
+    time_s = property(lambda self: self._time_s if self._time_s is not None
+                      else self._get()["time_s"], doc="elapsed time (s); known at once")
     begin_s = property(lambda self: self._get()["begin_s"], doc="begin, steady clock (s)")
     end_s = property(lambda self: self._get()["end_s"], doc="end, steady clock (s)")
     energy_j = property(lambda self: self._get()["energy_j"], doc="GPU energy, all GPUs (J)")
@@ -133,13 +148,8 @@ class Measurement:
                 % (self.name, self.time_s, _fmt(self.energy_j), self.source,
                    self.below_sensor_period))
 
-    def __del__(self):
-        # A window nobody read still costs the sampler a little: forget it.
-        try:
-            if self._data is None and self._monitor._handle:
-                _backend.discard(self._monitor._handle, self._id)
-        except Exception:  # noqa: BLE001 (interpreter shutdown, monitor already closed)
-            pass
+    # No __del__: an unread window that was registered is discarded by the monitor's background
+    # thread once its Measurement is gone (see Monitor._drain), off the training thread.
 
 
 class _Window(contextlib.ContextDecorator):
@@ -158,6 +168,36 @@ class _Window(contextlib.ContextDecorator):
         if self._on_result is not None:
             self._on_result(self.measurement)
         return False
+
+
+_NAME_MAX = 128  # CNNERGY_NAME_MAX: names have 1 to 127 bytes
+_DRAIN_PERIOD_S = 0.05
+_monotonic_ns = time.monotonic_ns
+
+
+def _clock_agrees():
+    """Whether time.monotonic_ns() reads the library's clock (CLOCK_MONOTONIC on Linux): then
+    windows are stamped in Python and registered later; otherwise every call goes to the library."""
+    for _ in range(3):
+        a = _monotonic_ns()
+        c = _backend.now_ns()
+        b = _monotonic_ns()
+        if a - 1000 <= c <= b + 1000:
+            return True
+    return False
+
+
+def _drain_loop(monitor_ref, stop):
+    """The background registration of a Monitor's windows; holds the Monitor only weakly."""
+    while not stop.wait(_DRAIN_PERIOD_S):
+        m = monitor_ref()
+        if m is None:
+            return
+        try:
+            m._drain()
+        except Exception:  # noqa: BLE001 (a closing monitor; errors are kept by _drain itself)
+            pass
+        del m
 
 
 class Monitor:
@@ -190,6 +230,21 @@ class Monitor:
         self.has_cpu = info["has_cpu"]
         self.sensor_period_ms = info["sensor_period_ms"]
         self.interval_ms = info["interval_ms"]
+        # Windows: stamped on the caller's thread, registered by _drain (a background thread every
+        # _DRAIN_PERIOD_S, or a reader that needs its Measurement now).
+        self._open = {}                      # name -> begin stamp (ns), Python's view
+        self._names_ok = set()               # names already checked
+        self._queue = collections.deque()    # (name, t_ns, None: begin | weakref: end)
+        self._registered = []                # (weakref to Measurement, window id), unread
+        self._drain_lock = threading.Lock()
+        self._result_lock = threading.Lock()
+        self._drain_error = None
+        self._running = _backend.running(self._handle)
+        self._stamping = _clock_agrees()      # else every call goes to the library at once
+        self._stop_drainer = threading.Event()
+        self._drainer = threading.Thread(target=_drain_loop, name="cnnergy-windows", daemon=True,
+                                         args=(weakref.ref(self), self._stop_drainer))
+        self._drainer.start()
 
     @property
     def metrics_url(self):
@@ -200,13 +255,101 @@ class Monitor:
 
     def begin_window(self, name: str) -> None:
         """Opens the window `name` (a name is open once at a time). Only stamps the time."""
-        _backend.begin(self._handle, name)
+        t = _monotonic_ns()
+        if self._drain_error is not None:
+            self._raise_drain_error()
+        if name not in self._names_ok:
+            self._check_name(name)
+        if name in self._open:
+            raise InvalidArgument("window '%s' is already open" % name)
+        if not self._running:
+            raise InvalidArgument("the monitor is stopped: start it before beginning windows")
+        if self._stamping:
+            self._open[name] = t
+            self._queue.append((name, t, None))
+        else:
+            _backend.begin(self._handle, name)
+            self._open[name] = t
 
     def end_window(self, name: str, wait: bool = False) -> Measurement:
         """Closes the window and returns its Measurement (numbers resolve on first read; with
-        wait=True, before returning)."""
-        m = Measurement(self, name, _backend.end(self._handle, name))
+        wait=True, before returning; time_s is known at once)."""
+        t = _monotonic_ns()
+        if self._drain_error is not None:
+            self._raise_drain_error()
+        b = self._open.pop(name, None)
+        if b is None:
+            raise InvalidArgument("window '%s' was never begun (or has already ended)" % name)
+        if self._stamping:
+            m = Measurement(self, name, None, (t - b) / 1e9)
+            self._queue.append((name, t, weakref.ref(m)))
+        else:
+            m = Measurement(self, name, _backend.end(self._handle, name))
+            self._registered.append((weakref.ref(m), m._id))
         return m.wait() if wait else m
+
+    def _check_name(self, name):
+        if not isinstance(name, str):
+            raise InvalidArgument("a window name is a str, not %s" % type(name).__name__)
+        n = len(name.encode())
+        if n == 0 or n >= _NAME_MAX:
+            raise InvalidArgument("window name must have 1 to %d bytes" % (_NAME_MAX - 1))
+        self._names_ok.add(name)
+
+    def _drain(self):
+        """Registers the stamped begins and ends with the library, in order, and discards the
+        registered windows whose Measurement is gone unread. Runs on the background thread and
+        on a reader that needs its numbers now; the training thread never waits for it."""
+        with self._drain_lock:
+            h = self._handle
+            if not h:
+                return
+            items = []
+            while self._queue:
+                items.append(self._queue.popleft())
+            begun = {}  # name -> begin stamp not yet registered
+            for name, t, ref in items:
+                try:
+                    if ref is None:
+                        begun[name] = t
+                        continue
+                    m = ref()
+                    if name in begun:
+                        bt = begun.pop(name)
+                        if m is None:
+                            continue  # begun and ended unread since the last drain: nothing to do
+                        _backend.begin_at(h, name, bt)
+                    wid = _backend.end_at(h, name, t)
+                    if m is None:
+                        _backend.discard(h, wid)
+                    else:
+                        m._id = wid
+                        self._registered.append((ref, wid))
+                except CnnergyError as e:  # surfaces at the next call (and on the Measurement)
+                    if self._drain_error is None:
+                        self._drain_error = e
+            for name, bt in begun.items():
+                try:
+                    _backend.begin_at(h, name, bt)
+                except CnnergyError as e:
+                    if self._drain_error is None:
+                        self._drain_error = e
+            kept = []
+            for ref, wid in self._registered:
+                m = ref()
+                if m is None:
+                    try:
+                        _backend.discard(h, wid)
+                    except CnnergyError:
+                        pass  # already collected (read through another path) or a restarted monitor
+                elif m._data is None:
+                    kept.append((ref, wid))
+            self._registered = kept
+
+    def _raise_drain_error(self):
+        e, self._drain_error = self._drain_error, None
+        if e is not None:
+            raise e
 
     def window(self, name: str, on_result=None) -> _Window:
         """A context manager (and decorator) measuring its body as the window `name`;
@@ -233,9 +376,12 @@ class Monitor:
 
     def start(self) -> None:
         _backend.start(self._handle)
+        self._running = True
 
     def stop(self) -> None:
+        self._drain()
         _backend.stop(self._handle)
+        self._running = False
 
     @property
     def running(self) -> bool:
@@ -243,6 +389,13 @@ class Monitor:
 
     def close(self) -> None:
         """Stops the sampler and frees the monitor (unread windows are lost)."""
+        stop = getattr(self, "_stop_drainer", None)
+        if stop is not None:
+            stop.set()
+            if self._drainer is not threading.current_thread():
+                self._drainer.join()
+            if self._handle:
+                self._drain()  # exporters and the journal of windows see every ended window
         h, self._handle = self._handle, 0
         if h:
             _backend.close(h)

@@ -91,6 +91,12 @@ _held = ctypes.PyDLL(library_path)
 for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
     getattr(_held, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
 _held.cnnergy_window_discard.argtypes = [ctypes.c_void_p, _u64]
+for _f in ("cnnergy_window_begin_at", "cnnergy_window_end_at"):
+    getattr(_held, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
+                                   ctypes.POINTER(_u64)]
+_held.cnnergy_now_ns.restype = ctypes.c_int64
+_held.cnnergy_monitor_window_count.argtypes = [ctypes.c_void_p]
+_held.cnnergy_monitor_window_count.restype = ctypes.c_size_t
 _held.cnnergy_window_result.argtypes = [ctypes.c_void_p, _u64, ctypes.c_double,
                                         ctypes.POINTER(_Measurement)]
 _lib.cnnergy_window_result.argtypes = [ctypes.c_void_p, _u64, ctypes.c_double,
@@ -181,6 +187,26 @@ def end(h, name):
     wid = _u64()
     _check(_held.cnnergy_window_end(_handle(h), name.encode(), ctypes.byref(wid)))
     return wid.value
+
+
+def begin_at(h, name, t_ns):
+    wid = _u64()
+    _check(_held.cnnergy_window_begin_at(_handle(h), name.encode(), t_ns, ctypes.byref(wid)))
+    return wid.value
+
+
+def end_at(h, name, t_ns):
+    wid = _u64()
+    _check(_held.cnnergy_window_end_at(_handle(h), name.encode(), t_ns, ctypes.byref(wid)))
+    return wid.value
+
+
+def now_ns():
+    return _held.cnnergy_now_ns()
+
+
+def window_count(h):
+    return _held.cnnergy_monitor_window_count(_handle(h))
 
 
 def result(h, wid, timeout_ms):
