@@ -22,6 +22,14 @@ namespace cnnergy::cuda {
 
 using Dir = ConvDirection;
 
+// One candidate of the legacy search: an algorithm under a math type, as cuDNN's v7 ranking
+// (cudnnGet*Algorithm_v7) lists it, with the workspace it needs.
+struct LegacyCandidate {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  std::size_t memory = 0;
+};
+
 class CudnnConv final : public ConvKernel {
  public:
   CudnnConv(std::shared_ptr<CudaContext> ctx, const Conv2dDesc& d, const ConvAlgoChoice& choice);
@@ -79,6 +87,10 @@ class CudnnConv final : public ConvKernel {
   // ---- conv_cudnn_legacy.cpp ----
   // cudnnGet*WorkspaceSize for one algorithm under the descriptor's current math type.
   cudnnStatus_t workspace_size(Dir dir, int algo, std::size_t* bytes) const;
+  std::vector<LegacyCandidate> legacy_candidates(Dir dir, std::size_t offer,
+                                                        bool half) const;
+  cudnnStatus_t run_algo(Dir dir, int algo, const void* in1, const void* in2, void* out, void* ws,
+                         std::size_t ws_bytes, float beta = 0.0f) const;
   void set_math(Dir dir, cudnnMathType_t math) const;
   void adopt(Dir dir, int algo, cudnnMathType_t math, bool named) const;
   // cuDNN's ranking; the first algorithm that is supported and fits the workspace cap.

@@ -10,35 +10,38 @@
 #include <vector>
 
 #include "backend/cuda/conv_cudnn.hpp"
+#include "backend/cuda/cuda_raii.hpp"
 #include "core/errors.hpp"
 
 namespace cnnergy::cuda {
 
 namespace {
 
-// One algorithm's fastest successful run over find's passes.
-struct FindTiming {
-  float ms = 0.0f;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  std::size_t memory = 0;
-};
-constexpr int kFindPasses = 2;
-// The second pass exists for short kernels, whose first timing can be dominated by lazy kernel
-// loading and cold caches; where the fastest algorithm already took this long, that overhead
-// cannot change the ranking much, and a second pass over every algorithm (FFT and direct ones
-// at tens of milliseconds on VGG-16's 224x224 layers) would double the search.
-constexpr float kSecondPassBelowMs = 2.0f;
+constexpr int kTimedPasses = 2;         // timed runs per candidate after its warm-up run
+constexpr float kClearlySlowerLegacy = 1.5f;
+
 template <class Perf>
-void merge_timings(const std::vector<Perf>& perfs, int returned, std::size_t offer,
-                   std::map<std::pair<int, int>, FindTiming>& timings) {
+std::vector<LegacyCandidate> usable(const std::vector<Perf>& perfs, int returned,
+                                    std::size_t offer, bool half) {
+  std::vector<LegacyCandidate> out;
+  bool tensor = false;
   for (int i = 0; i < returned; ++i) {
     const Perf& p = perfs[static_cast<std::size_t>(i)];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > offer || !(p.time >= 0.0f)) continue;
-    const std::pair<int, int> key{static_cast<int>(p.algo), static_cast<int>(p.mathType)};
-    auto it = timings.find(key);
-    if (it == timings.end() || p.time < it->second.ms)
-      timings[key] = FindTiming{p.time, p.mathType, p.memory};
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > offer) continue;
+    bool seen = false;
+    for (const LegacyCandidate& c : out) seen = seen || (c.algo == int(p.algo) && c.math == p.mathType);
+    if (seen) continue;
+    out.push_back(LegacyCandidate{static_cast<int>(p.algo), p.mathType, p.memory});
+    tensor = tensor || p.mathType != CUDNN_DEFAULT_MATH;
   }
+  // fp16/bf16 without tensor cores runs on CUDA cores: on VGG-16's 224x224 layers such a run took
+  // 980 ms against 1.2 ms with tensor cores (H200). Such candidates cannot win where a tensor-core
+  // one exists, and are not run at all.
+  if (half && tensor)
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [](const LegacyCandidate& c) { return c.math == CUDNN_DEFAULT_MATH; }),
+              out.end());
+  return out;
 }
 
 template <typename Perf>
@@ -165,8 +168,8 @@ void CudnnConv::fall_back(Dir dir, const std::string& name, const std::string& r
                    conv_algo_name(dir, plan_[index(dir)].algo));
 }
 
-// Times every algorithm (cudnnFind*AlgorithmEx, kFindPasses times) within the largest workspace
-// any of them needs up to the cap, picks the fastest that succeeded, and caches it for identical
+// Times the algorithms cuDNN's v7 ranking offers within the largest workspace any of them needs
+// up to the cap (see below), picks the fastest that succeeded, and caches it for identical
 // problems.
 void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) const {
   const std::string key = cache_key(dir);
@@ -201,7 +204,7 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
   const std::array<void*, 3> operands = search_operands(dir, in1, in2, out, held);
   void* a = operands[0];
   void* b = operands[1];
-  void* c = operands[2];
+  void* c_out = operands[2];
   std::shared_ptr<Buffer> ws;
   while (true) {  // a smaller workspace (fewer candidate algorithms) where memory is short
     try {
@@ -212,66 +215,65 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
       offer /= 2;
     }
   }
-  cudnnHandle_t h = ctx_->cudnn();
-  cudnnConvolutionDescriptor_t cd = conv_desc_[index(dir)];
-  // Two timing passes, each algorithm judged by its faster one: the first pass also pays for
-  // loading kernels on first use (CUDA's lazy module loading) and for cold caches, which made
-  // single-pass find pick a 17x slower backward-filter kernel for one ResNet-50 layer on an H200.
-  std::map<std::pair<int, int>, FindTiming> timings;  // by (algorithm, math type)
+  // cuDNN's v7 ranking lists the (algorithm, math type) pairs that can run; each is run once to
+  // load its kernels (itself timed), those clearly slower than the fastest warm-up even after the
+  // loading slack are dropped, and the rest are timed kTimedPasses times, each judged by its
+  // fastest run. Against cudnnFind*AlgorithmEx twice, this runs a slow algorithm once instead of
+  // up to six times (cuDNN's find times each one several times, every pass).
   const std::string traced = std::string(direction_name(dir)) + " " + shape_text();
-  for (int pass = 0; pass < kFindPasses; ++pass) {
-    const auto stage = ConvSearchClock::Clock::now();
-    if (pass > 0) {
-      float fastest = std::numeric_limits<float>::infinity();
-      for (const auto& [algo_math, t] : timings) fastest = std::min(fastest, t.ms);
-      if (fastest >= kSecondPassBelowMs) break;
+  const auto stage = ConvSearchClock::Clock::now();
+  const bool half = dtype_ == DType::kF16 || dtype_ == DType::kBF16;
+  std::vector<LegacyCandidate> candidates = legacy_candidates(dir, offer, half);
+  cudaStream_t stream = ctx_->stream();
+  Event start, stop;
+  auto timed_run = [&](const LegacyCandidate& c) -> std::optional<float> {
+    set_math(dir, c.math);
+    CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
+    if (run_algo(dir, c.algo, a, b, c_out, ws->data(), offer) != CUDNN_STATUS_SUCCESS) {
+      CNNERGY_CUDA_CALL(cudaStreamSynchronize(stream));
+      return std::nullopt;
     }
-    switch (dir) {
-      case Dir::kForward: {
-        int max_count = 0, returned = 0;
-        CNNERGY_CUDA_CALL(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
-        auto perfs = perf_buffer<cudnnConvolutionFwdAlgoPerf_t>(max_count);
-        CNNERGY_CUDA_CALL(cudnnFindConvolutionForwardAlgorithmEx(h, x_desc_, a, w_desc_, b, cd,
-                                                                 y_desc_, c, max_count, &returned,
-                                                                 perfs.data(), ws->data(), offer));
-        merge_timings(perfs, returned, offer, timings);
-        break;
-      }
-      case Dir::kBackwardData: {
-        int max_count = 0, returned = 0;
-        CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
-        auto perfs = perf_buffer<cudnnConvolutionBwdDataAlgoPerf_t>(max_count);
-        CNNERGY_CUDA_CALL(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, w_desc_, a, y_desc_, b, cd, x_desc_, c, max_count, &returned, perfs.data(),
-            ws->data(), offer));
-        merge_timings(perfs, returned, offer, timings);
-        break;
-      }
-      case Dir::kBackwardFilter: {
-        int max_count = 0, returned = 0;
-        CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
-        auto perfs = perf_buffer<cudnnConvolutionBwdFilterAlgoPerf_t>(max_count);
-        CNNERGY_CUDA_CALL(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            h, x_desc_, a, y_desc_, b, cd, w_desc_, c, max_count, &returned, perfs.data(),
-            ws->data(), offer));
-        merge_timings(perfs, returned, offer, timings);
-        break;
-      }
+    CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
+    CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  };
+  std::vector<float> best_ms(candidates.size(), std::numeric_limits<float>::infinity());
+  std::vector<bool> ran(candidates.size(), false);
+  float fastest_warm = std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (auto ms = timed_run(candidates[i])) {
+      ran[i] = true;
+      best_ms[i] = *ms;
+      fastest_warm = std::min(fastest_warm, *ms);
     }
-    if (ConvSearchClock::tracing()) {
-      std::string detail = "pass " + std::to_string(pass + 1) + ", ws " + format_bytes(offer) + ":";
-      for (const auto& [algo_math, t] : timings)
-        detail += " " + conv_algo_name(dir, algo_math.first) + "=" + std::to_string(t.ms);
-      ConvSearchClock::trace("legacy:find", traced, stage, detail);
+  float fastest = std::numeric_limits<float>::infinity();
+  for (int pass = 0; pass < kTimedPasses; ++pass)
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (!ran[i]) continue;
+      if (pass == 0 && best_ms[i] > kClearlySlowerLegacy * fastest_warm + kWarmupSlackMs) continue;
+      if (pass > 0 && best_ms[i] > kClearlySlowerLegacy * fastest) continue;
+      if (auto ms = timed_run(candidates[i])) best_ms[i] = std::min(best_ms[i], *ms);
+      fastest = std::min(fastest, best_ms[i]);
     }
-  }
+  set_math(dir, base_math_);
   std::optional<CachedConvAlgo> best;
-  float best_ms = 0.0f;
-  for (const auto& [algo_math, t] : timings)
-    if (!best || t.ms < best_ms) {
-      best = CachedConvAlgo{algo_math.first, t.math, t.memory};
-      best_ms = t.ms;
+  float best_ms_all = 0.0f;
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (ran[i] && (!best || best_ms[i] < best_ms_all)) {
+      best = CachedConvAlgo{candidates[i].algo, candidates[i].math, candidates[i].memory};
+      best_ms_all = best_ms[i];
     }
+  if (ConvSearchClock::tracing()) {
+    std::string detail = std::to_string(candidates.size()) + " candidates, ws " +
+                         format_bytes(offer) + ":";
+    for (std::size_t i = 0; i < candidates.size(); ++i)
+      detail += " " + conv_algo_name(dir, candidates[i].algo) +
+                (candidates[i].math == CUDNN_DEFAULT_MATH ? "" : "/tc") + "=" +
+                (ran[i] ? std::to_string(best_ms[i]) : std::string("failed"));
+    ConvSearchClock::trace("legacy:find", traced, stage, detail);
+  }
   if (!best) {  // nothing ran within the workspace that could be had: cuDNN's ranking instead
     use_heuristic(dir);
     notes_.push_back(std::string(direction_name(dir)) + ": find timed no algorithm within " +
@@ -288,10 +290,43 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
     d.algo = best->algo;
     d.math_type = static_cast<int>(plan_[index(dir)].math);
     d.workspace_bytes = plan_[index(dir)].workspace_bytes;
-    d.device_ms = best_ms;
+    d.device_ms = best_ms_all;
     d.note = conv_algo_name(dir, best->algo);
     persistent->record(pkey, d);
   }
+}
+
+// The (algorithm, math type) pairs cuDNN's v7 ranking says can run within `offer` bytes of
+// workspace, best ranked first (see usable() for what is left out).
+std::vector<LegacyCandidate> CudnnConv::legacy_candidates(Dir dir, std::size_t offer,
+                                                          bool half) const {
+  cudnnHandle_t h = ctx_->cudnn();
+  cudnnConvolutionDescriptor_t cd = conv_desc_[index(dir)];
+  set_math(dir, base_math_);
+  int max_count = 0, returned = 0;
+  switch (dir) {
+    case Dir::kForward: {
+      CNNERGY_CUDA_CALL(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
+      auto perfs = perf_buffer<cudnnConvolutionFwdAlgoPerf_t>(max_count);
+      CNNERGY_CUDA_CALL(cudnnGetConvolutionForwardAlgorithm_v7(
+          h, x_desc_, w_desc_, cd, y_desc_, max_count, &returned, perfs.data()));
+      return usable(perfs, returned, offer, half);
+    }
+    case Dir::kBackwardData: {
+      CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
+      auto perfs = perf_buffer<cudnnConvolutionBwdDataAlgoPerf_t>(max_count);
+      CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          h, w_desc_, y_desc_, cd, x_desc_, max_count, &returned, perfs.data()));
+      return usable(perfs, returned, offer, half);
+    }
+    case Dir::kBackwardFilter:
+      break;
+  }
+  CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
+  auto perfs = perf_buffer<cudnnConvolutionBwdFilterAlgoPerf_t>(max_count);
+  CNNERGY_CUDA_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, x_desc_, y_desc_, cd, w_desc_, max_count, &returned, perfs.data()));
+  return usable(perfs, returned, offer, half);
 }
 
 bool CudnnConv::adopt_persistent_legacy(Dir dir, const AlgoDecision& d) const {
@@ -321,24 +356,29 @@ cudnnStatus_t CudnnConv::launch(Dir dir, const void* in1, const void* in2, void*
 // The legacy algorithm on an explicit workspace of `ws_bytes`.
 cudnnStatus_t CudnnConv::launch(Dir dir, const void* in1, const void* in2, void* out, float beta,
                                 void* ws, std::size_t ws_bytes) const {
-  const Plan& p = plan_[index(dir)];
+  return run_algo(dir, plan_[index(dir)].algo, in1, in2, out, ws, ws_bytes, beta);
+}
+
+// Algorithm `algo` under the descriptor's current math type.
+cudnnStatus_t CudnnConv::run_algo(Dir dir, int algo, const void* in1, const void* in2, void* out,
+                                  void* ws, std::size_t ws_bytes, float beta) const {
   const float alpha = 1.0f;
   cudnnHandle_t h = ctx_->cudnn();
   cudnnConvolutionDescriptor_t cd = conv_desc_[index(dir)];
   switch (dir) {
     case Dir::kForward:
       return cudnnConvolutionForward(h, &alpha, x_desc_, in1, w_desc_, in2, cd,
-                                     static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), ws, ws_bytes,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, ws_bytes,
                                      &beta, y_desc_, out);
     case Dir::kBackwardData:
       return cudnnConvolutionBackwardData(h, &alpha, w_desc_, in1, y_desc_, in2, cd,
-                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), ws,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
                                           ws_bytes, &beta, x_desc_, out);
     case Dir::kBackwardFilter:
       break;
   }
   return cudnnConvolutionBackwardFilter(h, &alpha, x_desc_, in1, y_desc_, in2, cd,
-                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), ws,
+                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws,
                                         ws_bytes, &beta, w_desc_, out);
 }
 

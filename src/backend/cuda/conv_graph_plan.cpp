@@ -120,6 +120,14 @@ bool keeps_numerics(const BackendDescriptor& engine, const GraphConvProblem& p) 
   return true;
 }
 
+bool uses_tensor_cores(const BackendDescriptor& engine) {
+  for (cudnnBackendNumericalNote_t note : notes_of<cudnnBackendNumericalNote_t>(
+           engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+           CUDNN_NUMERICAL_NOTE_TYPE_COUNT))
+    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return true;
+  return false;
+}
+
 bool compiles_at_run_time(const BackendDescriptor& engine) {
   for (cudnnBackendBehaviorNote_t note : notes_of<cudnnBackendBehaviorNote_t>(
            engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
@@ -253,6 +261,11 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
   std::vector<std::shared_ptr<const GraphConvPlan>> plans;
   std::set<std::string> seen;
   std::size_t left_out = 0;
+  // fp16/bf16 engines without tensor cores run on CUDA cores, orders of magnitude slower on large
+  // problems (their warm-up alone took seconds on VGG-16's 224x224 layers): kept aside, and timed
+  // only where no tensor-core engine finalizes.
+  const bool half = p.data_type == CUDNN_DATA_HALF || p.data_type == CUDNN_DATA_BFLOAT16;
+  std::vector<std::shared_ptr<const GraphConvPlan>> cuda_core;
   // Plans from one heuristics mode's ranking until `limit` plans are held.
   auto take = [&](cudnnBackendHeurMode_t mode, bool allow_compilation, std::size_t limit) {
     for (BackendDescriptor& config : ranked_configs(parts->graph, mode)) {
@@ -275,6 +288,10 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
         ++left_out;
         continue;
       }
+      if (half && !uses_tensor_cores(engine)) {
+        cuda_core.push_back(std::move(made));
+        continue;
+      }
       plans.push_back(std::move(made));
     }
   };
@@ -287,6 +304,10 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
          plans.size() + std::max<std::size_t>(fallback, plans.empty()));
     if (!plans.empty()) break;
   }
+  if (plans.empty())
+    plans = std::move(cuda_core);
+  else
+    left_out += cuda_core.size();
   if (skipped) *skipped = left_out;
   return plans;
 }
