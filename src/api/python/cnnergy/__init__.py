@@ -78,12 +78,12 @@ class Measurement:
     waits until the sampler has covered the window's end (about one sampling interval plus one
     sensor period after it), unless `ready` is already true. Unknown values are None."""
 
-    __slots__ = ("_monitor", "name", "_id", "_data", "_time_s", "__weakref__")
+    __slots__ = ("_monitor", "name", "_id", "_data", "_span", "__weakref__")
 
-    def __init__(self, monitor, name, window_id, time_s=None):
+    def __init__(self, monitor, name=None, window_id=None, span=None):
         self._monitor, self.name, self._id = monitor, name, window_id
         self._data = None
-        self._time_s = time_s  # known at end_window (the stamps are the library's)
+        self._span = span  # (begin, end) stamps in ns, known at end_window (the library's clock)
 
     def _get(self, timeout_ms=-1.0):
         if self._data is None:
@@ -112,7 +112,7 @@ class Measurement:
         self._get(-1.0 if timeout_s is None else max(1.0, timeout_s * 1000.0))
         return self
 
-    time_s = property(lambda self: self._time_s if self._time_s is not None
+    time_s = property(lambda self: (self._span[1] - self._span[0]) / 1e9 if self._span
                       else self._get()["time_s"], doc="elapsed time (s); known at once")
     begin_s = property(lambda self: self._get()["begin_s"], doc="begin, steady clock (s)")
     end_s = property(lambda self: self._get()["end_s"], doc="end, steady clock (s)")
@@ -172,6 +172,7 @@ class _Window(contextlib.ContextDecorator):
 
 _NAME_MAX = 128  # CNNERGY_NAME_MAX: names have 1 to 127 bytes
 _DRAIN_PERIOD_S = 0.05
+_SPARE_MEASUREMENTS = 256  # made ahead per drain: more windows than this per 50 ms allocate
 _monotonic_ns = time.monotonic_ns
 
 
@@ -236,6 +237,8 @@ class Monitor:
         self._names_ok = set()               # names already checked
         self._queue = collections.deque()    # (name, t_ns, None: begin | weakref: end)
         self._registered = []                # (weakref to Measurement, window id), unread
+        self._spares = []                    # (Measurement, weakref) made ahead for end_window
+        self._refill_spares()
         self._drain_lock = threading.Lock()
         self._result_lock = threading.Lock()
         self._drain_error = None
@@ -281,8 +284,17 @@ class Monitor:
         if b is None:
             raise InvalidArgument("window '%s' was never begun (or has already ended)" % name)
         if self._stamping:
-            m = Measurement(self, name, None, (t - b) / 1e9)
-            self._queue.append((name, t, weakref.ref(m)))
+            # A Measurement made ahead by the background thread (allocating one on a cold cache
+            # right after a training step cost microseconds): fill in three slots and queue it.
+            try:
+                m, ref = self._spares.pop()
+            except IndexError:
+                m = Measurement(None)
+                ref = weakref.ref(m)
+            m._monitor = self  # spares hold no monitor: no reference cycle
+            m.name = name
+            m._span = (b, t)
+            self._queue.append((name, t, ref))
         else:
             m = Measurement(self, name, _backend.end(self._handle, name))
             self._registered.append((weakref.ref(m), m._id))
@@ -345,6 +357,12 @@ class Monitor:
                 elif m._data is None:
                     kept.append((ref, wid))
             self._registered = kept
+            self._refill_spares()
+
+    def _refill_spares(self):
+        while len(self._spares) < _SPARE_MEASUREMENTS:
+            m = Measurement(None)
+            self._spares.append((m, weakref.ref(m)))
 
     def _raise_drain_error(self):
         e, self._drain_error = self._drain_error, None
