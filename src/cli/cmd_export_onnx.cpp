@@ -7,6 +7,8 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
+#include "core/json.hpp"
 #include "core/errors.hpp"
 #include "net/checkpoint.hpp"
 #include "net/executor.hpp"
@@ -29,6 +31,7 @@ int run_export_onnx(const std::vector<std::string>& args) {
   p.option("classes", "model class-count override");
   p.option("batch", "first dimension of the input and the logits: a fixed size, or 'dynamic' (dim_param \"batch\")",
            "dynamic");
+  declare_output_flags(p, "the summary of what was written");
   p.epilog("The inference graph: every layer becomes one ONNX node named after it (a fully connected layer\n"
            "on a 4-D input gets a Flatten before its Gemm), batch norms keep their running statistics\n"
            "(not folded), dropout is written as Dropout (the identity at inference), and the softmax loss\n"
@@ -36,6 +39,7 @@ int run_export_onnx(const std::vector<std::string>& args) {
            "is float32 NCHW. Weights are initialisers named as in checkpoints (conv1.weight, bn1.running_mean).\n"
            "Runs on the CPU. A layer with no ONNX mapping is refused, naming it (exit 4).");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
   const std::string model = p.get("MODEL"), out = p.get("OUT");
   OnnxExportOptions eo;
   if (const std::string b = p.get("batch"); b != "dynamic") eo.batch = p.get_int("batch", 1, 1 << 20);
@@ -65,11 +69,30 @@ int run_export_onnx(const std::vector<std::string>& args) {
                               : graph->initial_values().empty() ? "seeded random (--seed " + std::to_string(seed) + ")"
                                                                 : "the model file's initialisers";
   std::printf("wrote %s: %s as ONNX opset %lld (IR version %lld), %zu nodes, %zu initialisers (%lld values), %.1f MiB\n"
-              "  input 'input' (%s) float32 NCHW -> output 'logits' (%s, %lld); weights: %s\n",
+              "  input '%s' (%s) float32 NCHW -> output '%s' (%s, %lld); weights: %s\n",
               out.c_str(), graph->model_name().c_str(), static_cast<long long>(kOnnxExportOpset),
               static_cast<long long>(kOnnxExportIrVersion), s.nodes, s.initializers, static_cast<long long>(s.values),
-              static_cast<double>(s.bytes) / 1048576.0, dims.c_str(), eo.batch ? std::to_string(eo.batch).c_str() : "batch",
-              static_cast<long long>(graph->num_classes()), weights.c_str());
+              static_cast<double>(s.bytes) / 1048576.0, eo.input_name.c_str(), dims.c_str(), eo.output_name.c_str(),
+              eo.batch ? std::to_string(eo.batch).c_str() : "batch", static_cast<long long>(graph->num_classes()),
+              weights.c_str());
+  Json doc = Json::object();
+  doc["file"] = out;
+  doc["model"] = graph->model_name();
+  doc["opset"] = kOnnxExportOpset;
+  doc["ir_version"] = kOnnxExportIrVersion;
+  doc["nodes"] = static_cast<std::int64_t>(s.nodes);
+  doc["initializers"] = static_cast<std::int64_t>(s.initializers);
+  doc["values"] = s.values;
+  doc["bytes"] = static_cast<std::int64_t>(s.bytes);
+  doc["input"] = eo.input_name;
+  doc["output"] = eo.output_name;
+  doc["batch"] = eo.batch ? Json(eo.batch) : Json("dynamic");
+  Json shape = Json::array();
+  for (auto d : in.dims()) shape.push_back(d);
+  doc["input_per_sample"] = shape;
+  doc["classes"] = graph->num_classes();
+  doc["weights"] = weights;
+  sink.finish(doc);
   return 0;
 }
 
