@@ -81,6 +81,15 @@ def main():
         return 2
 
     rows, failures = [], 0
+    out = a.json or os.path.join(a.work, "onnxruntime_check.json")
+
+    def write_json():  # after every model: a run cut short by a timeout keeps what it checked
+        doc = {"tool": "bench/onnxruntime_check.py", "onnxruntime": ort_version, "numpy": np.__version__,
+               "host": platform.node(), "machine": platform.machine(), "batch": a.batch, "seed": a.seed,
+               "tolerance": a.tolerance, "results": rows}
+        with open(out, "w") as f:
+            json.dump(doc, f, indent=2)
+
     rng = np.random.default_rng(a.seed)
     for name in wanted:
         row = {"model": name, "batch": a.batch}
@@ -119,13 +128,9 @@ def main():
             os.remove(onnx_path)
         rows.append(row)
         print_row(row, a.zoo)
+        write_json()
 
-    doc = {"tool": "bench/onnxruntime_check.py", "onnxruntime": ort_version, "numpy": np.__version__,
-           "host": platform.node(), "machine": platform.machine(), "batch": a.batch, "seed": a.seed,
-           "tolerance": a.tolerance, "results": rows}
-    out = a.json or os.path.join(a.work, "onnxruntime_check.json")
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=2)
+    write_json()
     print(f"\n{len(rows) - failures}/{len(rows)} models ok (tolerance {a.tolerance:g} x max |logit|); JSON: {out}")
     if ort is None:
         print("SKIP: onnxruntime is not installed here: only cnnergy's side ran (export, import, CPU inference). "
@@ -141,7 +146,7 @@ def print_row(row, zoo):
     if not HEADER_PRINTED:
         cols = f"{'model':14} {'status':20} {'ort rel diff':>12} {'top-1':>6} {'MiB':>7} {'export s':>8} {'ours s':>7} {'ort s':>7}"
         if zoo:
-            cols += f" {'zoo rel diff':>12}"
+            cols += f" {'zoo rel diff':>12} {'ort vs zoo':>12}"
         print(cols)
         HEADER_PRINTED.append(True)
 
@@ -152,7 +157,7 @@ def print_row(row, zoo):
             f"{row.get('onnx_mib', 0):7.1f} {row.get('export_s', 0):8.2f} {row.get('cnnergy_s', 0):7.2f} "
             f"{row.get('onnxruntime_s', 0):7.2f}")
     if zoo:
-        line += f" {rel('zoo_vs_onnx_file'):>12}"
+        line += f" {rel('zoo_vs_onnx_file'):>12} {rel('onnxruntime_vs_zoo'):>12}"
     print(line, flush=True)
     if "error" in row:
         print(f"  {row['error']}")
