@@ -134,8 +134,9 @@ class Exporter {
     return n;
   }
   // A fresh tensor name from `base` (a layer name): unique in the graph.
-  std::string fresh(const std::string& base) {
-    std::string name = base.empty() ? "t" : base;
+  std::string fresh(const std::string& wanted) {
+    const std::string base = wanted.empty() ? "t" : wanted;
+    std::string name = base;
     for (int k = 2; used_.count(name); ++k) name = base + "_" + std::to_string(k);
     used_.insert(name);
     return name;
@@ -149,22 +150,20 @@ class Exporter {
     executor_.backend().download(t, host);
     const Tensor f = to_f32_nchw(host);
     auto* p = g_->add_initializer();
-    p->set_name(name);
+    p->set_name(fresh(name));  // the checkpoint name, unless a tensor took it (the importer reads by position)
     p->set_data_type(onnx::TensorProto::FLOAT);
     for (auto d : f.shape().dims()) p->add_dims(d);
     const auto values = f.f32();
     p->set_raw_data(values.data(), values.size_bytes());
     values_ += static_cast<std::int64_t>(values.size());
-    used_.insert(name);
-    return name;
+    return p->name();
   }
   std::string scalar_initializer(const std::string& name, float value) {
     auto* p = g_->add_initializer();
-    p->set_name(name);
+    p->set_name(fresh(name));
     p->set_data_type(onnx::TensorProto::FLOAT);
     p->add_float_data(value);
-    used_.insert(name);
-    return name;
+    return p->name();
   }
 
   void map_layer(std::size_t i) {
@@ -225,7 +224,7 @@ class Exporter {
       attr_float(r, "beta", s.beta);
       attr_float(r, "bias", s.k);
     } else if (type == "dropout") {
-      in.push_back(scalar_initializer(fresh(n + ".ratio"), std::get<DropoutSpec>(spec).p));
+      in.push_back(scalar_initializer(n + ".ratio", std::get<DropoutSpec>(spec).p));
       node("Dropout", n, in, out);  // no training_mode input: inference, the identity
     } else if (type == "relu") {
       node("Relu", n, in, out);
