@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -233,6 +233,19 @@ run_inference() {
   grep -hE "batch +(1|32|256) " "$OUT"/peer_*.log | grep -E "failed|p50" | cut -c1-150
   python3 "$ci" --detail --ours "$OUT"/ours_*.json --peer "$OUT"/peer_*.json > "$OUT/compare_detail.md" 2>&1
   echo; python3 "$ci" --ours "$OUT"/ours_*.json --peer "$OUT"/peer_*.json 2>&1 | tee "$OUT/compare.md"
+}
+
+# ---- onnx-export: every zoo model written by `cnnergy export-onnx`, run by ONNX Runtime's CPU provider
+# against our importer + CPU backend (`infer MODEL.onnx --inputs`) and the zoo model itself; then the
+# import time of the AlexNet and VGG-16 files (issue 28: 100 MB in < 2 s). CPU only: no GPU is used.
+run_onnx_export() {
+  local py=/opt/torch/.venv/bin/python; [ -x "$py" ] || py=python3
+  local oc="$CARRY/onnxruntime_check.py" it="$CARRY/onnx_import_time.py"
+  [ -f "$oc" ] || { oc=bench/onnxruntime_check.py; it=bench/onnx_import_time.py; }
+  timeout "${ORT_TIMEOUT:-420}" "$py" "$oc" "$CARRY" --zoo ${ONNX_MODELS:+--models "$ONNX_MODELS"} --work /tmp/onnx_export \
+    --json "$OUT/onnxruntime_check.json" 2>&1 | tee "$OUT/onnxruntime_check.log"
+  timeout 150 "$py" "$it" "$CARRY" --work /tmp/onnx_import --json "$OUT/onnx_import_time.json" 2>&1 \
+    | tee "$OUT/onnx_import_time.log"
 }
 
 "run_${mode//-/_}"

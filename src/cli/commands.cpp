@@ -4,6 +4,7 @@
 #include "cli/cmd_compare.hpp"
 #include "cli/cmd_convbench.hpp"
 #include "cli/cmd_dist_train.hpp"
+#include "cli/cmd_export_onnx.hpp"
 #include "cli/cmd_infer.hpp"
 #include "cli/cmd_model_info.hpp"
 #include "cli/cmd_profile.hpp"
@@ -22,6 +23,8 @@ const std::vector<Command>& commands() {
       {"concurrent", "K trainings on disjoint GPU subsets at once vs one after another: time and energy", run_concurrent},
       {"infer", "inference latency percentiles, throughput and energy per image, batch 1 to large; open loop; .npy runner",
        run_infer},
+      {"export-onnx", "write a zoo or imported model with its weights (seeded or a checkpoint's) as an ONNX file",
+       run_export_onnx},
       {"profile", "per-layer and per-phase time and energy of a training iteration", run_profile},
       {"convbench", "convolution study: implementations x directions x precisions, time, memory, energy (Li et al. 2016)",
        run_convbench},

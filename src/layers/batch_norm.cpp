@@ -17,6 +17,7 @@ class BatchNormLayer final : public Layer {
   std::string type() const override { return "batch_norm"; }
   LayerCategory category() const override { return LayerCategory::kNorm; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<BatchNormLayer>(name(), spec_); }
+  LayerSpec spec() const override { return spec_; }
   bool needs_inputs_in_backward() const override { return true; }
   std::size_t private_bytes() const override { return saved_mean_.size_bytes() + saved_inv_std_.size_bytes(); }
   std::string describe() const override {

@@ -23,6 +23,7 @@ class ConvLayer final : public Layer {
     return s;
   }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ConvLayer>(name(), spec_); }
+  LayerSpec spec() const override { return spec_; }
   bool needs_inputs_in_backward() const override { return true; }  // weight gradient reads x
   std::optional<ConvAlgoInfo> conv_algorithms() const override {
     if (!kernel_) return std::nullopt;

@@ -14,6 +14,7 @@ class DropoutLayer final : public Layer {
   LayerCategory category() const override { return LayerCategory::kDropout; }
   std::string describe() const override { return "dropout " + std::to_string(p_).substr(0, 4); }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<DropoutLayer>(name(), p_); }
+  LayerSpec spec() const override { return DropoutSpec{p_}; }
   std::size_t private_bytes() const override { return mask_.size_bytes(); }
 
   void forward(const ForwardContext& ctx) override {

@@ -14,6 +14,7 @@ class FcLayer final : public Layer {
   LayerCategory category() const override { return LayerCategory::kFc; }
   std::string describe() const override { return "fc " + std::to_string(spec_.out_features); }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<FcLayer>(name(), spec_); }
+  LayerSpec spec() const override { return spec_; }
   bool needs_inputs_in_backward() const override { return true; }  // weight gradient reads x
 
   void init_parameters(Rng& rng) override {

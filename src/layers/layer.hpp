@@ -163,6 +163,9 @@ class Layer {
   // The convolution problem of a conv layer after setup() (batch as set up), for studies that run
   // each distinct convolution on its own (cnnergy convbench); empty for every other layer.
   virtual std::optional<Conv2dDesc> conv_problem() const { return std::nullopt; }
+  // The hyper-parameters the layer was made with (specs.hpp), for exporters; monostate for types
+  // that have none.
+  virtual LayerSpec spec() const { return {}; }
 
   // Allocates parameters, gradients and buffers on the backend and creates the kernels. Throws
   // NotSupported naming the layer and the backend when the backend lacks a kernel.

@@ -14,6 +14,7 @@ class LrnLayer final : public Layer {
   LayerCategory category() const override { return LayerCategory::kNorm; }
   std::string describe() const override { return "lrn size " + std::to_string(spec_.size); }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<LrnLayer>(name(), spec_); }
+  LayerSpec spec() const override { return spec_; }
   bool needs_inputs_in_backward() const override { return true; }
   bool needs_outputs_in_backward() const override { return true; }
 

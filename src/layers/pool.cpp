@@ -20,6 +20,7 @@ class PoolLayer final : public Layer {
     return s;
   }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<PoolLayer>(name(), spec_); }
+  LayerSpec spec() const override { return spec_; }
   // Max pooling finds the arg-max from x and y; average pooling needs neither, but the kernel
   // contract passes both, so keep them (cuDNN reads them for every mode).
   bool needs_inputs_in_backward() const override { return true; }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 
 #include "backend/ops.hpp"
 
@@ -76,5 +77,13 @@ struct BatchNormSpec {
   double eps = 1e-5;
   double momentum = 0.1;
 };
+
+struct DropoutSpec {
+  float p = 0.5f;  // probability of zeroing an element in training
+};
+
+// A layer's hyper-parameters as its model definition gave them (Layer::spec()), for exporters
+// (net/onnx/onnx_export.hpp); monostate for layers that have none (relu, add, concat, flatten...).
+using LayerSpec = std::variant<std::monostate, ConvSpec, FcSpec, PoolSpec, LrnSpec, BatchNormSpec, DropoutSpec>;
 
 }  // namespace cnnergy
