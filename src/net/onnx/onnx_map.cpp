@@ -199,7 +199,8 @@ void Importer::map_reshape(const onnx::NodeProto& n) {
                          Shape(target).str() + " (only the channel shuffle's Transpose, then (N, C, H, W), is supported)");
     return set_runtime(n, result_.builder.channel_shuffle(x, layer_name(n), groups));
   }
-  if (target.size() == 5 && xs.rank() == 4 && target[1] > 0 && target[2] > 0 && target[1] * target[2] == xs[1] &&
+  if (target.size() == 5 && xs.rank() == 4 && target[1] > 0 && target[2] > 0 && target[1] <= xs[1] &&
+      target[2] <= xs[1] && target[1] * target[2] == xs[1] &&
       target[3] == xs[2] && target[4] == xs[3]) {  // (N, g, C/g, H, W): a channel shuffle begins
     Value& v = values_[n.output(0)];
     v.node = x;
