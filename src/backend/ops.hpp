@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/activation_kind.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
 
@@ -340,6 +341,29 @@ class Backend {
     add_forward(a, b, y);
     relu_forward(y, y);
   }
+  // Activations of activation_kind.hpp (formulas in activation_math.hpp). y may alias x; dx may
+  // alias dy (backward reads x, not y).
+  virtual void activation_forward(const ActivationDesc& desc, const Tensor& x, const Tensor& y) = 0;
+  virtual void activation_backward(const ActivationDesc& desc, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                   bool accumulate) = 0;
+  // y = a * b, b of a's shape or (N, C, 1, 1) broadcast over H, W of a 4-D a (squeeze-and-excitation).
+  // Backward: da = dy * b (may alias dy), db = dy * a (summed over H, W when broadcast); an undefined
+  // da or db is not computed.
+  virtual void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  virtual void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, const Tensor& da, bool accumulate_a,
+                            const Tensor& db, bool accumulate_b) = 0;
+  // y = x[:, :, ...] * scale[c] + shift[c] with fp32 constants of C values (or 1, broadcast):
+  // Mul/Add/Sub/Div by a constant in imported models. dx = dy * scale[c].
+  virtual void channel_affine_forward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& y) = 0;
+  virtual void channel_affine_backward(const Tensor& dy, const Tensor& scale, const Tensor& dx, bool accumulate) = 0;
+  // Channel shuffle (ShuffleNet): x viewed as (N, groups, C / groups, H, W), the two group axes
+  // swapped: y[:, o] = x[:, (o % groups) * (C / groups) + o / groups]. Its adjoint (backward) is
+  // the shuffle with C / groups groups.
+  virtual void channel_shuffle(const Tensor& x, std::int64_t groups, const Tensor& y, bool accumulate) = 0;
+  // y = x[:, begin : begin + C_y] (4-D or 2-D). Backward writes dy there and zeros elsewhere
+  // (accumulate: adds dy there, nothing elsewhere).
+  virtual void channel_slice_forward(const Tensor& x, std::int64_t begin, const Tensor& y) = 0;
+  virtual void channel_slice_backward(const Tensor& dy, std::int64_t begin, const Tensor& dx, bool accumulate) = 0;
   // Concatenate along channels (dim 1) of 4-D or features of 2-D tensors.
   virtual void concat_forward(std::span<const Tensor> xs, const Tensor& y) = 0;
   virtual void concat_backward(const Tensor& dy, std::span<const Tensor> dxs, bool accumulate) = 0;

@@ -228,6 +228,15 @@ std::unique_ptr<Layer> make_add_layer(const std::string& name);
 std::unique_ptr<Layer> make_concat_layer(const std::string& name);
 std::unique_ptr<Layer> make_flatten_layer(const std::string& name);
 std::unique_ptr<Layer> make_softmax_loss_layer(const std::string& name);
+// Layers of imported networks (activation.cpp, mul.cpp, channel_ops.cpp).
+std::unique_ptr<Layer> make_activation_layer(const std::string& name, const ActivationDesc& desc);
+std::string activation_type_name(ActivationKind kind);  // "clip", "leaky_relu", "sigmoid", ...
+std::unique_ptr<Layer> make_mul_layer(const std::string& name);
+std::unique_ptr<Layer> make_channel_shuffle_layer(const std::string& name, std::int64_t groups);
+std::unique_ptr<Layer> make_channel_slice_layer(const std::string& name, std::int64_t begin, std::int64_t count);
+// y = x * scale[c] + shift[c], constants of 1 or C values (not trained).
+std::unique_ptr<Layer> make_channel_affine_layer(const std::string& name, std::vector<float> scale,
+                                                 std::vector<float> shift);
 
 // The loss layer's readouts (fp32 on the device), for executors: mean loss (1) and probs (N, K).
 class LossLayer : public Layer {

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <set>
+#include <utility>
 
 #include "core/errors.hpp"
 #include "net/graph.hpp"
@@ -202,6 +203,37 @@ GraphBuilder::Node GraphBuilder::concat(const std::vector<Node>& xs, const std::
 GraphBuilder::Node GraphBuilder::flatten(Node x, const std::string& name) {
   require(state_.get());
   return state_->add_one(make_flatten_layer(name), {x});
+}
+
+GraphBuilder::Node GraphBuilder::activation(Node x, const std::string& name, const ActivationDesc& desc) {
+  require(state_.get());
+  return state_->add_one(make_activation_layer(name, desc), {x});
+}
+
+GraphBuilder::Node GraphBuilder::mul(Node a, Node b, const std::string& name) {
+  require(state_.get());
+  state_->check_node(a, name);
+  state_->check_node(b, name);
+  // The full-size operand goes first (the layer broadcasts its second input).
+  if (shape(a).numel() < shape(b).numel()) std::swap(a, b);
+  return state_->add_one(make_mul_layer(name), {a, b});
+}
+
+GraphBuilder::Node GraphBuilder::channel_shuffle(Node x, const std::string& name, std::int64_t groups) {
+  require(state_.get());
+  return state_->add_one(make_channel_shuffle_layer(name, groups), {x});
+}
+
+GraphBuilder::Node GraphBuilder::channel_slice(Node x, const std::string& name, std::int64_t begin,
+                                               std::int64_t count) {
+  require(state_.get());
+  return state_->add_one(make_channel_slice_layer(name, begin, count), {x});
+}
+
+GraphBuilder::Node GraphBuilder::channel_affine(Node x, const std::string& name, std::vector<float> scale,
+                                                std::vector<float> shift) {
+  require(state_.get());
+  return state_->add_one(make_channel_affine_layer(name, std::move(scale), std::move(shift)), {x});
 }
 
 void GraphBuilder::softmax_loss(Node logits, const std::string& name) {

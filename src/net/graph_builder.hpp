@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/activation_kind.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
 #include "layers/specs.hpp"
@@ -44,6 +45,14 @@ class GraphBuilder {
   Node add(Node a, Node b, const std::string& name);
   Node concat(const std::vector<Node>& xs, const std::string& name);
   Node flatten(Node x, const std::string& name);
+  // Operators of imported networks (ONNX): activations beyond ReLU, a product of two tensors (the
+  // second of the first's shape or (N, C, 1, 1)), channel shuffle, a slice of channels
+  // [begin, begin + count), and a constant per-channel affine map.
+  Node activation(Node x, const std::string& name, const ActivationDesc& desc);
+  Node mul(Node a, Node b, const std::string& name);
+  Node channel_shuffle(Node x, const std::string& name, std::int64_t groups);
+  Node channel_slice(Node x, const std::string& name, std::int64_t begin, std::int64_t count);
+  Node channel_affine(Node x, const std::string& name, std::vector<float> scale, std::vector<float> shift);
   // Marks `logits` (N, num_classes) as the output and adds the softmax cross-entropy loss.
   void softmax_loss(Node logits, const std::string& name = "loss");
 

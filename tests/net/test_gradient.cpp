@@ -1,6 +1,7 @@
 // Whole-network gradients of the small branching graph (shared inputs, add, concat, in-place ReLU,
 // BN in training mode, LRN, pooling, dropout with a fixed mask, fc, softmax loss) against central
-// finite differences of the loss on the CPU backend, with memory reuse on and off.
+// finite differences of the loss on the CPU backend, with memory reuse on and off; the same for a graph
+// of the imported networks' layers (activations, SE multiply, channel slice/shuffle/affine).
 //
 // Kinks: the loss is only piecewise smooth in the weights. Perturbing one conv1 weight moves every
 // pre-ReLU value behind BN, and now and then one crosses ReLU's kink or swaps a max-pooling winner
@@ -110,6 +111,59 @@ TEST_P(NetGradient, EveryParameterMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MemoryReuse, NetGradient, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "reuse" : "no_reuse"; });
+
+// The imported networks' layers in one graph: channel slices of one tensor (two consumers, so the
+// second accumulates), ReLU6, concat, channel shuffle, a squeeze-and-excitation block (global
+// pooling, SiLU, hard sigmoid, the (N, C, 1, 1) product, both inputs trained through), a constant
+// channel affine map, leaky ReLU, hard swish and sigmoid.
+std::unique_ptr<Graph> imported_ops_graph(std::int64_t classes) {
+  GraphBuilder g("imported_ops", Shape{3, 6, 6}, classes);
+  auto x = g.conv(g.input(), "conv1", ConvSpec::make(8, 3, 1, 1));
+  x = g.activation(x, "hswish1", {ActivationKind::kHardSwish, 0.0f, 0.0f});
+  auto left = g.channel_slice(x, "left", 0, 4), right = g.channel_slice(x, "right", 4, 4);
+  right = g.conv(right, "conv_r", ConvSpec::make(4, 1));
+  right = g.activation(right, "relu6", {ActivationKind::kClip, 0.0f, 6.0f});
+  x = g.channel_shuffle(g.concat({left, right}, "cat"), "shuffle", 2);
+  auto se = g.global_avg_pool(x, "se_pool");
+  se = g.activation(g.conv(se, "se_fc1", ConvSpec::make(4, 1)), "se_silu", {ActivationKind::kSilu, 0.0f, 0.0f});
+  se = g.activation(g.conv(se, "se_fc2", ConvSpec::make(8, 1)), "se_gate", {ActivationKind::kHardSigmoid, 1.0f / 6.0f, 0.5f});
+  x = g.mul(se, x, "se_scale");  // the (N, C, 1, 1) operand first, as torchvision writes it
+  x = g.channel_affine(x, "affine", {0.5f, -1.0f, 2.0f, 1.0f, 0.25f, 1.5f, -0.5f, 1.0f}, {0.1f});
+  x = g.activation(x, "leaky", {ActivationKind::kLeakyRelu, 0.1f, 0.0f});
+  x = g.activation(g.conv(x, "conv2", ConvSpec::make(6, 3, 2, 1)), "sig", {ActivationKind::kSigmoid, 0.0f, 0.0f});
+  g.softmax_loss(g.fc(x, "fc", classes));
+  return g.build();
+}
+
+class ImportedOpsGradient : public SeededTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ImportedOpsGradient, EveryParameterMatchesFiniteDifferences) {
+  auto backend = cpu_backend();
+  auto graph = imported_ops_graph(5);
+  ExecutorOptions o;
+  o.batch_size = 3;
+  o.reuse_memory = GetParam();
+  Executor ex(*graph, *backend, o);
+  ex.initialize_parameters(seed_);
+  ex.set_input(to_backend(*backend, random_tensor({3, 3, 6, 6}, rng_)),
+               to_backend(*backend, random_labels(3, 5, rng_)));
+  ex.begin_iteration();
+  EXPECT_TRUE(std::isfinite(forward_loss(ex)));
+  ex.backward(1.0f);
+  for (Parameter* p : ex.parameters()) {
+    const Tensor analytic = clone(p->grad);
+    double norm = 0;
+    for (float v : analytic.f32()) norm += std::fabs(v);
+    EXPECT_GT(norm, 0.0) << p->name << " got no gradient";
+    const FdResult r = finite_differences(ex, *p, analytic, rng_, 24, 1e-3);
+    EXPECT_LE(r.outliers, std::max(1, r.checked / 10))
+        << p->name << ": " << r.outliers << " of " << r.checked << " elements disagree with finite differences; worst "
+        << r.worst;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MemoryReuse, ImportedOpsGradient, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "reuse" : "no_reuse"; });
 
 class NetLossScale : public SeededTest {};

@@ -3,6 +3,7 @@
 // initialisers, both forms of inputs-that-were-attributes, and every kind of bad file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -176,18 +177,22 @@ TEST(OnnxImport, ClipMinMaxAsAttributesAndAsInputs) {
     EXPECT_FLOAT_EQ(ya[k], std::max(0.0f, x[k]));
     EXPECT_FLOAT_EQ(yb[k], std::max(0.0f, x[k]));
   }
-  // ReLU6 is not mapped yet: a clear NotSupported naming the node.
-  OnnxMaker c(13);
-  c.input("x", {1, 18});
-  c.output("y", {1, 18});
-  c.init("lo", {}, {0.0f});
-  c.init("hi", {}, {6.0f});
-  c.node("Clip", {"x", "lo", "hi"}, {"y"}, "relu6");
-  try {
-    import_onnx_bytes(c.bytes(), "c", "");
-    FAIL() << "Clip to [0, 6] imported";
-  } catch (const NotSupported& e) {
-    EXPECT_NE(std::string(e.what()).find("relu6"), std::string::npos) << e.what();
+  // ReLU6: both bounds, as attributes (opset 7) and as inputs (opset 13).
+  OnnxMaker c(7), d(13);
+  for (auto* m : {&c, &d}) {
+    m->input("x", {1, 18});
+    m->output("y", {1, 18});
+  }
+  auto* nc = c.node("Clip", {"x"}, {"y"}, "relu6");
+  OnnxMaker::attr_float(nc, "min", 0.0f);
+  OnnxMaker::attr_float(nc, "max", 0.5f);
+  d.init("lo", {}, {0.0f});
+  d.init("hi", {}, {0.5f});
+  d.node("Clip", {"x", "lo", "hi"}, {"y"}, "relu6");
+  const auto yc = run_form(c, x), yd = run_form(d, x);
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    EXPECT_FLOAT_EQ(yc[k], std::clamp(x[k], 0.0f, 0.5f));
+    EXPECT_FLOAT_EQ(yd[k], std::clamp(x[k], 0.0f, 0.5f));
   }
 }
 

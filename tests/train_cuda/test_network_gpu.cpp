@@ -14,6 +14,7 @@
 #include "data/dataset.hpp"
 #include "net/executor.hpp"
 #include "net/graph.hpp"
+#include "net/graph_builder.hpp"
 #include "net/zoo/zoo.hpp"
 #include "train/trainer.hpp"
 #include "train_cuda/gpu_training_fixture.hpp"
@@ -30,8 +31,15 @@ struct NetCase {
   double median_tolerance;  // relative norm, the median parameter gradient
 };
 
+void expect_graph_gradients_match(const Graph& graph_ref, const NetCase& c, Layout layout);
+
 void expect_gradients_match(const NetCase& c, Layout layout) {
   auto graph = build_model(c.model, c.input, c.classes);
+  expect_graph_gradients_match(*graph, c, layout);
+}
+
+void expect_graph_gradients_match(const Graph& graph_ref, const NetCase& c, Layout layout) {
+  const Graph* graph = &graph_ref;
   auto cpu = create_backend(BackendOptions{});
   auto gpu = GpuTraining::gpu(DType::kF32, layout);
   ExecutorOptions eo;
@@ -91,6 +99,36 @@ TEST_F(GpuTraining, WholeNetworkGradientsMatchTheCpu) {
   };
   for (const auto& c : cases)
     for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) expect_gradients_match(c, layout);
+}
+
+// The layers of imported networks (MobileNet v3 / EfficientNet / ShuffleNet v2 style): hard swish,
+// channel slices of one tensor, ReLU6, concat, channel shuffle, a squeeze-and-excitation block
+// (SiLU, hard sigmoid, the (N, C, 1, 1) product), a constant channel affine map, leaky ReLU,
+// sigmoid; 16 channels so NHWC packs are whole in the slices. Shallow and without batch norm:
+// fp32 gradients agree to rounding.
+TEST_F(GpuTraining, ImportedNetworkLayersGradientsMatchTheCpu) {
+  GraphBuilder g("imported_ops", Shape{3, 16, 16}, 10);
+  auto x = g.conv(g.input(), "conv1", ConvSpec::make(16, 3, 1, 1));
+  x = g.activation(x, "hswish1", {ActivationKind::kHardSwish, 0.0f, 0.0f});
+  auto left = g.channel_slice(x, "left", 0, 8), right = g.channel_slice(x, "right", 8, 8);
+  right = g.activation(g.conv(right, "conv_r", ConvSpec::make(8, 3, 1, 1, 8)), "relu6",
+                       {ActivationKind::kClip, 0.0f, 6.0f});
+  x = g.channel_shuffle(g.concat({left, right}, "cat"), "shuffle", 2);
+  auto se = g.global_avg_pool(x, "se_pool");
+  se = g.activation(g.conv(se, "se_fc1", ConvSpec::make(8, 1)), "se_silu", {ActivationKind::kSilu, 0.0f, 0.0f});
+  se = g.activation(g.conv(se, "se_fc2", ConvSpec::make(16, 1)), "se_gate",
+                    {ActivationKind::kHardSigmoid, 1.0f / 6.0f, 0.5f});
+  x = g.mul(se, x, "se_scale");
+  std::vector<float> scale(16), shift(16);
+  for (int i = 0; i < 16; ++i) scale[static_cast<std::size_t>(i)] = 0.5f + 0.1f * static_cast<float>(i % 5);
+  for (int i = 0; i < 16; ++i) shift[static_cast<std::size_t>(i)] = 0.05f * static_cast<float>(i % 3) - 0.05f;
+  x = g.channel_affine(x, "affine", scale, shift);
+  x = g.activation(x, "leaky", {ActivationKind::kLeakyRelu, 0.1f, 0.0f});
+  x = g.activation(g.conv(x, "conv2", ConvSpec::make(16, 3, 2, 1)), "sig", {ActivationKind::kSigmoid, 0.0f, 0.0f});
+  g.softmax_loss(g.fc(x, "fc", 10));
+  auto graph = g.build();
+  const NetCase c{"imported_ops", std::nullopt, std::nullopt, 8, 1e-3, 1e-3};
+  for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) expect_graph_gradients_match(*graph, c, layout);
 }
 
 // Batch norms and adds that take the ReLU after them compute what separate layers compute on the

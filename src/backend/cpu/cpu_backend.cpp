@@ -175,6 +175,33 @@ class CpuBackend final : public Backend {
   void concat_backward(const Tensor& dy, std::span<const Tensor> dxs, bool accumulate) override {
     cpu::concat_backward(dy, dxs, accumulate);
   }
+  void activation_forward(const ActivationDesc& d, const Tensor& x, const Tensor& y) override {
+    cpu::activation_forward(d, x, y);
+  }
+  void activation_backward(const ActivationDesc& d, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                           bool accumulate) override {
+    cpu::activation_backward(d, x, dy, dx, accumulate);
+  }
+  void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y) override { cpu::mul_forward(a, b, y); }
+  void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, const Tensor& da, bool accumulate_a,
+                    const Tensor& db, bool accumulate_b) override {
+    cpu::mul_backward(a, b, dy, da, accumulate_a, db, accumulate_b);
+  }
+  void channel_affine_forward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& y) override {
+    cpu::channel_affine_forward(x, scale, shift, y);
+  }
+  void channel_affine_backward(const Tensor& dy, const Tensor& scale, const Tensor& dx, bool accumulate) override {
+    cpu::channel_affine_backward(dy, scale, dx, accumulate);
+  }
+  void channel_shuffle(const Tensor& x, std::int64_t groups, const Tensor& y, bool accumulate) override {
+    cpu::channel_shuffle(x, groups, y, accumulate);
+  }
+  void channel_slice_forward(const Tensor& x, std::int64_t begin, const Tensor& y) override {
+    cpu::channel_slice_forward(x, begin, y);
+  }
+  void channel_slice_backward(const Tensor& dy, std::int64_t begin, const Tensor& dx, bool accumulate) override {
+    cpu::channel_slice_backward(dy, begin, dx, accumulate);
+  }
   void sgd_update(const Tensor& master, const Tensor& grad, const Tensor& momentum,
                   const Tensor& working, const SgdStep& step,
                   const Tensor& skip_if_nonzero) override {

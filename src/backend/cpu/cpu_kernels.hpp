@@ -59,6 +59,19 @@ void accumulate(const Tensor& src, const Tensor& dst);
 void check_finite(const Tensor& t, const Tensor& flag);
 void count_topk(const Tensor& logits, const Tensor& labels, int k, const Tensor& correct);
 
+// ---- imported networks' operators (channel_ops_cpu.cpp); contracts as the Backend methods ------
+void activation_forward(const ActivationDesc& desc, const Tensor& x, const Tensor& y);
+void activation_backward(const ActivationDesc& desc, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                         bool accumulate);
+void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
+void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, const Tensor& da, bool accumulate_a,
+                  const Tensor& db, bool accumulate_b);
+void channel_affine_forward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& y);
+void channel_affine_backward(const Tensor& dy, const Tensor& scale, const Tensor& dx, bool accumulate);
+void channel_shuffle(const Tensor& x, std::int64_t groups, const Tensor& y, bool accumulate);
+void channel_slice_forward(const Tensor& x, std::int64_t begin, const Tensor& y);
+void channel_slice_backward(const Tensor& dy, std::int64_t begin, const Tensor& dx, bool accumulate);
+
 // ---- optimiser (sgd_cpu.cpp)
 // ----------------------------------------------------------------------------
 void sgd_update(const Tensor& master, const Tensor& grad, const Tensor& momentum,

@@ -276,6 +276,35 @@ class CudaBackend final : public Backend {
     kernels::add(a.raw(), b.raw(), y.raw(), a.dtype(), a.numel(), ctx_->stream(), /*relu=*/true);
   }
 
+  void activation_forward(const ActivationDesc& d, const Tensor& x, const Tensor& y) override {
+    cuda_activation_forward(*ctx_, d, x, y);
+  }
+  void activation_backward(const ActivationDesc& d, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                           bool accumulate) override {
+    cuda_activation_backward(*ctx_, d, x, dy, dx, accumulate);
+  }
+  void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y) override { cuda_mul_forward(*ctx_, a, b, y); }
+  void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, const Tensor& da, bool accumulate_a,
+                    const Tensor& db, bool accumulate_b) override {
+    cuda_mul_backward(*ctx_, a, b, dy, da, accumulate_a, db, accumulate_b);
+  }
+  void channel_affine_forward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& y) override {
+    if (!shift.defined()) throw InvalidArgument("channel_affine_forward: needs a shift tensor");
+    cuda_channel_affine(*ctx_, x, scale, shift, y, false);
+  }
+  void channel_affine_backward(const Tensor& dy, const Tensor& scale, const Tensor& dx, bool accumulate) override {
+    cuda_channel_affine(*ctx_, dy, scale, Tensor(), dx, accumulate);
+  }
+  void channel_shuffle(const Tensor& x, std::int64_t groups, const Tensor& y, bool accumulate) override {
+    cuda_channel_shuffle(*ctx_, x, groups, y, accumulate);
+  }
+  void channel_slice_forward(const Tensor& x, std::int64_t begin, const Tensor& y) override {
+    cuda_channel_slice(*ctx_, x, y, begin, true, false);
+  }
+  void channel_slice_backward(const Tensor& dy, std::int64_t begin, const Tensor& dx, bool accumulate) override {
+    cuda_channel_slice(*ctx_, dx, dy, begin, false, accumulate);
+  }
+
   void concat_forward(std::span<const Tensor> xs, const Tensor& y) override {
     concat(xs, y, true, false);
   }

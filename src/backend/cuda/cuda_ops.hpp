@@ -30,4 +30,20 @@ bool batch_norm_uses_cudnn(const BatchNormDesc& desc, DType dtype, Layout layout
 std::unique_ptr<SoftmaxXentKernel> make_cuda_softmax_xent(std::shared_ptr<CudaContext> ctx,
                                                           const SoftmaxXentDesc& desc);
 
+// channel_ops_cuda.cpp: the Backend methods of the same names (ops.hpp) for imported networks.
+void cuda_activation_forward(CudaContext& ctx, const ActivationDesc& d, const Tensor& x, const Tensor& y);
+void cuda_activation_backward(CudaContext& ctx, const ActivationDesc& d, const Tensor& x, const Tensor& dy,
+                              const Tensor& dx, bool accumulate);
+void cuda_mul_forward(CudaContext& ctx, const Tensor& a, const Tensor& b, const Tensor& y);
+void cuda_mul_backward(CudaContext& ctx, const Tensor& a, const Tensor& b, const Tensor& dy, const Tensor& da,
+                       bool accumulate_a, const Tensor& db, bool accumulate_b);
+// y (+)= x * scale[c] + shift[c]; an undefined shift adds nothing (the backward: dx (+)= dy * scale).
+void cuda_channel_affine(CudaContext& ctx, const Tensor& x, const Tensor& scale, const Tensor& shift,
+                         const Tensor& y, bool accumulate);
+void cuda_channel_shuffle(CudaContext& ctx, const Tensor& x, std::int64_t groups, const Tensor& y, bool accumulate);
+// forward: part = whole[:, begin : ...]; else whole = that slice of part, zeros elsewhere (accumulate:
+// whole[:, begin : ...] += part).
+void cuda_channel_slice(CudaContext& ctx, const Tensor& whole, const Tensor& part, std::int64_t begin, bool forward,
+                        bool accumulate);
+
 }  // namespace cnnergy::cuda

@@ -23,7 +23,8 @@ const std::set<std::string>& runtime_ops() {
   static const std::set<std::string> ops = {
       "Conv", "BatchNormalization", "Relu", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Gemm",
       "MatMul", "Flatten", "Reshape", "Squeeze", "Add", "Sum", "Concat", "Dropout", "LRN", "Identity", "Softmax",
-      "Clip", "Shape", "Pad"};
+      "Clip", "Shape", "Pad", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Mul", "Sub", "Div", "Transpose",
+      "Split", "Slice"};
   return ops;
 }
 
@@ -84,14 +85,16 @@ void Importer::map_node(const onnx::NodeProto& n) {
   if (op == "Identity") return set_runtime(n, runtime(n, 0));
   if (op == "Pad") return map_pad(n);
   if (op == "Relu") return set_runtime(n, result_.builder.relu(runtime(n, 0), layer_name(n)));
-  if (op == "Clip") {  // a ReLU when min is 0 and max absent/infinite (attributes before opset 11, inputs after)
-    const float lo = has_input(n, 1) ? static_cast<float>(constant(n, 1, "min").at(0)) : attr_float(n, "min", -INFINITY);
-    const float hi = has_input(n, 2) ? static_cast<float>(constant(n, 2, "max").at(0)) : attr_float(n, "max", INFINITY);
-    if (lo != 0.0f || !std::isinf(hi))
-      throw NotSupported(node_label(n) + ": Clip to [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                         "] (only [0, inf), a ReLU, is supported; ReLU6 is not yet)");
-    return set_runtime(n, result_.builder.relu(runtime(n, 0), layer_name(n)));
+  if (op == "Clip" || op == "LeakyRelu" || op == "Sigmoid" || op == "HardSigmoid" || op == "HardSwish")
+    return map_activation(n);
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    bool both_runtime = op == "Add";
+    for (int k = 0; k < 2 && both_runtime; ++k) both_runtime = has_input(n, k) && !value(n.input(k), n).constant;
+    if (!both_runtime) return map_binary(n);
   }
+  if (op == "Transpose") return map_transpose(n);
+  if (op == "Split") return map_split(n);
+  if (op == "Slice") return map_slice(n);
   if (op == "GlobalAveragePool") return set_runtime(n, result_.builder.global_avg_pool(runtime(n, 0), layer_name(n)));
   if (op == "ReduceMean") {
     const Node x = runtime(n, 0);

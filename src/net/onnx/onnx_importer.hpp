@@ -26,6 +26,11 @@ struct Value {
   // A zero Pad of H, W not applied yet (top, left, bottom, right): the Conv or AveragePool reading
   // it takes it as its own padding; any other reader is refused.
   std::vector<std::int64_t> pending_pad;
+  // A channel shuffle under way (ShuffleNet's Reshape -> Transpose -> Reshape): the 4-D runtime
+  // tensor `node` viewed as (N, groups, C / groups, H, W), then (transposed) with the two group axes
+  // swapped. Only the Transpose and the Reshape back to 4-D may read it.
+  std::int64_t shuffle_groups = 0;
+  bool shuffle_transposed = false;
 };
 
 class Importer {
@@ -158,6 +163,9 @@ class Importer {
     if (v.constant)
       throw NotSupported(node_label(n) + ": input '" + n.input(k) + "' is a constant; this op is mapped only on "
                          "the data flowing from the model input");
+    if (v.shuffle_groups)
+      throw NotSupported(node_label(n) + " reads '" + n.input(k) + "', a 5-D view of a 4-D tensor; only the channel "
+                         "shuffle pattern (Reshape to (N, g, C/g, H, W), Transpose 0 2 1 3 4, Reshape back) is supported");
     if (!v.pending_pad.empty()) {
       if (!pad) throw NotSupported(node_label(n) + " reads a padded tensor ('" + n.input(k) + "'); a Pad is supported "
                                    "only before a Conv or an AveragePool");
@@ -191,6 +199,15 @@ class Importer {
   void map_fc(const onnx::NodeProto& n);
   void map_reshape(const onnx::NodeProto& n);
   void map_pad(const onnx::NodeProto& n);
+  // onnx_map_channels.cpp: activations (with the SiLU / HardSwish fusions), binary arithmetic,
+  // the channel shuffle's Transpose, Split and Slice along channels.
+  void map_activation(const onnx::NodeProto& n);
+  void map_binary(const onnx::NodeProto& n);
+  void map_transpose(const onnx::NodeProto& n);
+  void map_split(const onnx::NodeProto& n);
+  void map_slice(const onnx::NodeProto& n);
+  // The node that reads tensor `name`, when it is its only reader (nullptr otherwise).
+  const onnx::NodeProto* sole_consumer(const std::string& name);
   void finish();
 
   onnx::ModelProto& model_;

@@ -162,7 +162,11 @@ void Importer::map_fc(const onnx::NodeProto& n) {
 
 // Reshape/Flatten/Squeeze of the data: to (N, features) is a flatten, to the same shape nothing.
 void Importer::map_reshape(const onnx::NodeProto& n) {
-  const Node x = runtime(n, 0);
+  if (!has_input(n, 0)) throw DataError(node_label(n) + " lacks input 0");
+  const Value& in = value(n.input(0), n);
+  const std::int64_t groups = in.shuffle_groups;
+  const bool transposed = in.shuffle_transposed;
+  const Node x = groups ? in.node : runtime(n, 0);
   const Shape xs = shape(x);
   std::vector<std::int64_t> target;
   if (n.op_type() == "Flatten") {
@@ -189,6 +193,20 @@ void Importer::map_reshape(const onnx::NodeProto& n) {
     if (infer >= 0 && known > 0) target[static_cast<std::size_t>(infer)] = xs.numel() / known;
   }
   if (target.size() >= 1) target[0] = 1;  // the batch dimension, at batch 1 here
+  if (groups) {  // the end of a channel shuffle: back to (N, C, H, W)
+    if (!transposed || !(Shape(target) == xs))
+      throw NotSupported(node_label(n) + ": reshaping the grouped view of " + xs.str() + " to " +
+                         Shape(target).str() + " (only the channel shuffle's Transpose, then (N, C, H, W), is supported)");
+    return set_runtime(n, result_.builder.channel_shuffle(x, layer_name(n), groups));
+  }
+  if (target.size() == 5 && xs.rank() == 4 && target[1] > 0 && target[2] > 0 && target[1] <= xs[1] &&
+      target[2] <= xs[1] && target[1] * target[2] == xs[1] &&
+      target[3] == xs[2] && target[4] == xs[3]) {  // (N, g, C/g, H, W): a channel shuffle begins
+    Value& v = values_[n.output(0)];
+    v.node = x;
+    v.shuffle_groups = target[1];
+    return;
+  }
   if (Shape(target) == xs) {
     set_runtime(n, x);
   } else if (target.size() == 2 && target[1] == xs.per_sample() && (xs.rank() == 4 || xs.rank() == 2)) {
