@@ -131,7 +131,8 @@ void Executor::check_fits_before_binding() const {
   std::string largest_name;
   for (std::size_t t = 1; t < graph_.num_tensors(); ++t) {
     const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
-    const double bytes = static_cast<double>(gt.shape.with_batch(1).numel()) * static_cast<double>(options_.batch_size) *
+    const double bytes = static_cast<double>(gt.shape.with_batch(1).numel()) *
+                         static_cast<double>(options_.batch_size) *
                          static_cast<double>(dtype_size_bytes(backend_.dtype()));
     if (bytes > largest) {
       largest = bytes;

@@ -31,7 +31,8 @@ constexpr std::size_t kCiInputs = 1000;  // over the two models (each input is l
 // shortcut and one with a 1x1 projection + BN, global average pooling, fc.
 std::unique_ptr<Graph> small_resnet() {
   GraphBuilder b("resnet_small", Shape{3, 16, 16}, 10);
-  auto conv_bn = [&](GraphBuilder::Node x, const std::string& n, std::int64_t out, std::int64_t k, std::int64_t stride) {
+  auto conv_bn = [&](GraphBuilder::Node x, const std::string& n, std::int64_t out, std::int64_t k,
+                     std::int64_t stride) {
     return b.batch_norm(b.conv(x, n + ".conv", ConvSpec::make(out, k, stride, k / 2, 1, false)), n + ".bn");
   };
   auto x = b.relu(conv_bn(b.input(), "stem", 8, 3, 1), "stem.relu");

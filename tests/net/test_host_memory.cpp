@@ -71,8 +71,9 @@ TEST(HostMemory, CheckNamesNeededAndAvailableBytes) {
     check_host_memory_fits(3 * kGiB, budget_of(kGiB), "batch 9", "detail");
     FAIL() << "3 GiB fitted in 1 GiB";
   } catch (const OutOfMemory& e) {
-    EXPECT_EQ(std::string(e.what()), "batch 9 does not fit in host memory: it needs at least 3.0 GiB (3221225472 bytes), "
-                                     "1.0 GiB available (test limit); detail");
+    EXPECT_EQ(std::string(e.what()),
+              "batch 9 does not fit in host memory: it needs at least 3.0 GiB (3221225472 bytes), "
+              "1.0 GiB available (test limit); detail");
   }
   EXPECT_EQ(format_memory_bytes(640), "640 B");
   EXPECT_EQ(format_memory_bytes(1536 * 1024), "1.5 MiB");

@@ -129,9 +129,9 @@ std::map<std::string, std::string> listing(const std::filesystem::path& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     struct stat st {};
     EXPECT_EQ(::stat(e.path().c_str(), &st), 0);
+    auto time = [](const timespec& t) { return std::to_string(t.tv_sec) + "." + std::to_string(t.tv_nsec); };
     out[e.path().filename().string()] =
-        std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) +
-        " " + std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+        std::to_string(st.st_size) + " " + time(st.st_mtim) + " " + time(st.st_ctim);
   }
   return out;
 }
