@@ -145,7 +145,8 @@ void Executor::check_fits_before_binding() const {
                              (options_.training ? " (training)" : " (inference)"),
                          "the output of layer '" + largest_name + "' alone takes " +
                              format_memory_bytes(static_cast<std::uint64_t>(std::min(largest, 1.8e19))) +
-                             ", the parameters " + format_memory_bytes(static_cast<std::uint64_t>(params)));
+                             (options_.training ? ", the parameters and their gradients " : ", the parameters ") +
+                             format_memory_bytes(static_cast<std::uint64_t>(params)));
 }
 
 // A batch norm whose input is the only output of a layer and read by nothing else is offered to
