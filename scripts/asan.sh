@@ -8,7 +8,7 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=${CNNERGY_JOBS:-$(nproc)}
 cd "$repo_root"
 cmake --preset asan >/dev/null
-targets=(test_fuzz test_hardening test_data test_core test_tune test_telemetry_units)
+targets=(test_fuzz test_fuzz_checkpoint test_hardening test_data test_core test_tune test_telemetry_units)
 labels='fuzz|hardening|data|core|tune|telemetry'
 if [ "${CNNERGY_ASAN_ALL:-0}" = 1 ]; then
   cmake --build build/asan -j "$jobs"

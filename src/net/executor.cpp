@@ -89,6 +89,11 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     fold_batch_norms();
   }
   if (options_.fuse_relu) fuse_relus();
+  if (backend_.device().is_cpu()) {
+    host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
+    host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
+    check_fits_before_binding();
+  }
   for (auto& layer : layers_) layer->bind(backend_, options_.training);
   loss_layer_ = dynamic_cast<LossLayer*>(layers_.at(static_cast<std::size_t>(graph_.loss_layer())).get());
   CNNERGY_CHECK(loss_layer_ != nullptr, "the graph's loss layer is not a LossLayer");
@@ -115,6 +120,34 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
 }
 
 Executor::~Executor() = default;
+
+// What binding and planning must allocate at the least, before any of it is: the fp32 masters (and
+// their gradients when training) and the largest activation at this batch (it exists at some step,
+// whatever the plan shares). Counted in double: an absurd batch overflows no integer here.
+void Executor::check_fits_before_binding() const {
+  double params = 0;
+  for (const auto& l : layers_) params += static_cast<double>(l->parameter_count()) * 4.0 * (options_.training ? 2 : 1);
+  double largest = 0;
+  std::string largest_name;
+  for (std::size_t t = 1; t < graph_.num_tensors(); ++t) {
+    const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
+    const double bytes = static_cast<double>(gt.shape.with_batch(1).numel()) *
+                         static_cast<double>(options_.batch_size) *
+                         static_cast<double>(dtype_size_bytes(backend_.dtype()));
+    if (bytes > largest) {
+      largest = bytes;
+      largest_name = layers_.at(static_cast<std::size_t>(gt.producer))->name();
+    }
+  }
+  const double need = std::min(params + largest, 1.8e19);
+  check_host_memory_fits(static_cast<std::uint64_t>(need), *host_budget_,
+                         "batch " + std::to_string(options_.batch_size) + " of " + graph_.model_name() +
+                             (options_.training ? " (training)" : " (inference)"),
+                         "the output of layer '" + largest_name + "' alone takes " +
+                             format_memory_bytes(static_cast<std::uint64_t>(std::min(largest, 1.8e19))) +
+                             (options_.training ? ", the parameters and their gradients " : ", the parameters ") +
+                             format_memory_bytes(static_cast<std::uint64_t>(params)));
+}
 
 // A batch norm whose input is the only output of a layer and read by nothing else is offered to
 // that layer (a convolution folds it into its weights and bias).
@@ -264,10 +297,22 @@ void Executor::plan_and_allocate() {
     }
   }
 
+  const std::size_t arena = reuse ? place(items) : 0;
+  if (host_budget_) {  // CPU: the planned activations plus what binding allocated, before allocating them
+    std::uint64_t planned = arena;
+    if (!reuse)
+      for (const auto& it : items) planned += it.bytes;
+    const std::size_t now = backend_.memory_stats().in_use_bytes;
+    const std::uint64_t bound = now > host_in_use_at_start_ ? now - host_in_use_at_start_ : 0;
+    check_host_memory_fits(planned + bound, *host_budget_,
+                           "batch " + std::to_string(options_.batch_size) + " of " + graph_.model_name() +
+                               (train ? " (training)" : " (inference)"),
+                           "activations and gradients " + format_memory_bytes(planned) +
+                               " as planned, parameters and layer state " + format_memory_bytes(bound));
+  }
   pool_.clear();
   if (reuse) {
     // One arena, every tensor a view at its planned offset.
-    const std::size_t arena = place(items);
     pool_.push_back(backend_.alloc_buffer(std::max<std::size_t>(arena, 1)));
     memory_.activation_bytes = arena;
   } else {

@@ -39,9 +39,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/ops.hpp"
+#include "core/host_memory.hpp"
 #include "core/tensor.hpp"
 #include "layers/layer.hpp"
 #include "net/graph.hpp"
@@ -59,6 +61,13 @@ struct ExecutorOptions {
   // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
   // does); forward(kEval) refuses to run on weights that were never folded.
   bool fold_batch_norm = false;
+  // CPU executors (host memory) check that they fit before allocating: before binding, a lower bound
+  // (the parameters and the largest activation at this batch), and before the activation arena, the
+  // planned arena plus what binding allocated; a batch that cannot fit throws OutOfMemory "... does not
+  // fit in host memory ..." with the bytes needed and available, instead of being killed by the OOM
+  // killer half-way through. Unset: the budget the OS gives at construction (core/host_memory.hpp);
+  // tests inject one.
+  std::optional<HostMemoryBudget> host_memory;
 };
 
 struct MemoryReport {
@@ -141,6 +150,7 @@ class Executor {
   void fuse_relus();
   void fold_batch_norms();
   void plan_and_allocate();
+  void check_fits_before_binding() const;  // CPU only: the lower bound (see ExecutorOptions::host_memory)
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);
   void run_backward_layer(std::size_t i, float loss_scale);
@@ -148,6 +158,8 @@ class Executor {
   const Graph& graph_;
   Backend& backend_;
   ExecutorOptions options_;
+  std::optional<HostMemoryBudget> host_budget_;  // CPU executors: what the host may still give
+  std::size_t host_in_use_at_start_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   LossLayer* loss_layer_ = nullptr;
   std::vector<Tensor> activations_;  // by tensor id (0: the images set_input gave)

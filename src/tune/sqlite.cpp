@@ -3,16 +3,55 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "core/errors.hpp"
 
 namespace cnnergy::tune {
 
+namespace {
+
+// `file:` URI of a path: every byte outside RFC 3986's unreserved set (and '/') percent-encoded, so
+// '?', '#' and '%' in a file name stay part of the name.
+std::string file_uri(const std::string& path) {
+  static const char* const kHex = "0123456789ABCDEF";
+  std::string out = "file:";
+  for (const char ch : std::filesystem::absolute(path).string()) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool opens_immutable(const std::string& path) {
+  std::error_code ec;
+  return !std::filesystem::exists(path + "-wal", ec) && !std::filesystem::exists(path + "-journal", ec);
+}
+
 SqliteDb::SqliteDb(const std::string& path, bool read_only) : path_(path), read_only_(read_only) {
-  const int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  const int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  std::string target = path;
+  // A read-only open of a WAL database creates empty -wal and -shm files beside it (SQLite needs the
+  // shared-memory index even to read) and leaves them there, since a read-only connection cannot
+  // remove them. With no -wal (and no rollback -journal) beside the file no writer is live, so it is
+  // opened immutable: no lock, no -shm, nothing created (compare/report/export never touch the
+  // directory). With one, a writer may be live: the ordinary read-only open sees its transactions.
+  if (read_only && opens_immutable(path)) {
+    target = file_uri(path) + "?immutable=1";
+    flags |= SQLITE_OPEN_URI;
+  }
+  const int rc = sqlite3_open_v2(target.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);

@@ -12,9 +12,14 @@ struct sqlite3_stmt;
 
 namespace cnnergy::tune {
 
+// Whether a read-only open of `path` is immutable (no -wal and no -journal beside it: no writer is
+// live), so that it creates no -wal/-shm file and changes nothing in the directory.
+bool opens_immutable(const std::string& path);
+
 class SqliteDb {
  public:
-  // `read_only` opens an existing file without creating it; otherwise the file is created if missing.
+  // `read_only` opens an existing file without creating it or anything beside it (see
+  // opens_immutable); otherwise the file is created if missing.
   SqliteDb(const std::string& path, bool read_only);
   ~SqliteDb();
   SqliteDb(const SqliteDb&) = delete;

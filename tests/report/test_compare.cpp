@@ -1,12 +1,18 @@
 // The comparison's matching rules on stores written in the test: workload keys, the reference trial
 // preferred over faster ones, sets grouped by device and by tag, ratios against the baseline, the
-// unmatched lists, telemetry figures summed over GPUs, and a baseline that matches nothing.
+// unmatched lists, telemetry figures summed over GPUs, and a baseline that matches nothing; and no
+// database modified by compare (a WAL database leaves its directory exactly as it was).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/errors.hpp"
 #include "report/compare.hpp"
+#include "tune/sqlite.hpp"
 #include "tune/store.hpp"
 #include "tune/tune_test_util.hpp"
 
@@ -113,4 +119,83 @@ TEST(Compare, MatchesOnWorkloadPrefersTheReferenceAndRatiosAgainstTheBaseline) {
     EXPECT_NE(std::string(err.what()).find("matches no result set"), std::string::npos) << err.what();
   }
   EXPECT_THROW(report::build_comparison({}, {}), InvalidArgument);
+}
+
+namespace {
+
+// Every entry of a directory: name -> "size mtime(ns) ctime(ns)".
+std::map<std::string, std::string> listing(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    struct stat st {};
+    EXPECT_EQ(::stat(e.path().c_str(), &st), 0);
+    auto time = [](const timespec& t) { return std::to_string(t.tv_sec) + "." + std::to_string(t.tv_nsec); };
+    out[e.path().filename().string()] =
+        std::to_string(st.st_size) + " " + time(st.st_mtim) + " " + time(st.st_ctim);
+  }
+  return out;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+// Issue 20's bad-input rule: "no database is ever modified by compare". A read-only open of a WAL
+// database used to leave empty -wal and -shm files beside it.
+TEST(Compare, LeavesAWalDatabaseAndItsDirectoryUntouched) {
+  TempDir dir;
+  Rng rng(default_seed());
+  SCOPED_TRACE("CNNERGY_SEED=" + std::to_string(rng.seed()));
+  const auto a = make_store(dir, "a.db", "NVIDIA H100", "resnet50", "x", rng);
+  const auto b = make_store(dir, "b.db", "NVIDIA H200", "resnet50", "y", rng);
+  for (const auto& p : {a, b}) {
+    const std::string db = bytes_of(p);
+    ASSERT_GE(db.size(), 100u);
+    EXPECT_EQ(db[18], 2) << p << " is not in WAL mode (file format write version)";
+    EXPECT_TRUE(opens_immutable(p)) << "the writer left a -wal or -journal beside " << p;
+  }
+  const auto before = listing(dir.path());
+  ASSERT_EQ(before.size(), 2u);  // a.db and b.db, nothing beside them
+  const std::string a_bytes = bytes_of(a), b_bytes = bytes_of(b);
+
+  report::CompareOptions o;
+  o.baseline = a;
+  const auto cmp = report::build_comparison({a, b}, o);
+  std::ostringstream out;
+  report::print_comparison(out, cmp);
+  EXPECT_EQ(cmp.matched.size(), 2u) << out.str();
+  {  // report and export read through the same read-only store
+    const ResultStore store(b, ResultStore::Mode::kReadOnly);
+    for (const auto& s : store.sweeps()) EXPECT_EQ(store.trials(s.id).size(), 4u);
+  }
+  EXPECT_EQ(listing(dir.path()), before);
+  EXPECT_EQ(bytes_of(a), a_bytes);
+  EXPECT_EQ(bytes_of(b), b_bytes);
+}
+
+// With a writer live (its -wal beside the database) the read-only open is the ordinary one and sees
+// the writer's committed trials.
+TEST(Compare, ReadsADatabaseWhoseWriterIsLive) {
+  TempDir dir;
+  Rng rng(default_seed());
+  const auto a = make_store(dir, "a.db", "NVIDIA H100", "resnet50", "x", rng);
+  ResultStore writer(a);
+  SweepRecord s;
+  s.sweep_key = "live";
+  s.description = "workload=model=vgg16 device=cuda:0\nknobs=...";
+  s.environment.gpu_names = {"NVIDIA H100"};
+  const auto id = writer.add_sweep(s, "x");
+  KnobSpace space;
+  space.set(Knob::kBatch, parse_knob_values(Knob::kBatch, "32", {}));
+  for (const auto& spec : space.trials({})) writer.write_trial(id, random_trial(rng, spec, 2, 1));
+  ASSERT_TRUE(std::filesystem::exists(a + "-wal"));
+  EXPECT_FALSE(opens_immutable(a));
+  const auto cmp = report::build_comparison({a}, {});
+  ASSERT_EQ(cmp.sets.size(), 1u);
+  EXPECT_EQ(cmp.sets[0].workloads.count("model=vgg16 batch=32 precision=fp32 mode=training gpus=1"), 1u);
 }

@@ -73,7 +73,13 @@ fs::path CompareCli::dir_;
 
 TEST_F(CompareCli, TwoSimulatedGpusAndACpuSideBySide) {
   std::map<std::string, std::string> before;
-  for (const auto& name : {"h100", "a100", "cpu"}) before[name] = slurp(db(name));
+  std::map<std::string, fs::file_time_type> mtime;
+  for (const auto& name : {"h100", "a100", "cpu"}) {
+    before[name] = slurp(db(name));
+    mtime[name] = fs::last_write_time(db(name));
+    ASSERT_EQ(before[name].at(18), 2) << name << " is not a WAL database";
+    ASSERT_FALSE(fs::exists(db(name) + "-wal")) << "the sweep left its -wal behind";
+  }
   const auto html = (dir_ / "cmp.html").string();
   const auto r = compare(db("h100") + " " + db("a100") + " " + db("cpu") + " --html " + html);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -84,7 +90,12 @@ TEST_F(CompareCli, TwoSimulatedGpusAndACpuSideBySide) {
   EXPECT_NE(r.output.find("only in CPU"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model=lenet5 batch=1 precision=fp32 mode=training gpus=1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("sw_power_cap"), std::string::npos) << r.output;  // throttle fractions from the telemetry
-  for (const auto& name : {"h100", "a100", "cpu"}) EXPECT_EQ(slurp(db(name)), before[name]) << name << " was modified";
+  for (const auto& name : {"h100", "a100", "cpu"}) {
+    EXPECT_EQ(slurp(db(name)), before[name]) << name << " was modified";
+    EXPECT_EQ(fs::last_write_time(db(name)), mtime[name]) << name;
+    for (const char* side : {"-wal", "-shm", "-journal"})  // a read-only WAL open used to leave -wal and -shm
+      EXPECT_FALSE(fs::exists(db(name) + side)) << "compare left " << db(name) << side;
+  }
 
   // The figures are the sweeps' own stored medians, and the two GPU kinds really differ.
   cnnergy::report::CompareOptions o;
