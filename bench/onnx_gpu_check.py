@@ -45,12 +45,21 @@ def calibrate_batch_norm(torch, model, size):
 
 
 def export(torch, model, x, path):
-    """The TorchScript exporter at opset 13 (what the CI test uses); torch without the dynamo argument too."""
-    kw = dict(opset_version=13, input_names=["input"], output_names=["logits"], do_constant_folding=True)
+    """The TorchScript exporter at opset 13 (what the CI test uses; torch without the dynamo argument
+    too), the dynamo one at opset 18 where the TorchScript one is gone or fails. Returns which."""
+    kw = dict(input_names=["input"], output_names=["logits"])
     try:
-        torch.onnx.export(model, (x,), path, dynamo=False, **kw)
+        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=13, do_constant_folding=True, **kw)
+        return "torchscript opset 13"
     except TypeError:  # torch before the dynamo argument (Debian's 1.13)
-        torch.onnx.export(model, (x,), path, **kw)
+        torch.onnx.export(model, (x,), path, opset_version=13, do_constant_folding=True, **kw)
+        return "torchscript opset 13"
+    except Exception as first:
+        try:
+            torch.onnx.export(model, (x,), path, dynamo=True, opset_version=18, **kw)
+            return "dynamo opset 18"
+        except Exception as second:
+            raise RuntimeError(f"torch.onnx.export: TorchScript: {str(first)[:200]}; dynamo: {str(second)[:200]}")
 
 
 def cnnergy_binary(build):
@@ -105,7 +114,7 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
     model = getattr(torchvision.models, name)(**kwargs)
     calibrate_batch_norm(torch, model, size)
     path = os.path.join(work, name + ".onnx")
-    export(torch, model, torch.randn(1, 3, size, size), path)
+    row["exporter"] = export(torch, model, torch.randn(1, 3, size, size), path)
     rng = np.random.default_rng(args.seed)
     x = rng.standard_normal((args.inputs, 3, size, size), dtype=np.float32)
     x_path = os.path.join(work, "x.npy")
@@ -176,8 +185,6 @@ def main():
     import torchvision
     cnnergy = cnnergy_binary(args.build)
     os.makedirs(args.work, exist_ok=True)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
     report = {"host": platform.node(), "torch": torch.__version__, "torchvision": torchvision.__version__,
               "cnnergy": cnnergy, "args": vars(args), "models": [], "not_started": []}
     start = time.perf_counter()
