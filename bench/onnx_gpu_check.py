@@ -125,7 +125,7 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
     cpu, row["cpu_s"] = infer_cpu_sharded(np, cnnergy, path, x[:count], work, args.jobs, args.cpu_batch)
     t1 = time.perf_counter()
     with torch.no_grad():
-        ref = torch.cat([model(torch.from_numpy(x[k:k + 16])) for k in range(0, count, 16)]).numpy()
+        ref = torch.cat([model(torch.from_numpy(x[k:min(k + 16, count)])) for k in range(0, count, 16)]).numpy()
     row["pytorch_s"] = time.perf_counter() - t1
     row["pytorch_vs_cpu"] = closeness(np, ref, cpu)
     if not row["pytorch_vs_cpu"]["ratio"] <= 1e-4:
@@ -138,6 +138,9 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
         row["gpu_fp32_vs_cpu"] = closeness(np, cpu, g32[:count])
         row["gpu_bf16_vs_cpu"] = closeness(np, cpu, g16[:count])
         row["gpu_bf16_vs_gpu_fp32"] = closeness(np, g32, g16)
+        # How close the decisions are: (top-1 - top-2 logit) / max abs logit, median over the inputs.
+        top2 = np.sort(g32, axis=1)[:, -2:]
+        row["fp32_top1_margin_median"] = float(np.median(top2[:, 1] - top2[:, 0]) / max(float(np.abs(g32).max()), 1e-30))
         if not row["gpu_fp32_vs_cpu"]["ratio"] <= 1e-4:
             row["missed"].append("fp32 gpu vs cpu")
         if not row["gpu_bf16_vs_gpu_fp32"]["top1_agreement"] >= 0.99:
