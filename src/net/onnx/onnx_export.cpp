@@ -1,6 +1,7 @@
-// ONNX export (onnx_export.hpp): one node per layer in the graph's topological order, named after
-// the layer, reading and writing tensors named after their producing layers; parameters and
-// batch-norm statistics become initialisers under their cnnergy names ("conv1.weight").
+// ONNX export (onnx_export.hpp): one node per layer in the graph's topological order (a short chain
+// for hard_swish, silu, channel_shuffle, channel_affine), named after the layer, reading and writing
+// tensors named after their producing layers; parameters and batch-norm statistics become
+// initialisers under their cnnergy names ("conv1.weight"), a layer's constants under "layer.what".
 #include "net/onnx/onnx_export.hpp"
 
 #include <onnx/onnx_pb.h>
