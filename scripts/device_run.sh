@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -246,6 +246,20 @@ run_onnx_export() {
     --json "$OUT/onnxruntime_check.json" 2>&1 | tee "$OUT/onnxruntime_check.log"
   timeout 150 "$py" "$it" "$CARRY" --work /tmp/onnx_import --json "$OUT/onnx_import_time.json" 2>&1 \
     | tee "$OUT/onnx_import_time.log"
+}
+
+# ---- onnx-gpu: torchvision models exported by PyTorch, run by `cnnergy infer MODEL.onnx` on the GPU in
+# fp32 and bf16 and on the CPU: fp32 GPU vs CPU <= 1e-4 x max |logit|, bf16 top-1 agreement >= 99 %,
+# PyTorch's CPU logits vs ours as a sanity check (bench/onnx_gpu_check.py). ONNX_GPU_MODELS picks the
+# models, ONNX_GPU_INPUTS (1000) the images per model, ONNX_GPU_COUNT (256) those the CPU runs see,
+# ONNX_GPU_BUDGET_S (420) when no new model starts.
+run_onnx_gpu() {
+  gpu_info
+  local py=/opt/torch/.venv/bin/python; [ -x "$py" ] || py=python3
+  local gc="$CARRY/onnx_gpu_check.py"; [ -f "$gc" ] || gc=bench/onnx_gpu_check.py
+  timeout "${ONNX_GPU_TIMEOUT:-560}" "$py" "$gc" --build "$CARRY" ${ONNX_GPU_MODELS:+--models "$ONNX_GPU_MODELS"} \
+    --inputs "${ONNX_GPU_INPUTS:-1000}" --count "${ONNX_GPU_COUNT:-256}" --budget-s "${ONNX_GPU_BUDGET_S:-420}" \
+    --work /tmp/onnx_gpu --json "$OUT/onnx_gpu_check.json" 2>&1 | tee "$OUT/onnx_gpu_check.log"
 }
 
 "run_${mode//-/_}"

@@ -15,6 +15,7 @@ class ActivationLayer final : public Layer {
   ActivationLayer(std::string name, const ActivationDesc& desc) : Layer(std::move(name)), desc_(desc) {}
 
   std::string type() const override { return activation_type_name(desc_.kind); }
+  LayerSpec spec() const override { return desc_; }
   LayerCategory category() const override { return LayerCategory::kRelu; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ActivationLayer>(name(), desc_); }
   bool needs_inputs_in_backward() const override { return true; }

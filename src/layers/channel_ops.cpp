@@ -18,6 +18,7 @@ class ChannelShuffleLayer final : public Layer {
  public:
   ChannelShuffleLayer(std::string name, std::int64_t groups) : Layer(std::move(name)), groups_(groups) {}
   std::string type() const override { return "channel_shuffle"; }
+  LayerSpec spec() const override { return ChannelShuffleSpec{groups_}; }
   LayerCategory category() const override { return LayerCategory::kOther; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ChannelShuffleLayer>(name(), groups_); }
   std::string describe() const override { return "channel_shuffle (" + std::to_string(groups_) + " groups)"; }
@@ -57,6 +58,7 @@ class ChannelSliceLayer final : public Layer {
   ChannelSliceLayer(std::string name, std::int64_t begin, std::int64_t count)
       : Layer(std::move(name)), begin_(begin), count_(count) {}
   std::string type() const override { return "channel_slice"; }
+  LayerSpec spec() const override { return ChannelSliceSpec{begin_, count_}; }
   LayerCategory category() const override { return LayerCategory::kConcat; }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ChannelSliceLayer>(name(), begin_, count_); }
   std::string describe() const override {
@@ -100,6 +102,7 @@ class ChannelAffineLayer final : public Layer {
   ChannelAffineLayer(std::string name, std::vector<float> scale, std::vector<float> shift)
       : Layer(std::move(name)), scale_(std::move(scale)), shift_(std::move(shift)) {}
   std::string type() const override { return "channel_affine"; }
+  LayerSpec spec() const override { return ChannelAffineSpec{scale_, shift_}; }
   LayerCategory category() const override { return LayerCategory::kEltwise; }
   std::unique_ptr<Layer> clone() const override {
     return std::make_unique<ChannelAffineLayer>(name(), scale_, shift_);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "backend/ops.hpp"
 
@@ -82,8 +83,22 @@ struct DropoutSpec {
   float p = 0.5f;  // probability of zeroing an element in training
 };
 
+struct ChannelShuffleSpec {
+  std::int64_t groups = 1;
+};
+
+struct ChannelSliceSpec {
+  std::int64_t begin = 0, count = 1;  // channels [begin, begin + count)
+};
+
+struct ChannelAffineSpec {  // y = x * scale[c] + shift[c]; one value, or one per channel
+  std::vector<float> scale, shift;
+};
+
 // A layer's hyper-parameters as its model definition gave them (Layer::spec()), for exporters
-// (net/onnx/onnx_export.hpp); monostate for layers that have none (relu, add, concat, flatten...).
-using LayerSpec = std::variant<std::monostate, ConvSpec, FcSpec, PoolSpec, LrnSpec, BatchNormSpec, DropoutSpec>;
+// (net/onnx/onnx_export.hpp); monostate for layers that have none (relu, add, mul, concat, flatten...).
+// The activations beyond ReLU give their ActivationDesc (backend/activation_kind.hpp).
+using LayerSpec = std::variant<std::monostate, ConvSpec, FcSpec, PoolSpec, LrnSpec, BatchNormSpec, DropoutSpec,
+                               ActivationDesc, ChannelShuffleSpec, ChannelSliceSpec, ChannelAffineSpec>;
 
 }  // namespace cnnergy

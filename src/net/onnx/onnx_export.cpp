@@ -1,6 +1,7 @@
-// ONNX export (onnx_export.hpp): one node per layer in the graph's topological order, named after
-// the layer, reading and writing tensors named after their producing layers; parameters and
-// batch-norm statistics become initialisers under their cnnergy names ("conv1.weight").
+// ONNX export (onnx_export.hpp): one node per layer in the graph's topological order (a short chain
+// for hard_swish, silu, channel_shuffle, channel_affine), named after the layer, reading and writing
+// tensors named after their producing layers; parameters and batch-norm statistics become
+// initialisers under their cnnergy names ("conv1.weight"), a layer's constants under "layer.what".
 #include "net/onnx/onnx_export.hpp"
 
 #include <onnx/onnx_pb.h>
@@ -166,6 +167,61 @@ class Exporter {
     return p->name();
   }
 
+  std::string float_initializer(const std::string& name, const std::vector<std::int64_t>& dims,
+                                const std::vector<float>& values) {
+    auto* p = g_->add_initializer();
+    p->set_name(fresh(name));
+    p->set_data_type(onnx::TensorProto::FLOAT);
+    for (auto d : dims) p->add_dims(d);
+    for (float v : values) p->add_float_data(v);
+    return p->name();
+  }
+  std::string int64_initializer(const std::string& name, const std::vector<std::int64_t>& values) {
+    auto* p = g_->add_initializer();
+    p->set_name(fresh(name));
+    p->set_data_type(onnx::TensorProto::INT64);
+    p->add_dims(static_cast<std::int64_t>(values.size()));
+    for (auto v : values) p->add_int64_data(v);
+    return p->name();
+  }
+
+  // The activations beyond ReLU. HardSwish is opset 14 and SiLU no operator: both as the
+  // activation then a Mul by x, the pattern PyTorch writes at opset 13 and our importer fuses back.
+  void map_activation(const std::string& n, const ActivationDesc& d, const std::string& x, const std::string& out) {
+    switch (d.kind) {
+      case ActivationKind::kClip:  // min and max as inputs from opset 11 (infinite bounds written as such)
+        node("Clip", n, {x, scalar_initializer(n + ".min", d.alpha), scalar_initializer(n + ".max", d.beta)}, out);
+        return;
+      case ActivationKind::kLeakyRelu:
+        attr_float(node("LeakyRelu", n, {x}, out), "alpha", d.alpha);
+        return;
+      case ActivationKind::kSigmoid:
+        node("Sigmoid", n, {x}, out);
+        return;
+      case ActivationKind::kHardSigmoid: {
+        auto* h = node("HardSigmoid", n, {x}, out);
+        attr_float(h, "alpha", d.alpha);
+        attr_float(h, "beta", d.beta);
+        return;
+      }
+      case ActivationKind::kHardSwish: {  // x * HardSigmoid(x; 1/6, 1/2) = x * clamp(x + 3, 0, 6) / 6
+        const std::string gate = fresh(n + ".hard_sigmoid");
+        auto* h = node("HardSigmoid", gate, {x}, gate);
+        attr_float(h, "alpha", 1.0 / 6.0);
+        attr_float(h, "beta", 0.5);
+        node("Mul", n, {x, gate}, out);
+        return;
+      }
+      case ActivationKind::kSilu: {  // x * Sigmoid(x)
+        const std::string gate = fresh(n + ".sigmoid");
+        node("Sigmoid", gate, {x}, gate);
+        node("Mul", n, {x, gate}, out);
+        return;
+      }
+    }
+    throw InternalError("ONNX export: activation '" + n + "' of an unknown kind");
+  }
+
   void map_layer(std::size_t i) {
     const Layer& l = graph_.layer(i);
     const std::string& type = l.type();
@@ -226,6 +282,40 @@ class Exporter {
     } else if (type == "dropout") {
       in.push_back(scalar_initializer(n + ".ratio", std::get<DropoutSpec>(spec).p));
       node("Dropout", n, in, out);  // no training_mode input: inference, the identity
+    } else if (std::holds_alternative<ActivationDesc>(spec)) {
+      map_activation(n, std::get<ActivationDesc>(spec), in[0], out);
+    } else if (type == "mul") {
+      node("Mul", n, in, out);  // one shape, or (N, C, H, W) by (N, C, 1, 1): ONNX broadcasting
+    } else if (type == "channel_shuffle") {  // ShuffleNet's Reshape -> Transpose -> Reshape
+      const auto g = std::get<ChannelShuffleSpec>(spec).groups;
+      const Shape& xs = graph_.tensor(in_ids[0]).shape;
+      if (xs.rank() != 4)
+        throw NotSupported("layer '" + n + "' (channel_shuffle) of a " + std::to_string(xs.rank()) +
+                           "-D tensor: the ONNX export maps the shuffle of (N, C, H, W)");
+      // 0 keeps the batch dimension (Reshape's allowzero 0), so a symbolic batch stays symbolic.
+      const std::string grouped = fresh(n + ".grouped"), swapped = fresh(n + ".transposed");
+      node("Reshape", grouped, {in[0], int64_initializer(n + ".grouped_shape", {0, g, xs[1] / g, xs[2], xs[3]})},
+           grouped);
+      attr_ints(node("Transpose", swapped, {grouped}, swapped), "perm", {0, 2, 1, 3, 4});
+      node("Reshape", n, {swapped, int64_initializer(n + ".shape", {0, xs[1], xs[2], xs[3]})}, out);
+    } else if (type == "channel_slice") {  // Slice along axis 1, starts/ends/axes as inputs (opset 10+)
+      const auto& s = std::get<ChannelSliceSpec>(spec);
+      node("Slice", n,
+           {in[0], int64_initializer(n + ".starts", {s.begin}), int64_initializer(n + ".ends", {s.begin + s.count}),
+            int64_initializer(n + ".axes", {1})},
+           out);
+    } else if (type == "channel_affine") {  // x * scale + shift, constants (1, C, 1, 1) or (1, C), or (1)
+      const auto& s = std::get<ChannelAffineSpec>(spec);
+      const Shape& xs = graph_.tensor(in_ids[0]).shape;
+      auto dims = [&](std::size_t count) {
+        if (count == 1) return std::vector<std::int64_t>{1};
+        std::vector<std::int64_t> d(xs.rank(), 1);
+        d[1] = static_cast<std::int64_t>(count);
+        return d;
+      };
+      const std::string scaled = fresh(n + ".scaled");
+      node("Mul", n + ".scale", {in[0], float_initializer(n + ".scale", dims(s.scale.size()), s.scale)}, scaled);
+      node("Add", n, {scaled, float_initializer(n + ".shift", dims(s.shift.size()), s.shift)}, out);
     } else if (type == "relu") {
       node("Relu", n, in, out);
     } else if (type == "global_avg_pool") {
@@ -260,6 +350,9 @@ const std::vector<std::string>& onnx_export_mapping() {
       "conv: Conv",          "batch_norm: BatchNormalization", "relu: Relu",       "max_pool: MaxPool",
       "avg_pool: AveragePool", "global_avg_pool: GlobalAveragePool", "lrn: LRN",   "fc: (Flatten +) Gemm",
       "flatten: Flatten",    "add: Add",                        "concat: Concat",   "dropout: Dropout",
+      "clip: Clip",          "leaky_relu: LeakyRelu",           "sigmoid: Sigmoid", "hard_sigmoid: HardSigmoid",
+      "hard_swish: HardSigmoid + Mul", "silu: Sigmoid + Mul",      "mul: Mul",
+      "channel_shuffle: Reshape + Transpose + Reshape", "channel_slice: Slice", "channel_affine: Mul + Add",
       "softmax_loss: left out (the graph ends in the logits)"};
   return m;
 }
