@@ -1,65 +1,102 @@
 #!/usr/bin/env bash
-# Time to first step on a lent GPU (issue 16): for each model:batch:precision cell, cnnergy's first
-# run (empty algorithm cache), its second run (the cache the first one wrote) and PyTorch with
-# cudnn.benchmark (bench/peer_pytorch.py), each cell its own process, 10 warm-up iterations on both
-# sides; prints a table of the times from model build to the first timed iteration and the search
-# times. Reads only: no GPU setting is changed. Results (JSON, logs, table) under $OUT.
-#
-# The default cells are a representative subset that fits in about 8 minutes on an H100 (the
-# issue's worst cells, VGG-16 b128 bf16/fp32 and ResNet-50 b256 bf16, plus one small and one mid
-# cell): CELLS="resnet50:128:bf16 ..." overrides it. A cell that runs past its limit is marked, and
-# no new cell starts after BUDGET_S seconds (default 420).
-# Usage: scripts/device_first_step.sh   (on the device, after scripts/pack_device.sh carried .carry/)
+# Time to first step on a lent GPU (issue 16), model by model: for each model and precision, cnnergy's
+# first run of each batch (its own process, an algorithm cache holding nothing for that problem), a
+# second run of all the batches in one process on the cache the first runs wrote, and PyTorch with
+# cudnn.benchmark (bench/peer_pytorch.py, all the batches in one process: only its first cell pays for
+# the CUDA context, which makes the comparison stricter for us). 10 warm-up iterations on both sides;
+# the timed iterations after them give each cell's throughput too. Prints a table of the times from
+# model build to the first timed iteration, the search times and the search's stages (from
+# CNNERGY_SEARCH_TRACE), and writes it with one JSON of every cell. Reads only: no GPU setting changes.
+# Usage (on the device, after scripts/pack_device.sh carried .carry/):
+#   MODELS=resnet50,vgg16 PRECISIONS=bf16,fp32 BATCHES=64,128,256 scripts/device_first_step.sh
+# No new model starts after BUDGET_S seconds (default 500); a process past CELL_LIMIT_S is stopped.
+# The table and first_step.json go to $OUT; logs and per-cell JSON stay in $WORK (default /tmp/fs).
 set -uo pipefail
 if [ -f "$(dirname "$0")/device_env.sh" ] && [ -d "${CARRY:-$PWD/.carry}" ]; then
   source "$(dirname "$0")/device_env.sh"
 fi
-: "${OUT:=/tmp/out}"; mkdir -p "$OUT"
-: "${CELLS:=resnet50:128:bf16 resnet50:256:bf16 vgg16:128:bf16 vgg16:128:fp32 resnet50:128:fp32 alexnet:256:bf16}"
-: "${BUDGET_S:=420}" "${CELL_LIMIT_S:=150}" "${ITERS:=5}" "${WARMUP:=10}"
+: "${OUT:=/tmp/out}" "${WORK:=/tmp/fs}"; mkdir -p "$OUT" "$WORK"
+: "${MODELS:=resnet50,vgg16}" "${PRECISIONS:=bf16,fp32}" "${BATCHES:=64,128,256}"
+: "${BUDGET_S:=500}" "${CELL_LIMIT_S:=150}" "${ITERS:=3}" "${WARMUP:=10}"
 OURS=$(command -v bench_train_throughput || echo build/release/bin/bench_train_throughput)
 PEER=${CARRY:-.carry}/peer_pytorch.py; [ -f "$PEER" ] || PEER=bench/peer_pytorch.py
-CACHE=$(mktemp -d /tmp/cnnergy_algo_cache.XXXXXX)  # empty: the first run searches everything
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-echo "GPU: $(cat "$OUT/gpu.txt"); algorithm cache $CACHE; warm-up $WARMUP, timed $ITERS"
+PY=${PYTHON:-python3}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt" 2>&1
+echo "GPU: $(cat "$WORK/gpu.txt"); warm-up $WARMUP, timed $ITERS; models $MODELS; precisions $PRECISIONS; batches $BATCHES"
 
-for cell in $CELLS; do
-  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "budget of ${BUDGET_S}s spent: $cell and later cells not run"; break; fi
-  IFS=: read -r m b p <<< "$cell"
-  layout=nhwc; [ "$p" = fp32 ] && layout=nchw
-  for run in first second; do
-    timeout "$CELL_LIMIT_S" "$OURS" --models "$m" --batches "$b" --precisions "$p" --layout "$layout" \
-      --algo auto --algo-cache "$CACHE" --iters "$ITERS" --warmup "$WARMUP" \
-      --out "$OUT/ours_${run}_${m}_${b}_${p}.json" > "$OUT/ours_${run}_${m}_${b}_${p}.log" 2>&1
-    echo "$cell cnnergy $run run: exit $? at ${SECONDS}s"
+for m in ${MODELS//,/ }; do
+  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "budget of ${BUDGET_S}s spent: $m and later models not run"; break; fi
+  for p in ${PRECISIONS//,/ }; do
+    cache=$(mktemp -d /tmp/cnnergy_algo_cache.XXXXXX)  # empty: each batch's first run searches all its problems
+    for b in ${BATCHES//,/ }; do
+      CNNERGY_SEARCH_TRACE=1 timeout "$CELL_LIMIT_S" "$OURS" --models "$m" --batches "$b" --precisions "$p" \
+        --algo auto --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
+        --out "$WORK/ours_first_${m}_${p}_${b}.json" > "$WORK/ours_first_${m}_${p}_${b}.log" 2>&1
+      echo "$m $p b$b cnnergy first run: exit $? at ${SECONDS}s"
+    done
+    timeout "$CELL_LIMIT_S" "$OURS" --models "$m" --batches "$BATCHES" --precisions "$p" --algo auto \
+      --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
+      --out "$WORK/ours_second_${m}_${p}.json" > "$WORK/ours_second_${m}_${p}.log" 2>&1
+    echo "$m $p cnnergy second run: exit $? at ${SECONDS}s"
+    timeout $((CELL_LIMIT_S * 2)) "$PY" "$PEER" --models "$m" --batches "$BATCHES" --precisions "$p" --compile "" \
+      --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}.json" > "$WORK/peer_${m}_${p}.log" 2>&1
+    echo "$m $p PyTorch: exit $? at ${SECONDS}s"
+    rm -rf "$cache"
   done
-  timeout "$CELL_LIMIT_S" python3 "$PEER" --models "$m" --batches "$b" --precisions "$p" --compile "" \
-    --iters "$ITERS" --warmup "$WARMUP" --out "$OUT/peer_${m}_${b}_${p}.json" > "$OUT/peer_${m}_${b}_${p}.log" 2>&1
-  echo "$cell PyTorch: exit $? at ${SECONDS}s"
 done
 
-python3 - "$OUT" "$CELLS" <<'EOF' | tee "$OUT/first_step.txt"
-import json, os, sys
-out, cells = sys.argv[1], sys.argv[2].split()
-def cell(path):
+"$PY" - "$WORK" "$OUT" "$MODELS" "$PRECISIONS" "$BATCHES" <<'EOF' | tee "$OUT/first_step.txt"
+import json, re, sys
+work, out, models, precs, batches = sys.argv[1], sys.argv[2], *[a.split(",") for a in sys.argv[3:6]]
+def results(path):
     try:
-        r = json.load(open(path))["results"][0]
-        return r if r.get("status") == "ok" else None
+        return json.load(open(path))["results"]
     except Exception:
-        return None
-print(f"{'model':9} {'batch':>5} {'prec':5} | {'1st run s':>9} {'search s':>8} | {'2nd run s':>9} {'search s':>8} {'cached':>6}"
-      f" | {'PyTorch s':>9} | {'1st/PT':>6} {'target':>6} | {'2nd search<=0.5':>15}")
-for c in cells:
-    m, b, p = c.split(":")
-    f = cell(f"{out}/ours_first_{m}_{b}_{p}.json")
-    s = cell(f"{out}/ours_second_{m}_{b}_{p}.json")
-    t = cell(f"{out}/peer_{m}_{b}_{p}.json")
-    fmt = lambda r, k: f"{r[k]:.2f}" if r and k in r else "-"
-    ratio = f"{f['first_step_s'] / t['first_step_s']:.2f}" if f and t else "-"
-    ok = ("yes" if f["first_step_s"] <= 1.5 * t["first_step_s"] else "NO") if f and t else "-"
-    ok2 = ("yes" if s["algo_search_s"] <= 0.5 else "NO") if s else "-"
-    print(f"{m:9} {b:5} {p:5} | {fmt(f, 'first_step_s'):>9} {fmt(f, 'algo_search_s'):>8} | "
-          f"{fmt(s, 'first_step_s'):>9} {fmt(s, 'algo_search_s'):>8} {(s or {}).get('algo_cached', '-'):>6} | "
-          f"{fmt(t, 'first_step_s'):>9} | {ratio:>6} {ok:>6} | {ok2:>15}")
+        return []
+def find(rs, b):
+    for r in rs:
+        if int(r.get("batch", -1)) == int(b):
+            return r if r.get("status") == "ok" else {"status": r.get("status", "failed"), "error": r.get("error", "")}
+    return None
+def stages(log):  # search trace stage totals, seconds
+    tot = {}
+    try:
+        for line in open(log, errors="replace"):
+            mt = re.match(r"search trace: (\S+)\s.*?\s([\d.]+) ms", line)
+            if mt:
+                tot[mt.group(1)] = tot.get(mt.group(1), 0.0) + float(mt.group(2)) / 1e3
+    except OSError:
+        pass
+    return {k: round(v, 3) for k, v in tot.items()}
+cells = []
+print(f"{'model':12} {'prec':4} {'batch':>5} | {'1st s':>6} {'search':>6} {'find':>5} {'graph':>5} {'cost':>5} | "
+      f"{'2nd s':>6} {'search':>6} | {'PyTorch s':>9} | {'1st/PT':>6} {'<=1.5':>5} | {'img/s':>8} {'PT img/s':>8}")
+for m in models:
+    for p in precs:
+        second, peer = results(f"{work}/ours_second_{m}_{p}.json"), results(f"{work}/peer_{m}_{p}.json")
+        for b in batches:
+            f = find(results(f"{work}/ours_first_{m}_{p}_{b}.json"), b)
+            s, t = find(second, b), find(peer, b)
+            st = stages(f"{work}/ours_first_{m}_{p}_{b}.log")
+            ok = lambda r: r is not None and r.get("status") == "ok"
+            c = {"model": m, "precision": p, "batch": int(b),
+                 "first": f, "second": s, "pytorch": t, "search_stages_s": st}
+            if ok(f) and ok(t):
+                c["first_over_pytorch"] = f["first_step_s"] / t["first_step_s"]
+                c["target_met"] = c["first_over_pytorch"] <= 1.5
+            if ok(s):
+                c["second_search_ok"] = s["algo_search_s"] <= 0.5
+            cells.append(c)
+            g = lambda r, k, w=6, d=2: f"{r[k]:{w}.{d}f}" if ok(r) and k in r else f"{'-' if r is None else r.get('status','-')[:w]:>{w}}"
+            print(f"{m:12} {p:4} {b:>5} | {g(f,'first_step_s')} {g(f,'algo_search_s')} "
+                  f"{st.get('auto:find', 0):5.2f} {st.get('auto:graph_find', 0):5.2f} {st.get('auto:costing', 0):5.2f} | "
+                  f"{g(s,'first_step_s')} {g(s,'algo_search_s')} | {g(t,'first_step_s',9)} | "
+                  f"{c.get('first_over_pytorch', float('nan')):6.2f} {('yes' if c.get('target_met') else 'NO') if 'target_met' in c else '-':>5} | "
+                  f"{g(f,'images_per_s',8,0)} {g(t,'images_per_s',8,0)}")
+met = [c for c in cells if "target_met" in c]
+print(f"\n{sum(c['target_met'] for c in met)} of {len(met)} measured cells within 1.5x PyTorch "
+      f"(of {len(cells)} cells); second-run search <= 0.5 s in "
+      f"{sum(bool(c.get('second_search_ok')) for c in cells)} of {sum('second_search_ok' in c for c in cells)}; "
+      f"GPU: {open(work + '/gpu.txt').read().strip()}")
+json.dump({"gpu": open(work + "/gpu.txt").read().strip(), "cells": cells}, open(f"{out}/first_step.json", "w"), indent=1)
 EOF
-rm -rf "$CACHE"
