@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """PyTorch peer for the training-throughput benchmark (issue: CUDA backend).
 
-Measures, for torchvision models on synthetic data, training throughput (images/s), per-phase time
-(forward, backward, update; CUDA events, no host sync inside the measured loop) and peak GPU memory,
-in fp32 (TF32 off), tf32 and bf16 (autocast + channels-last), plus torch.compile for chosen cells.
+Measures, on synthetic data, for the PyTorch twins of cnnergy's 15 zoo models (bench/peer_zoo.py:
+torchvision's where our zoo copies torchvision, torch.nn definitions for the others, each at the zoo's
+input shape and class count; the cross-entropy labels use that class count) and for other torchvision
+models (e.g. mobilenet_v2: 3x224x224, 1000 classes), --image overriding the size of 3-channel square
+inputs: training throughput (images/s), per-phase time (forward, backward, update; CUDA events, no
+host sync inside the measured loop) and peak GPU memory, in fp32 (TF32 off), tf32 and bf16 (autocast +
+channels-last), plus torch.compile for chosen cells.
 --modes runs every cell in each named mode: eager, compile (torch.compile's default),
 reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs, max-autotune. torch.compile's speed varies
 between runs and machines, so each compiled cell runs --compile-repeats times (default 2) and keeps
@@ -19,6 +23,7 @@ cnnergy's benchmark reports as its own first_step_s).
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -27,10 +32,19 @@ import torch._dynamo  # reset() between compiled runs
 import torch.cuda.profiler  # start()/stop() for --profile-range
 import torchvision
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # peer_zoo.py beside this file (.carry/ too)
+import peer_zoo  # noqa: E402
 
-def build(name, classes):
-    ctor = getattr(torchvision.models, name)
-    return ctor(num_classes=classes)
+
+def build(name, image):
+    """(model, C x H x W, classes): a zoo model through peer_zoo, another torchvision model at 3x224x224
+    with 1000 classes; image (if given) replaces H and W of a 3-channel square input."""
+    chw = peer_zoo.ZOO[name][0] if name in peer_zoo.ZOO else (3, 224, 224)
+    if image and chw[0] == 3 and chw[1] == chw[2]:
+        chw = (3, image, image)
+    if name in peer_zoo.ZOO:
+        return peer_zoo.build(name, chw)
+    return getattr(torchvision.models, name)(num_classes=1000), chw, 1000
 
 
 COMPILE_MODES = ("compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
@@ -43,13 +57,14 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     dev = torch.device("cuda")
-    model = build(name, 1000).to(dev)
+    model, chw, classes = build(name, image)
+    model = model.to(dev)
     bf16 = precision == "bf16"
     fmt = torch.channels_last if bf16 else torch.contiguous_format
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(batch, 3, image, image, device=dev).to(memory_format=fmt)
-    y = torch.randint(0, 1000, (batch,), device=dev)
+    x = torch.randn(batch, *chw, device=dev).to(memory_format=fmt)
+    y = torch.randint(0, classes, (batch,), device=dev)
     loss_fn = torch.nn.CrossEntropyLoss()
     if compiled in (True, "compile"):
         fwd = torch.compile(model)
@@ -92,7 +107,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     except torch.OutOfMemoryError as exc:
-        return {"status": "does_not_fit", "error": str(exc)[:200]}
+        return {"status": "does_not_fit", "error": str(exc)[:200], "input": list(chw), "classes": classes}
     f = sorted(e[0].elapsed_time(e[1]) for e in ev)
     b = sorted(e[1].elapsed_time(e[2]) for e in ev)
     u = sorted(e[2].elapsed_time(e[3]) for e in ev)
@@ -103,7 +118,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         "iter_ms": wall * 1e3 / iters,
         "forward_ms": med(f), "backward_ms": med(b), "update_ms": med(u),
         "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20,
-        "first_step_s": first_step_s, "warmup": warmup,
+        "first_step_s": first_step_s, "warmup": warmup, "input": list(chw), "classes": classes,
     }
 
 
@@ -120,7 +135,9 @@ def main():
                     help="runs of each compiled cell; the best is kept (torch.compile varies run to run)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--image", type=int, default=None,
+                    help="input height and width for models whose zoo input is 3-channel and square "
+                         "(default: each model's own, e.g. 224, 227 caffenet, 231 overfeat, 299 inception)")
     ap.add_argument("--profile-range", action="store_true",
                     help="bracket each cell's last timed iteration with torch.cuda.profiler.start()/stop()")
     ap.add_argument("--out", required=True)
@@ -141,7 +158,7 @@ def main():
         m, b, p = c.split(":")
         cells.append((m, int(b), p, True))
     results = []
-    print(f"{'model':10} {'batch':>5} {'prec':6} {'mode':26} {'img/s':>9} {'fwd ms':>8} {'bwd ms':>8} {'upd ms':>8} {'peak MiB':>9} {'first s':>8}")
+    print(f"{'model':13} {'batch':>5} {'prec':6} {'mode':26} {'img/s':>9} {'fwd ms':>8} {'bwd ms':>8} {'upd ms':>8} {'peak MiB':>9} {'first s':>8}")
     for m, b, p, comp in cells:
         mode = "eager" if not comp else ("compile" if comp is True else comp)
         r = {"framework": "pytorch " + torch.__version__, "model": m, "batch": b, "precision": p,
@@ -162,9 +179,9 @@ def main():
             r["runs_images_per_s"] = [round(x["images_per_s"], 1) for x in ok]
         results.append(r)
         if r["status"] == "ok":
-            print(f"{m:10} {b:5d} {p:6} {mode:26} {r['images_per_s']:9.1f} {r['forward_ms']:8.2f} {r['backward_ms']:8.2f} {r['update_ms']:8.2f} {r['peak_mem_mib']:9.0f} {r['first_step_s']:8.2f}", flush=True)
+            print(f"{m:13} {b:5d} {p:6} {mode:26} {r['images_per_s']:9.1f} {r['forward_ms']:8.2f} {r['backward_ms']:8.2f} {r['update_ms']:8.2f} {r['peak_mem_mib']:9.0f} {r['first_step_s']:8.2f}", flush=True)
         else:
-            print(f"{m:10} {b:5d} {p:6} {mode:26} {r['status']}: {r.get('error','')[:80]}", flush=True)
+            print(f"{m:13} {b:5d} {p:6} {mode:26} {r['status']}: {r.get('error','')[:80]}", flush=True)
         with open(a.out, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(0), "results": results}, fh, indent=1)
         torch.cuda.empty_cache()
