@@ -3,7 +3,8 @@
 # first run of each batch (its own process, an algorithm cache holding nothing for that problem), a
 # second run of all the batches in one process on the cache the first runs wrote, and PyTorch with
 # cudnn.benchmark (bench/peer_pytorch.py, all the batches in one process: only its first cell pays for
-# the CUDA context, which makes the comparison stricter for us). 10 warm-up iterations on both sides;
+# the CUDA context and loads cuDNN's kernels, which makes the comparison stricter for us; PEER_PER_CELL=1
+# gives each batch its own process, as ours has). 10 warm-up iterations on both sides;
 # the timed iterations after them give each cell's throughput too. Prints a table of the times from
 # model build to the first timed iteration, the search times and the search's stages (from
 # CNNERGY_SEARCH_TRACE), and writes it with one JSON of every cell. Reads only: no GPU setting changes.
@@ -38,9 +39,17 @@ for m in ${MODELS//,/ }; do
       --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
       --out "$WORK/ours_second_${m}_${p}.json" > "$WORK/ours_second_${m}_${p}.log" 2>&1
     echo "$m $p cnnergy second run: exit $? at ${SECONDS}s"
-    timeout $((CELL_LIMIT_S * 2)) "$PY" "$PEER" --models "$m" --batches "$BATCHES" --precisions "$p" --compile "" \
-      --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}.json" > "$WORK/peer_${m}_${p}.log" 2>&1
-    echo "$m $p PyTorch: exit $? at ${SECONDS}s"
+    if [ "${PEER_PER_CELL:-0}" = 1 ]; then  # each batch its own process, paying its CUDA context as ours does
+      for b in ${BATCHES//,/ }; do
+        timeout "$CELL_LIMIT_S" "$PY" "$PEER" --models "$m" --batches "$b" --precisions "$p" --compile "" \
+          --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}_${b}.json" > "$WORK/peer_${m}_${p}_${b}.log" 2>&1
+        echo "$m $p b$b PyTorch: exit $? at ${SECONDS}s"
+      done
+    else
+      timeout $((CELL_LIMIT_S * 2)) "$PY" "$PEER" --models "$m" --batches "$BATCHES" --precisions "$p" --compile "" \
+        --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}.json" > "$WORK/peer_${m}_${p}.log" 2>&1
+      echo "$m $p PyTorch: exit $? at ${SECONDS}s"
+    fi
     rm -rf "$cache"
   done
 done
@@ -76,10 +85,10 @@ for m in models:
         second, peer = results(f"{work}/ours_second_{m}_{p}.json"), results(f"{work}/peer_{m}_{p}.json")
         for b in batches:
             f = find(results(f"{work}/ours_first_{m}_{p}_{b}.json"), b)
-            s, t = find(second, b), find(peer, b)
+            s, t = find(second, b), find(peer, b) or find(results(f"{work}/peer_{m}_{p}_{b}.json"), b)
             st = stages(f"{work}/ours_first_{m}_{p}_{b}.log")
             ok = lambda r: r is not None and r.get("status") == "ok"
-            c = {"model": m, "precision": p, "batch": int(b),
+            c = {"model": m, "precision": p, "batch": int(b), "peer_process": "per cell" if find(peer, b) is None else "per model and precision",
                  "first": f, "second": s, "pytorch": t, "search_stages_s": st}
             if ok(f) and ok(t):
                 c["first_over_pytorch"] = f["first_step_s"] / t["first_step_s"]

@@ -185,6 +185,18 @@ AlgoCache::AlgoCache(std::string directory, AlgoCacheContext context)
   entries_ = read_file(/*warn=*/true);
 }
 
+AlgoCache::~AlgoCache() {
+  try {
+    flush();
+  } catch (...) {  // a destructor must not throw; what could not be written is only a cache
+  }
+}
+
+void AlgoCache::flush() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pending_) write_through();
+}
+
 bool AlgoCache::persistent() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return persist_;
@@ -243,6 +255,8 @@ std::map<std::string, AlgoDecision> AlgoCache::read_file(bool warn) {
 // Lock, re-read what other processes wrote, merge this object's own decisions over it, write a
 // temporary file and rename it into place. Called with mutex_ held.
 void AlgoCache::write_through() {
+  pending_ = false;
+  last_write_ = std::chrono::steady_clock::now();
   if (!persist_) return;
   auto give_up = [&](const std::string& why) {
     warn_once("write", "cannot write " + directory_ + " (" + why +
@@ -298,7 +312,10 @@ void AlgoCache::record(const ConvProblemKey& key, const AlgoDecision& decision) 
   entries_[k] = decision;
   mine_.insert(k);
   forgotten_.erase(k);
-  write_through();
+  pending_ = true;
+  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_write_).count() >=
+      kWriteIntervalS)
+    write_through();
 }
 
 void AlgoCache::forget(const ConvProblemKey& key) {
@@ -307,6 +324,7 @@ void AlgoCache::forget(const ConvProblemKey& key) {
   entries_.erase(k);
   mine_.erase(k);
   forgotten_.insert(k);
+  pending_ = true;
 }
 
 std::size_t AlgoCache::size() const {

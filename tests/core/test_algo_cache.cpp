@@ -255,6 +255,36 @@ TEST_F(AlgoCacheTest, ConcurrentWriterProcessesKeepEveryEntry) {
     }
 }
 
+TEST_F(AlgoCacheTest, DecisionsWithinTheWriteIntervalWaitForFlushOrTheDestructor) {
+  auto key = [&](int i) {
+    ConvProblemKey k = problem();
+    k.n = 100 + i;
+    return k;
+  };
+  auto on_disk = [&] { return AlgoCache(dir(), h100()).size(); };
+  {
+    AlgoCache cache(dir(), h100());
+    cache.record(key(0), legacy(1));  // the first decision is written at once
+    EXPECT_EQ(on_disk(), 1u);
+    // The rest come microseconds apart, well within kWriteIntervalS: kept in memory, not
+    // rewritten into the file one by one (the O(N^2) file work a search used to pay).
+    for (int i = 1; i < 200; ++i) cache.record(key(i), legacy(2));
+    EXPECT_EQ(on_disk(), 1u);
+    EXPECT_EQ(cache.size(), 200u);  // this process sees them all
+    cache.flush();
+    EXPECT_EQ(on_disk(), 200u);
+    cache.flush();  // nothing pending: the file is not touched
+    EXPECT_EQ(on_disk(), 200u);
+    cache.forget(key(0));
+    cache.record(key(200), legacy(3));
+  }  // the destructor writes the forget and the last decision
+  AlgoCache reread(dir(), h100());
+  EXPECT_EQ(reread.size(), 200u);
+  EXPECT_FALSE(reread.lookup(key(0)));
+  ASSERT_TRUE(reread.lookup(key(200)));
+  EXPECT_EQ(reread.lookup(key(200))->algo, 3);
+}
+
 TEST_F(AlgoCacheTest, UnwritableDirectoryWarnsOnceAndRunsInMemory) {
   // A path below a regular file cannot be created, whoever runs the test (root included).
   fs::create_directories(dir());
@@ -298,6 +328,7 @@ TEST_F(AlgoCacheTest, MemoryOnlyAndForget) {
   ConvProblemKey other = problem();
   other.n = 3;
   disk.record(other, legacy(2));
+  disk.flush();  // the second record came within the write interval of the first
   AlgoCache reread(dir(), h100());
   EXPECT_FALSE(reread.lookup(problem()));
   EXPECT_TRUE(reread.lookup(other));

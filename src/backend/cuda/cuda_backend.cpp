@@ -100,6 +100,7 @@ class CudaBackend final : public Backend {
   AlgoSearchStats algo_search_stats() const override { return ctx_->search_clock().stats(); }
   void set_search_layer(std::size_t index, std::size_t count, const std::string& name) override {
     ctx_->search_clock().set_layer(index, count, name);
+    if (count == 0 && ctx_->algo_cache()) ctx_->algo_cache()->flush();  // the search is done
   }
   void profiler_range(bool active) override {
     ctx_->activate();
