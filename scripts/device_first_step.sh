@@ -18,42 +18,17 @@ if [ -f "$(dirname "$0")/device_env.sh" ] && [ -d "${CARRY:-$PWD/.carry}" ]; the
 fi
 : "${OUT:=/tmp/out}" "${WORK:=/tmp/fs}"; mkdir -p "$OUT" "$WORK"
 : "${MODELS:=resnet50,vgg16}" "${PRECISIONS:=bf16,fp32}" "${BATCHES:=64,128,256}"
-: "${BUDGET_S:=500}" "${CELL_LIMIT_S:=150}" "${ITERS:=3}" "${WARMUP:=10}"
+: "${BUDGET_S:=500}" "${HARD_S:=570}" "${CELL_LIMIT_S:=150}" "${ITERS:=3}" "${WARMUP:=10}"
+# Each process's limit: CELL_LIMIT_S, cut to what is left before HARD_S (the device call's own limit
+# less the summary), so that the table of what finished always gets written.
+limit() { local left=$((HARD_S - SECONDS)); [ "$left" -lt 1 ] && left=1; [ "$left" -lt "${1:-$CELL_LIMIT_S}" ] && echo "$left" || echo "${1:-$CELL_LIMIT_S}"; }
 OURS=$(command -v bench_train_throughput || echo build/release/bin/bench_train_throughput)
 PEER=${CARRY:-.carry}/peer_pytorch.py; [ -f "$PEER" ] || PEER=bench/peer_pytorch.py
 PY=${PYTHON:-python3}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt" 2>&1
 echo "GPU: $(cat "$WORK/gpu.txt"); warm-up $WARMUP, timed $ITERS; models $MODELS; precisions $PRECISIONS; batches $BATCHES"
 
-for m in ${MODELS//,/ }; do
-  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "budget of ${BUDGET_S}s spent: $m and later models not run"; break; fi
-  for p in ${PRECISIONS//,/ }; do
-    cache=$(mktemp -d /tmp/cnnergy_algo_cache.XXXXXX)  # empty: each batch's first run searches all its problems
-    for b in ${BATCHES//,/ }; do
-      CNNERGY_SEARCH_TRACE=1 timeout "$CELL_LIMIT_S" "$OURS" --models "$m" --batches "$b" --precisions "$p" \
-        --algo auto --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
-        --out "$WORK/ours_first_${m}_${p}_${b}.json" > "$WORK/ours_first_${m}_${p}_${b}.log" 2>&1
-      echo "$m $p b$b cnnergy first run: exit $? at ${SECONDS}s"
-    done
-    timeout "$CELL_LIMIT_S" "$OURS" --models "$m" --batches "$BATCHES" --precisions "$p" --algo auto \
-      --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
-      --out "$WORK/ours_second_${m}_${p}.json" > "$WORK/ours_second_${m}_${p}.log" 2>&1
-    echo "$m $p cnnergy second run: exit $? at ${SECONDS}s"
-    if [ "${PEER_PER_CELL:-0}" = 1 ]; then  # each batch its own process, paying its CUDA context as ours does
-      for b in ${BATCHES//,/ }; do
-        timeout "$CELL_LIMIT_S" "$PY" "$PEER" --models "$m" --batches "$b" --precisions "$p" --compile "" \
-          --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}_${b}.json" > "$WORK/peer_${m}_${p}_${b}.log" 2>&1
-        echo "$m $p b$b PyTorch: exit $? at ${SECONDS}s"
-      done
-    else
-      timeout $((CELL_LIMIT_S * 2)) "$PY" "$PEER" --models "$m" --batches "$BATCHES" --precisions "$p" --compile "" \
-        --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}.json" > "$WORK/peer_${m}_${p}.log" 2>&1
-      echo "$m $p PyTorch: exit $? at ${SECONDS}s"
-    fi
-    rm -rf "$cache"
-  done
-done
-
+summarize() {
 "$PY" - "$WORK" "$OUT" "$MODELS" "$PRECISIONS" "$BATCHES" <<'EOF' | tee "$OUT/first_step.txt"
 import json, re, sys
 work, out, models, precs, batches = sys.argv[1], sys.argv[2], *[a.split(",") for a in sys.argv[3:6]]
@@ -109,3 +84,36 @@ print(f"\n{sum(c['target_met'] for c in met)} of {len(met)} measured cells withi
       f"GPU: {open(work + '/gpu.txt').read().strip()}")
 json.dump({"gpu": open(work + "/gpu.txt").read().strip(), "cells": cells}, open(f"{out}/first_step.json", "w"), indent=1)
 EOF
+}
+
+for m in ${MODELS//,/ }; do
+  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "budget of ${BUDGET_S}s spent: $m and later models not run"; break; fi
+  for p in ${PRECISIONS//,/ }; do
+    cache=$(mktemp -d /tmp/cnnergy_algo_cache.XXXXXX)  # empty: each batch's first run searches all its problems
+    for b in ${BATCHES//,/ }; do
+      CNNERGY_SEARCH_TRACE=1 timeout "$(limit)" "$OURS" --models "$m" --batches "$b" --precisions "$p" \
+        --algo auto --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
+        --out "$WORK/ours_first_${m}_${p}_${b}.json" > "$WORK/ours_first_${m}_${p}_${b}.log" 2>&1
+      echo "$m $p b$b cnnergy first run: exit $? at ${SECONDS}s"
+    done
+    timeout "$(limit)" "$OURS" --models "$m" --batches "$BATCHES" --precisions "$p" --algo auto \
+      --algo-cache "$cache" --iters "$ITERS" --warmup "$WARMUP" \
+      --out "$WORK/ours_second_${m}_${p}.json" > "$WORK/ours_second_${m}_${p}.log" 2>&1
+    echo "$m $p cnnergy second run: exit $? at ${SECONDS}s"
+    if [ "${PEER_PER_CELL:-0}" = 1 ]; then  # each batch its own process, paying its CUDA context as ours does
+      for b in ${BATCHES//,/ }; do
+        timeout "$(limit)" "$PY" "$PEER" --models "$m" --batches "$b" --precisions "$p" --compile "" \
+          --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}_${b}.json" > "$WORK/peer_${m}_${p}_${b}.log" 2>&1
+        echo "$m $p b$b PyTorch: exit $? at ${SECONDS}s"
+      done
+    else
+      timeout "$(limit $((CELL_LIMIT_S * 2)))" "$PY" "$PEER" --models "$m" --batches "$BATCHES" --precisions "$p" --compile "" \
+        --iters "$ITERS" --warmup "$WARMUP" --out "$WORK/peer_${m}_${p}.json" > "$WORK/peer_${m}_${p}.log" 2>&1
+      echo "$m $p PyTorch: exit $? at ${SECONDS}s"
+    fi
+    rm -rf "$cache"
+    summarize > /dev/null  # the table so far, in case the call is cut short
+  done
+done
+summarize
+
