@@ -228,6 +228,37 @@ TEST_F(Conv, Im2colGemmMatchesReferenceOnNetworkSizedShapes) {
   }
 }
 
+TEST_F(Conv, SingleSampleAndPointwiseFastPathsMatchReference) {
+  // A chunk of one sample is written by sgemm straight into y (bias added in place); a pointwise
+  // convolution (1x1, stride 1, no padding) of one sample skips im2col. Both against the loops.
+  auto pointwise = conv(1, 64, 14, 14, 256, 1, 1);  // ResNet-50's expansion, big enough for threads
+  pointwise.bias = true;
+  auto pointwise_grouped = conv(1, 6, 5, 7, 4, 1, 1);
+  pointwise_grouped.groups = 2;
+  auto strided_1x1 = conv(1, 8, 9, 9, 16, 1, 1);  // 1x1 but stride 2: im2col still needed
+  strided_1x1.stride_h = strided_1x1.stride_w = 2;
+  strided_1x1.bias = true;
+  auto padded_1x1 = conv(1, 4, 6, 6, 5, 1, 1);  // 1x1 with padding: not pointwise either
+  padded_1x1.pad_top = padded_1x1.pad_left = 1;
+  auto three = conv(1, 16, 11, 13, 24, 3, 3);
+  three.pad_top = three.pad_bottom = three.pad_left = three.pad_right = 1;
+  three.bias = true;
+  for (const Conv2dDesc& d : {pointwise, pointwise_grouped, strided_1x1, padded_1x1, three}) {
+    SCOPED_TRACE(describe(d));
+    auto ref = backend_->make_conv(d, {"reference", "reference", "reference"});
+    auto gemm = backend_->make_conv(d, {"im2col_gemm", "im2col_gemm", "im2col_gemm"});
+    expect_same(d, *ref, *gemm);
+  }
+  // A batch the workspace cap cuts into one-sample chunks takes the same paths, sample by sample.
+  auto batch = pointwise;
+  batch.n = 3, batch.c = 8, batch.k = 12, batch.h = 5, batch.w = 6;
+  BackendOptions opts;
+  opts.workspace_limit_bytes = 1;
+  auto one_at_a_time = create_backend(opts)->make_conv(batch, {});
+  auto ref = backend_->make_conv(batch, {"reference", "reference", "reference"});
+  expect_same(batch, *one_at_a_time, *ref);
+}
+
 TEST_F(Conv, BatchChunksGiveTheSameResult) {
   auto d = conv(5, 3, 8, 7, 4, 3, 3);
   d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;

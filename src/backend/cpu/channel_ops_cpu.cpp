@@ -42,7 +42,7 @@ void activation_forward(const ActivationDesc& d, const Tensor& x, const Tensor& 
   check_f32(y, "activation", "y", x.numel());
   const float* xp = cf32(x);
   float* yp = mf32(y);  // may be xp
-  for (std::int64_t i = 0; i < x.numel(); ++i) yp[i] = activation::forward(d.kind, d.alpha, d.beta, xp[i]);
+  for (std::int64_t i = 0, count = x.numel(); i < count; ++i) yp[i] = activation::forward(d.kind, d.alpha, d.beta, xp[i]);
 }
 
 void activation_backward(const ActivationDesc& d, const Tensor& x, const Tensor& dy, const Tensor& dx,
@@ -53,7 +53,7 @@ void activation_backward(const ActivationDesc& d, const Tensor& x, const Tensor&
   const float* xp = cf32(x);
   const float* dyp = cf32(dy);
   float* dxp = mf32(dx);  // may be dyp
-  for (std::int64_t i = 0; i < x.numel(); ++i)
+  for (std::int64_t i = 0, count = x.numel(); i < count; ++i)
     store(dxp[i], dyp[i] * activation::derivative(d.kind, d.alpha, d.beta, xp[i]), accumulate);
 }
 
@@ -67,7 +67,7 @@ void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y) {
   const float* bp = cf32(b);
   float* yp = mf32(y);
   if (!bc) {
-    for (std::int64_t i = 0; i < a.numel(); ++i) yp[i] = ap[i] * bp[i];
+    for (std::int64_t i = 0, count = a.numel(); i < count; ++i) yp[i] = ap[i] * bp[i];
     return;
   }
   for (std::int64_t nc = 0; nc < g.n * g.c; ++nc)
@@ -89,7 +89,7 @@ void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, const Tens
     check_f32(db, "mul backward", "db", b.numel());
     float* dbp = mf32(db);
     if (!bc) {
-      for (std::int64_t i = 0; i < a.numel(); ++i) store(dbp[i], dyp[i] * ap[i], accumulate_b);
+      for (std::int64_t i = 0, count = a.numel(); i < count; ++i) store(dbp[i], dyp[i] * ap[i], accumulate_b);
     } else {
       for (std::int64_t nc = 0; nc < g.n * g.c; ++nc) {
         double s = 0.0;
@@ -101,7 +101,7 @@ void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, const Tens
   if (da.defined()) {
     check_f32(da, "mul backward", "da", a.numel());
     float* dap = mf32(da);
-    for (std::int64_t i = 0; i < a.numel(); ++i) store(dap[i], dyp[i] * bp[bc ? i / g.hw : i], accumulate_a);
+    for (std::int64_t i = 0, count = a.numel(); i < count; ++i) store(dap[i], dyp[i] * bp[bc ? i / g.hw : i], accumulate_a);
   }
 }
 

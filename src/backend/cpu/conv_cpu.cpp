@@ -251,18 +251,31 @@ class ConvCpu final : public ConvKernel {
       reference_forward(g_, cf32(x), cf32(w), bias, mf32(y));
       return;
     }
+    // A chunk of one sample (batch-1 inference, or a chunk the workspace cap cut to one): the staged
+    // (K, OH*OW) layout is that sample's NCHW output, so sgemm writes y directly; a pointwise
+    // convolution (1x1, stride 1, no padding) needs no im2col either: its input is the operand.
+    const bool pointwise = g_.r == 1 && g_.s == 1 && g_.oh == g_.h && g_.ow == g_.w &&
+                           g_.pad_top == 0 && g_.pad_left == 0;
     for (std::int64_t n0 = 0; n0 < g_.n; n0 += chunk_) {
       const std::int64_t b_now = std::min(chunk_, g_.n - n0);
       const std::int64_t cols = b_now * g_.ohw;
+      const float* xs = cf32(x) + n0 * g_.c * g_.hw;
+      float* ys = mf32(y) + n0 * g_.k * g_.ohw;
+      const bool direct = b_now == 1;
       float* col = workspace_->floats(static_cast<std::size_t>((g_.crs + g_.k) * cols));
-      float* staged = col + g_.crs * cols;
-      im2col(g_, cf32(x) + n0 * g_.c * g_.hw, b_now, col);
+      const float* operand = direct && pointwise ? xs : col;
+      if (operand == col) im2col(g_, xs, b_now, col);
+      float* staged = direct ? ys : col + g_.crs * cols;
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(g_.kg), blas_int(cols),
                     blas_int(g_.cgrs), 1.0f, cf32(w) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs),
-                    col + grp * g_.cgrs * cols, blas_int(cols), 0.0f, staged + grp * g_.kg * cols,
-                    blas_int(cols));
-      unstage_to_nchw(g_, staged, b_now, bias, mf32(y) + n0 * g_.k * g_.ohw);
+                    operand + grp * g_.cgrs * cols, blas_int(cols), 0.0f,
+                    staged + grp * g_.kg * cols, blas_int(cols));
+      if (!direct)
+        unstage_to_nchw(g_, staged, b_now, bias, ys);
+      else if (bias)
+        for (std::int64_t k = 0; k < g_.k; ++k)
+          for (float *p = ys + k * g_.ohw, *end = p + g_.ohw; p != end; ++p) *p += bias[k];
     }
   }
 

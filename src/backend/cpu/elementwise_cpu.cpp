@@ -23,7 +23,7 @@ void relu_forward(const Tensor& x, const Tensor& y) {
   check_f32(y, "relu", "y", x.numel());
   const float* xp = cf32(x);
   float* yp = mf32(y);  // may be xp: each element is read before it is written
-  for (std::int64_t i = 0; i < x.numel(); ++i) yp[i] = xp[i] > 0.0f ? xp[i] : 0.0f;
+  for (std::int64_t i = 0, count = x.numel(); i < count; ++i) yp[i] = xp[i] > 0.0f ? xp[i] : 0.0f;
 }
 
 void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate) {
@@ -33,7 +33,7 @@ void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool acc
   const float* yp = cf32(y);
   const float* dyp = cf32(dy);
   float* dxp = mf32(dx);
-  for (std::int64_t i = 0; i < y.numel(); ++i)
+  for (std::int64_t i = 0, count = y.numel(); i < count; ++i)
     store(dxp[i], yp[i] > 0.0f ? dyp[i] : 0.0f, accumulate);
 }
 
@@ -48,7 +48,7 @@ void dropout_forward(const Tensor& x, float p, std::uint64_t seed, const Tensor&
   const float* xp = cf32(x);
   float* mp = mf32(mask);
   float* yp = mf32(y);
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
+  for (std::int64_t i = 0, count = x.numel(); i < count; ++i) {
     const float m = uniform01(seed, static_cast<std::uint64_t>(i)) >= p ? keep_scale : 0.0f;
     mp[i] = m;
     yp[i] = xp[i] * m;
@@ -62,7 +62,7 @@ void dropout_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx, bo
   const float* dyp = cf32(dy);
   const float* mp = cf32(mask);
   float* dxp = mf32(dx);
-  for (std::int64_t i = 0; i < dy.numel(); ++i) store(dxp[i], dyp[i] * mp[i], accumulate);
+  for (std::int64_t i = 0, count = dy.numel(); i < count; ++i) store(dxp[i], dyp[i] * mp[i], accumulate);
 }
 
 void add_forward(const Tensor& a, const Tensor& b, const Tensor& y) {
@@ -72,7 +72,7 @@ void add_forward(const Tensor& a, const Tensor& b, const Tensor& y) {
   const float* ap = cf32(a);
   const float* bp = cf32(b);
   float* yp = mf32(y);
-  for (std::int64_t i = 0; i < a.numel(); ++i) yp[i] = ap[i] + bp[i];
+  for (std::int64_t i = 0, count = a.numel(); i < count; ++i) yp[i] = ap[i] + bp[i];
 }
 
 namespace {
@@ -157,14 +157,14 @@ void accumulate(const Tensor& src, const Tensor& dst) {
     check_i32(dst, "accumulate", "dst", src.numel());
     const std::int32_t* s = src.data<std::int32_t>();
     std::int32_t* d = dst.data<std::int32_t>();
-    for (std::int64_t i = 0; i < src.numel(); ++i) d[i] += s[i];
+    for (std::int64_t i = 0, count = src.numel(); i < count; ++i) d[i] += s[i];
     return;
   }
   check_f32(src, "accumulate", "src", src.defined() ? src.numel() : 0);
   check_f32(dst, "accumulate", "dst", src.numel());
   const float* s = cf32(src);
   float* d = mf32(dst);
-  for (std::int64_t i = 0; i < src.numel(); ++i) d[i] += s[i];
+  for (std::int64_t i = 0, count = src.numel(); i < count; ++i) d[i] += s[i];
 }
 
 void check_finite(const Tensor& t, const Tensor& flag) {
@@ -172,7 +172,7 @@ void check_finite(const Tensor& t, const Tensor& flag) {
   check_i32(flag, "check_finite", "flag", 1);
   const float* p = cf32(t);
   bool bad = false;
-  for (std::int64_t i = 0; i < t.numel() && !bad; ++i) bad = !std::isfinite(p[i]);
+  for (std::int64_t i = 0, count = t.numel(); i < count && !bad; ++i) bad = !std::isfinite(p[i]);
   if (bad) flag.data<std::int32_t>()[0] |= 1;
 }
 
