@@ -263,8 +263,9 @@ class ConvCpu final : public ConvKernel {
       float* ys = mf32(y) + n0 * g_.k * g_.ohw;
       const bool direct = b_now == 1;
       float* col = workspace_->floats(static_cast<std::size_t>((g_.crs + g_.k) * cols));
-      const float* operand = direct && pointwise ? xs : col;
-      if (operand == col) im2col(g_, xs, b_now, col);
+      const bool skip_im2col = direct && pointwise;
+      if (!skip_im2col) im2col(g_, xs, b_now, col);
+      const float* operand = skip_im2col ? xs : col;
       float* staged = direct ? ys : col + g_.crs * cols;
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(g_.kg), blas_int(cols),
