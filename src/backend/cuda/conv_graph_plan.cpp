@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/conv_search_clock.hpp"
 #include "backend/cuda/cuda_raii.hpp"
 #include "core/algo_cache.hpp"
 #include "core/errors.hpp"
@@ -261,10 +263,14 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
   std::vector<std::shared_ptr<const GraphConvPlan>> plans;
   std::set<std::string> seen;
   std::size_t left_out = 0;
-  // fp16/bf16 engines without tensor cores run on CUDA cores, orders of magnitude slower on large
-  // problems (their warm-up alone took seconds on VGG-16's 224x224 layers): kept aside, and timed
-  // only where no tensor-core engine finalizes.
-  const bool half = p.data_type == CUDNN_DATA_HALF || p.data_type == CUDNN_DATA_BFLOAT16;
+  // Where tensor cores serve the run (fp16/bf16 data, or fp32 data with TF32 allowed), engines
+  // without them run on CUDA cores, many times slower on large problems (their warm-up alone took
+  // seconds on VGG-16's 224x224 layers, and made VGG-16 tf32's search two minutes long at batch
+  // 256): kept aside, and timed only where no tensor-core engine finalizes. The legacy find, which
+  // "auto" sets against this list, still times the CUDA-core algorithms.
+  const bool tensor_cores_serve = p.data_type == CUDNN_DATA_HALF ||
+                                  p.data_type == CUDNN_DATA_BFLOAT16 ||
+                                  (p.data_type == CUDNN_DATA_FLOAT && p.allow_tf32);
   std::vector<std::shared_ptr<const GraphConvPlan>> cuda_core;
   // Plans from one heuristics mode's ranking until `limit` plans are held.
   auto take = [&](cudnnBackendHeurMode_t mode, bool allow_compilation, std::size_t limit) {
@@ -288,7 +294,7 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
         ++left_out;
         continue;
       }
-      if (half && !uses_tensor_cores(engine)) {
+      if (tensor_cores_serve && !uses_tensor_cores(engine)) {
         cuda_core.push_back(std::move(made));
         continue;
       }
@@ -438,6 +444,10 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
       best_ms[i] = std::min(best_ms[i], ms);
       fastest = std::min(fastest, best_ms[i]);
     }
+  if (ConvSearchClock::tracing())
+    for (std::size_t i = 0; i < launches.size(); ++i)
+      std::fprintf(stderr, "search trace: graph:candidate  %-48s warm-up %9.2f ms, best %9.2f ms\n",
+                   candidates[source[i]]->engine().c_str(), warm_ms[i], best_ms[i]);
   std::shared_ptr<const GraphConvPlan> best;
   float best_time = std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < launches.size(); ++i)
