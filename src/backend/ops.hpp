@@ -314,6 +314,14 @@ class Backend {
   // "backward_filter"), each naming one fixed algorithm (policies that choose for themselves are
   // left out), for studies that try every one (cnnergy convbench). InvalidArgument for another direction.
   virtual std::vector<std::string> conv_algorithm_names(const std::string& direction) const = 0;
+  // Per problem, the finer choices below those names that make_conv also accepts in the direction's
+  // field: on CUDA every cuDNN graph-API engine configuration that runs `desc` ("graph:eng..."),
+  // none elsewhere. InvalidArgument for an unknown direction.
+  virtual std::vector<std::string> conv_engine_names(const Conv2dDesc& desc, const std::string& direction) {
+    (void)desc;
+    (void)direction;
+    return {};
+  }
 
   // Kernels (throw NotSupported naming the operation and the backend if absent).
   virtual std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc, const ConvAlgoChoice& algo) = 0;

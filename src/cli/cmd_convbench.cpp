@@ -74,7 +74,10 @@ int run_convbench(const std::vector<std::string>& raw_args) {
   p.option("batch", "batch of --model's problems (and of --preset's, overriding its scaled batch)");
   p.group("Cells");
   p.option("impl", "implementation names, comma-separated, given to each direction (default: every name the "
-                   "backend lists per direction; on CUDA also graph_find, graph_heuristic and own:*)");
+                   "backend lists per direction; on CUDA also graph_find, graph_heuristic and own:*); a "
+                   "graph-API engine by its tag, graph:eng..., as --graph-engines all lists them");
+  p.option("graph-engines", "also a row per cuDNN graph-API engine configuration that runs each problem and "
+                            "direction (CUDA): off or all", "off", {"off", "all"});
   p.option("direction", "directions, comma-separated", "forward,backward_data,backward_filter");
   p.option("precision", "precisions, comma-separated (fp32, tf32, bf16, fp16)", "fp32");
   p.option("layout", "layouts, comma-separated (nchw, nhwc)", "nchw");
@@ -109,6 +112,7 @@ int run_convbench(const std::vector<std::string>& raw_args) {
   o.layouts.clear();
   for (const auto& l : checked_list(p.get("layout"), "--layout", {"nchw", "nhwc"})) o.layouts.push_back(parse_layout(l));
   if (auto impl = p.get_optional("impl")) o.implementations = split_list(*impl, "--impl");
+  o.graph_engines = p.get("graph-engines") == "all";
   o.workspace_limit_bytes = static_cast<std::size_t>(p.get_int("workspace-mib", 0, 1 << 24)) << 20;
   o.repetitions = static_cast<int>(p.get_int("calls", 1, 100000));
   o.warmup = static_cast<int>(p.get_int("warmup", 0, 100000));

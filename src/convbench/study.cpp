@@ -89,13 +89,24 @@ void fill_random(Backend& backend, const Tensor& t, Rng& rng) {
   backend.synchronize();
 }
 
-std::vector<std::string> implementations_for(const StudyOptions& o, Backend& backend, const std::string& direction) {
-  if (!o.implementations.empty()) return o.implementations;
-  std::vector<std::string> names = backend.conv_algorithm_names(direction);
-  if (backend.device().is_cuda()) {
-    for (const auto& n : kGraphPolicies) names.push_back(n);
-    for (const auto& n : kOwnNames)
-      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+std::vector<std::string> implementations_for(const StudyOptions& o, Backend& backend, const std::string& direction,
+                                             const Conv2dDesc& desc, std::vector<std::string>& notes) {
+  std::vector<std::string> names = o.implementations;
+  if (names.empty()) {
+    names = backend.conv_algorithm_names(direction);
+    if (backend.device().is_cuda()) {
+      for (const auto& n : kGraphPolicies) names.push_back(n);
+      for (const auto& n : kOwnNames)
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+  }
+  if (o.graph_engines && backend.device().is_cuda()) {
+    try {
+      for (auto& n : backend.conv_engine_names(desc, direction))
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(std::move(n));
+    } catch (const Error& e) {  // the problem's rows still run; the note says why no engine rows
+      notes.push_back(direction + " " + desc.input_shape().str() + ": graph engines not listed: " + e.what());
+    }
   }
   return names;
 }
@@ -305,7 +316,7 @@ StudyResult run_study(const std::vector<ConvProblem>& problems, const StudyOptio
           Backend* lister = slot.backend.get();
           for (auto& [key, other] : slots)
             if (!lister && other.backend) lister = other.backend.get();
-          const std::vector<std::string> impls = implementations_for(o, *lister, dir);
+          const std::vector<std::string> impls = implementations_for(o, *lister, dir, p.desc, result.notes);
           for (const auto& impl : impls) {
             Cell c;
             c.problem = pi;

@@ -31,6 +31,9 @@ struct StudyOptions {
   // direction (Backend::conv_algorithm_names), then on CUDA the graph API policies (graph_find,
   // graph_heuristic: one row each, the engine they pick) and the project's own convolutions (own:*).
   std::vector<std::string> implementations;
+  // Also one row per cuDNN graph-API engine configuration that runs the problem ("graph:eng..."),
+  // after the implementations above (CUDA only; Backend::conv_engine_names).
+  bool graph_engines = false;
   std::vector<std::string> directions = direction_names();
   std::vector<std::string> precisions = {"fp32"};
   std::vector<Layout> layouts = {Layout::kNCHW};

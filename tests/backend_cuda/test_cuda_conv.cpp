@@ -147,6 +147,50 @@ TEST_F(CudaConv, AutoDecidesOncePerProblem) {
     EXPECT_FALSE(a.empty() || a.rfind("algo#", 0) == 0) << a;
 }
 
+// Every graph-API engine configuration the backend lists for a problem (convbench's engine rows)
+// runs when named in its direction's field, matches the CPU, and is reported back under the same
+// name; a tag that does not run the problem is NotSupported, not replaced by another engine.
+TEST_F(CudaConv, EveryListedGraphEngineRunsAndMatchesCpu) {
+  const Conv2dDesc d = make_desc(2, 16, 10, 9, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true);
+  for (const auto& [p, layout] : {std::pair{kFp32, Layout::kNCHW}, std::pair{kBf16, Layout::kNHWC}}) {
+    auto g = gpu(p, layout, "find", /*fallback=*/false);
+    if (!g) continue;
+    const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+    const Tensor bias = random(Shape{d.k}, p.dtype), dy = random(d.output_shape(), p.dtype);
+    const Tensor dx0 = random(d.input_shape(), p.dtype);
+    const Result ref = run(*cpu_, d, {}, DType::kF32, Layout::kNCHW, x, w, bias, dy, dx0);
+    for (const std::string dir : {"forward", "backward_data", "backward_filter"}) {
+      const std::vector<std::string> names = g->conv_engine_names(d, dir);
+      EXPECT_FALSE(names.empty()) << dir << " " << label(p, layout);
+      for (const std::string& name : names) {
+        ConvAlgoChoice choice;
+        (dir == std::string("forward") ? choice.forward
+         : dir == std::string("backward_data") ? choice.backward_data
+                                                : choice.backward_filter) = name;
+        const std::string what = name + " " + dir + " " + label(p, layout);
+        const Result got = run(*g, d, choice, p.dtype, layout, x, w, bias, dy, dx0);
+        if (dir == std::string("forward")) {
+          EXPECT_TRUE(close(got.y, ref.y, p.tol, what));
+          EXPECT_EQ(g->make_conv(d, choice)->info().forward, name);
+        } else if (dir == std::string("backward_data")) {
+          EXPECT_TRUE(close(got.dx, ref.dx, p.tol, what));
+          EXPECT_TRUE(close(got.dx_accumulated, ref.dx_accumulated, p.tol, what + " accumulate"));
+        } else {
+          EXPECT_TRUE(close(got.dw, ref.dw, p.tol, what));
+        }
+      }
+    }
+    ConvAlgoChoice bogus;
+    bogus.forward = "graph:eng99999";
+    const Tensor xd = upload(*g, x, p.dtype, layout), wd = upload(*g, w, p.dtype, layout);
+    const Tensor bd = upload(*g, bias, p.dtype, layout);
+    Tensor y = g->alloc(d.output_shape(), p.dtype, layout);
+    EXPECT_THROW(g->make_conv(d, bogus)->forward(xd, wd, bd, y), NotSupported);
+    EXPECT_THROW(g->conv_engine_names(d, "sideways"), InvalidArgument);
+  }
+  EXPECT_TRUE(cpu_->conv_engine_names(d, "forward").empty());  // no engines below the CPU's names
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaConvShapes, ::testing::ValuesIn(conv_cases()),
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return std::string(i.param.name);

@@ -73,6 +73,32 @@ TEST_F(ConvbenchCuda, EveryCudnnNameGetsAStatusAndOkCellsAreConsistent) {
   for (const auto& t : r.transfers) EXPECT_GT(t.gb_per_s, 0);
 }
 
+// --graph-engines all: a row per graph-API engine configuration after the named implementations;
+// each runs (ok) and the engine it reports is the one its row names.
+TEST_F(ConvbenchCuda, GraphEngineRowsRunTheEngineTheyName) {
+  StudyOptions o;
+  o.device = Device{DeviceKind::kCuda, 0};
+  o.implementations = {"implicit_gemm"};
+  o.graph_engines = true;
+  o.precisions = {"fp32", "bf16"};
+  o.layouts = {Layout::kNHWC};
+  o.repetitions = 3;
+  o.window_s = 0;
+  o.transfers = false;
+  const StudyResult r = run_study({parse_problem("n=8,c=32,h=28,w=28,k=64,r=3,s=3,pad=1")}, o);
+  std::set<std::string> engine_rows;
+  for (const Cell& c : r.cells) {
+    if (c.implementation.rfind("graph:eng", 0) != 0) continue;
+    engine_rows.insert(c.direction + " " + c.precision);
+    EXPECT_EQ(c.status, kStatusOk) << c.implementation << " " << c.direction << " " << c.precision << ": " << c.detail;
+    if (c.status == kStatusOk) {
+      EXPECT_EQ(c.ran, c.implementation);
+    }
+  }
+  EXPECT_EQ(engine_rows.size(), 3u * 2u);  // engines for every direction x precision
+  EXPECT_TRUE(r.notes.empty() || r.notes.front().find("graph engines not listed") == std::string::npos);
+}
+
 TEST_F(ConvbenchCuda, EnergyWindowsGiveJoulesWhereNvmlReadsThem) {
   StudyOptions o;
   o.device = Device{DeviceKind::kCuda, 0};

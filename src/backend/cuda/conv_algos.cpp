@@ -86,6 +86,10 @@ bool is_graph_policy(const std::string& policy) {
   return policy == "graph_find" || policy == "graph_heuristic";
 }
 
+bool is_graph_engine_policy(const std::string& policy) {
+  return policy.rfind(std::string(kGraphEnginePrefix) + "eng", 0) == 0;
+}
+
 std::string valid_conv_algo_names(ConvDirection d) {
   std::string s = "auto, find, heuristic, graph_find, graph_heuristic";
   for (const NamedConvAlgo& a : conv_algos(d)) s += std::string(", ") + a.name;

@@ -28,6 +28,11 @@ std::string valid_conv_algo_names(ConvDirection d);  // "find, heuristic, ..., i
 // whichever costs less device plus host time per call).
 bool is_search_policy(const std::string& policy);
 bool is_graph_policy(const std::string& policy);  // graph_find | graph_heuristic
+// One graph-API engine configuration named in a direction's field: "graph:" and the engine tag as
+// GraphConvPlan::engine() writes it ("graph:eng28_k2=3_k3=0"), which is also what ConvAlgoInfo
+// reports for a direction a graph plan runs. Per problem: graph_conv_engine_tags lists them.
+inline constexpr const char* kGraphEnginePrefix = "graph:";
+bool is_graph_engine_policy(const std::string& policy);
 
 // A search policy, an algorithm name of any direction or "own:NAME" (own_conv.hpp);
 // InvalidArgument listing every valid name otherwise.

@@ -201,7 +201,8 @@ std::string CudnnConv::shape_text() const {
 // heuristic and says so in the notes.
 std::string CudnnConv::direction_policy(Dir dir, const std::string& field) {
   if (!field.empty()) {
-    if (is_search_policy(field) || find_conv_algo(dir, field)) return field;
+    if (is_search_policy(field) || is_graph_engine_policy(field) || find_conv_algo(dir, field))
+      return field;
     throw InvalidArgument("conv2d: unknown " + std::string(direction_name(dir)) + " algorithm '" +
                           field + "'; valid: " + valid_conv_algo_names(dir));
   }
@@ -226,6 +227,10 @@ void CudnnConv::ensure_resolved(Dir dir, const void* in1, const void* in2, void*
   const std::string& policy = policy_[index(dir)];
   const Plan& p = plan_[index(dir)];
   if (p.resolved && (!p.graph || graph_[index(dir)][beta != 0.0f].ready())) return;
+  if (is_graph_engine_policy(policy)) {  // one named engine, for either beta
+    use_graph_engine(dir, policy.substr(std::string(kGraphEnginePrefix).size()), beta);
+    return;
+  }
   if (p.resolved || is_graph_policy(policy)) {  // a graph direction, or its other beta
     use_graph(dir, /*find=*/policy != "graph_heuristic", in1, in2, out, beta);
     return;

@@ -39,6 +39,9 @@ class CudnnConv final : public ConvKernel {
   void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw,
                        const Tensor& db) override;
   ConvAlgoInfo info() const override;
+  // The graph-API engine configurations that run this convolution's direction here, each as a
+  // field value ("graph:" and the engine tag) this kernel's ConvAlgoChoice accepts.
+  std::vector<std::string> graph_engine_names(Dir dir) const;
 
  private:
   struct Plan {
@@ -119,6 +122,9 @@ class CudnnConv final : public ConvKernel {
   // direction over with a note, or NotSupported when fallback is off.
   void use_graph(Dir dir, bool find, const void* in1, const void* in2, void* out, float beta) const;
   void adopt_graph(Dir dir, float beta, std::shared_ptr<const GraphConvPlan> plan) const;
+  // A direction named to one engine ("graph:TAG"): its plan for this beta, rebuilt from the tag;
+  // NotSupported where it does not run this problem (no fallback: a study asked for this engine).
+  void use_graph_engine(Dir dir, const std::string& tag, float beta) const;
   // The graph plan from the caches or a search; null (with the reason) where none runs.
   std::shared_ptr<const GraphConvPlan> graph_search(Dir dir, bool find, const void* in1,
                                                     const void* in2, void* out, float beta,

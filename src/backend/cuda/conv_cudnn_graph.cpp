@@ -51,6 +51,27 @@ void CudnnConv::use_graph(Dir dir, bool find, const void* in1, const void* in2, 
   adopt_graph(dir, beta, plan);
 }
 
+std::vector<std::string> CudnnConv::graph_engine_names(Dir dir) const {
+  std::vector<std::string> names;
+  for (const std::string& tag : graph_conv_engine_tags(ctx_->cudnn(), graph_problem(dir, 0.0f),
+                                                       ctx_->options().workspace_limit_bytes))
+    names.push_back(kGraphEnginePrefix + tag);
+  return names;
+}
+
+void CudnnConv::use_graph_engine(Dir dir, const std::string& tag, float beta) const {
+  std::shared_ptr<const GraphConvPlan> plan = graph_conv_plan_from_tag(
+      ctx_->cudnn(), graph_problem(dir, beta), tag, ctx_->options().workspace_limit_bytes);
+  if (!plan)
+    throw NotSupported("conv2d " + shape_text() + ": graph engine " + tag + " cannot run the " +
+                       direction_name(dir) + (beta != 0.0f ? " (accumulating)" : "") +
+                       " here: it does not finalize, breaks the run's numerics, compiles at run "
+                       "time or needs more than the workspace cap of " +
+                       format_bytes(ctx_->options().workspace_limit_bytes) +
+                       " (cnnergy convbench --graph-engines all lists those that run)");
+  adopt_graph(dir, beta, std::move(plan));
+}
+
 void CudnnConv::adopt_graph(Dir dir, float beta, std::shared_ptr<const GraphConvPlan> plan) const {
   Plan& p = plan_[index(dir)];
   if (!p.graph || beta == 0.0f) p.engine = plan->engine();

@@ -258,7 +258,7 @@ std::shared_ptr<GraphConvPlan::Parts> make_parts(cudnnHandle_t handle, const Gra
 
 std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
     cudnnHandle_t handle, const GraphConvProblem& p, std::size_t workspace_limit,
-    std::size_t ranked, std::size_t fallback, std::size_t* skipped) {
+    std::size_t ranked, std::size_t fallback, std::size_t* skipped, bool all_engines) {
   const std::shared_ptr<GraphConvPlan::Parts> parts = make_parts(handle, p);
   std::vector<std::shared_ptr<const GraphConvPlan>> plans;
   std::set<std::string> seen;
@@ -294,7 +294,7 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
         ++left_out;
         continue;
       }
-      if (tensor_cores_serve && !uses_tensor_cores(engine)) {
+      if (tensor_cores_serve && !all_engines && !uses_tensor_cores(engine)) {
         cuda_core.push_back(std::move(made));
         continue;
       }
@@ -316,6 +316,17 @@ std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
     left_out += cuda_core.size();
   if (skipped) *skipped = left_out;
   return plans;
+}
+
+std::vector<std::string> graph_conv_engine_tags(cudnnHandle_t handle, const GraphConvProblem& p,
+                                                std::size_t workspace_limit) {
+  // Far more than cuDNN ranks for any convolution (a few dozen configurations): every one.
+  constexpr std::size_t kEvery = 100000;
+  std::vector<std::string> tags;
+  for (const auto& plan : graph_conv_candidates(handle, p, workspace_limit, kEvery, kEvery,
+                                                nullptr, /*all_engines=*/true))
+    tags.push_back(plan->engine());
+  return tags;
 }
 
 std::shared_ptr<const GraphConvPlan> graph_conv_plan_from_tag(cudnnHandle_t handle,

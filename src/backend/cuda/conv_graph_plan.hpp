@@ -89,7 +89,15 @@ inline constexpr float kWarmupSlackMs = 2.0f;
 // numerics, run-time compilation or workspace.
 std::vector<std::shared_ptr<const GraphConvPlan>> graph_conv_candidates(
     cudnnHandle_t handle, const GraphConvProblem& p, std::size_t workspace_limit,
-    std::size_t ranked, std::size_t fallback, std::size_t* skipped = nullptr);
+    std::size_t ranked, std::size_t fallback, std::size_t* skipped = nullptr,
+    bool all_engines = false);
+
+// Every engine configuration of cuDNN's ranking and fallback list that finalizes for `p` within
+// the cap and keeps the run's numerics (run-time-compiled ones only where nothing else does),
+// CUDA-core ones included where tensor cores serve the run: the rows of a study
+// (cnnergy convbench --graph-engines all), each as GraphConvPlan::engine() writes its tag.
+std::vector<std::string> graph_conv_engine_tags(cudnnHandle_t handle, const GraphConvProblem& p,
+                                                std::size_t workspace_limit);
 
 // The plan of the engine `tag` (as GraphConvPlan::engine() writes it: engine index and knob
 // choices) for `p`, rebuilt and re-validated as a search would: null where the engine or a knob no

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/cuda/conv_algos.hpp"
+#include "backend/cuda/conv_cudnn.hpp"
 #include "backend/cuda/own_conv.hpp"
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cuda_graph.hpp"
@@ -201,6 +202,14 @@ class CudaBackend final : public Backend {
     }
     throw InvalidArgument("unknown convolution direction '" + direction +
                           "' (choose one of: forward, backward_data, backward_filter)");
+  }
+  std::vector<std::string> conv_engine_names(const Conv2dDesc& desc, const std::string& direction) override {
+    (void)conv_algorithm_names(direction);  // InvalidArgument for an unknown direction
+    ctx_->activate();
+    const CudnnConv conv(ctx_, desc, ConvAlgoChoice{});
+    for (const ConvDirection d : {ConvDirection::kForward, ConvDirection::kBackwardData, ConvDirection::kBackwardFilter})
+      if (direction == direction_name(d)) return conv.graph_engine_names(d);
+    return {};
   }
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
