@@ -56,8 +56,9 @@ def input_size(name, override):
 
 def data_dir(given):
     carry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-    for d in [given, os.environ.get("CNNERGY_FASHION_MNIST_DIR"), "/tmp/fmnist", carry, ".carry/data",
-              "/usr/share/datasets/fashion-mnist"]:
+    candidates = [given] if given else [os.environ.get("CNNERGY_FASHION_MNIST_DIR"),
+                                        "/usr/share/datasets/fashion-mnist", carry, "/tmp/fmnist"]
+    for d in candidates:
         if d and all(os.path.isfile(os.path.join(d, f)) for f in DATA_FILES):
             return d
     return None
@@ -244,7 +245,8 @@ def fmt(row):
     if row["status"] == "error":
         return f"{row['model']:18s} error: {row['error'][:200]}"
     ratio = max(row[k]["fp32_vs_torch"]["ratio"] for k in ("test_images", "random_inputs"))
-    cells = [f"{row['model']:18s} {row['input']:4d} {row['training']['steps']:5d} {row['test_accuracy']:8.2%} {ratio:10.2e}"]
+    cells = [f"{row['model']:18s} {row['input']:4d} {row['training']['steps']:5d} {row['test_accuracy']:8.2%} "
+             f"{ratio:10.2e}"]
     for key in ("test_images", "random_inputs"):
         cells.append(f"{c(key, 'bf16_vs_fp32', '9.2%')} {c(key, 'bf16_vs_torch_fp32', '8.2%')} "
                      f"{c(key, 'torch_bf16_vs_torch_fp32', '7.2%')}")
@@ -256,8 +258,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--build", default=".carry", help="directory with bin/cnnergy (or the binary itself)")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated torchvision model names")
-    ap.add_argument("--data", help="directory with Fashion-MNIST's four .gz files (default: $CNNERGY_FASHION_MNIST_DIR, "
-                                   "/tmp/fmnist, data/ beside this script, /usr/share/datasets/fashion-mnist)")
+    ap.add_argument("--data", help="directory with Fashion-MNIST's four .gz files (default: the first of "
+                                   "$CNNERGY_FASHION_MNIST_DIR, /usr/share/datasets/fashion-mnist, data/ beside "
+                                   "this script, /tmp/fmnist)")
     ap.add_argument("--size", type=int, default=0, help="input size for every model (default: 224 AlexNet/VGG, "
                                                         "96 Inception v3, 64 the others)")
     ap.add_argument("--train-s", type=float, default=6.0, help="training time budget per model, seconds")
@@ -290,8 +293,8 @@ def main():
         return SKIP
     directory = data_dir(args.data)
     if directory is None:
-        print(f"SKIP: no Fashion-MNIST ({', '.join(DATA_FILES)}) under --data, $CNNERGY_FASHION_MNIST_DIR, "
-              "/tmp/fmnist or /usr/share/datasets/fashion-mnist")
+        print(f"SKIP: no Fashion-MNIST ({', '.join(DATA_FILES)}) in " + (args.data or
+              "$CNNERGY_FASHION_MNIST_DIR, /usr/share/datasets/fashion-mnist, data/ beside this script or /tmp/fmnist"))
         return SKIP
     if not args.no_gpu and not torch.cuda.is_available():
         raise SystemExit("no CUDA device for PyTorch (--no-gpu runs everything on the CPU)")
