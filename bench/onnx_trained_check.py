@@ -6,7 +6,7 @@ with --device cuda --precision fp32 and bf16 on (a) --inputs Fashion-MNIST test 
 exactly as in training, and (b) --inputs random N(0, 1) images (what the issue literally says).
 Random-weight models have near-tied top logits (onnx_gpu_check.py, torch_bf16_agreement.py: PyTorch's
 own bf16 agrees 82-89 %), which makes a top-1 agreement check meaningless; trained ones do not.
-Targets, per model and input set (exit 1 if one is missed or a model fails):
+Targets, per model and input set (exit 1 if one is missed, a model fails or --budget-s left it out):
   * trained: test accuracy (PyTorch fp32, --eval-images test images) >= --min-accuracy (chance: 10 %);
   * fp32: our GPU logits against PyTorch's GPU fp32 (TF32 off), max abs diff <= 1e-4 x max abs logit;
   * bf16: our bf16 top-1 agreement with our GPU fp32 >= 99 %, on the test images and on random ones.
