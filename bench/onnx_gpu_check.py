@@ -69,16 +69,18 @@ def cnnergy_binary(build):
     raise SystemExit(f"no cnnergy binary under {build} (expected {build}/bin/cnnergy)")
 
 
-def infer(cnnergy, onnx_path, x_path, y_path, flags, batch):
+def infer(cnnergy, onnx_path, x_path, y_path, flags, batch, timeout=None):
+    """One `cnnergy infer --inputs/--outputs` process; its wall seconds. RuntimeError if it fails
+    (subprocess.TimeoutExpired after `timeout` seconds)."""
     cmd = [cnnergy, "infer", onnx_path, "--inputs", x_path, "--outputs", y_path, "--batch", str(batch)] + flags
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(flags)}: exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}")
     return time.perf_counter() - t0
 
 
-def infer_cpu_sharded(np, cnnergy, onnx_path, x, work, jobs, batch):
+def infer_cpu_sharded(np, cnnergy, onnx_path, x, work, jobs, batch, timeout=None):
     """Our CPU backend on x, split over `jobs` processes (each a contiguous shard); the logits in order."""
     shards = [s for s in np.array_split(np.arange(len(x)), max(1, min(jobs, len(x)))) if len(s)]
     procs = []
@@ -91,7 +93,13 @@ def infer_cpu_sharded(np, cnnergy, onnx_path, x, work, jobs, batch):
         procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), yp))
     outs = []
     for p, yp in procs:
-        text = p.communicate()[0]
+        try:
+            text = p.communicate(timeout=None if timeout is None else max(1.0, t0 + timeout - time.perf_counter()))[0]
+        except subprocess.TimeoutExpired:
+            for q, _ in procs:
+                q.kill()
+                q.wait()
+            raise
         if p.returncode != 0:
             raise RuntimeError(f"--device cpu: exit {p.returncode}: {text.strip()[-400:]}")
         outs.append(np.load(yp))

@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -260,6 +260,24 @@ run_onnx_gpu() {
   timeout "${ONNX_GPU_TIMEOUT:-560}" "$py" "$gc" --build "$CARRY" ${ONNX_GPU_MODELS:+--models "$ONNX_GPU_MODELS"} \
     --inputs "${ONNX_GPU_INPUTS:-1000}" --count "${ONNX_GPU_COUNT:-256}" --budget-s "${ONNX_GPU_BUDGET_S:-420}" \
     --work /tmp/onnx_gpu --json "$OUT/onnx_gpu_check.json" 2>&1 | tee "$OUT/onnx_gpu_check.log"
+}
+
+# ---- onnx-trained: the same bf16 / fp32 targets on TRAINED weights (bench/onnx_trained_check.py): each
+# torchvision model trained ~6 s by PyTorch on Fashion-MNIST (needs the data set: pack with
+# CNNERGY_PACK_DATA=1, the default, and CNNERGY_PACK_MPI=0 for room), exported, run by `cnnergy infer`
+# on the GPU in fp32 and bf16 on 1000 test images and 1000 random inputs, against PyTorch's fp32 and
+# beside PyTorch's own autocast bf16. ONNX_TRAINED_MODELS picks the models, ONNX_TRAINED_TRAIN_S (6)
+# the training seconds per model, ONNX_TRAINED_BUDGET_S (400) when no new model starts,
+# ONNX_TRAINED_TIMEOUT (540 s) caps the whole check (every cnnergy process ends 15 s before it).
+run_onnx_trained() {
+  gpu_info
+  local py=/opt/torch/.venv/bin/python; [ -x "$py" ] || py=python3
+  local gc="$CARRY/onnx_trained_check.py"; [ -f "$gc" ] || gc=bench/onnx_trained_check.py
+  local limit=${ONNX_TRAINED_TIMEOUT:-540}
+  ls /tmp/fmnist/*.gz >/dev/null 2>&1 || echo "onnx-trained: no Fashion-MNIST in /tmp/fmnist (pack with CNNERGY_PACK_DATA=1)"
+  timeout "$limit" "$py" "$gc" --build "$CARRY" --data /tmp/fmnist ${ONNX_TRAINED_MODELS:+--models "$ONNX_TRAINED_MODELS"} \
+    --train-s "${ONNX_TRAINED_TRAIN_S:-6}" --budget-s "${ONNX_TRAINED_BUDGET_S:-400}" --hard-s "$((limit - 15))" \
+    --work /tmp/onnx_trained --json "$OUT/onnx_trained_check.json" 2>&1 | tee "$OUT/onnx_trained_check.log"
 }
 
 "run_${mode//-/_}"

@@ -32,10 +32,31 @@ if [ -d "$build/python/cnnergy" ]; then
   cp -L "$build/lib/libcnnergy.so.1" "$out/python/cnnergy/" && strip --strip-unneeded "$out/python/cnnergy/libcnnergy.so.1"
 fi
 # Fashion-MNIST (30 MB) for the GPU training tests; CNNERGY_PACK_DATA=0 leaves it out (the tree that
-# travels is capped at 64 MiB, and the Open MPI runtime below needs room too).
-[ "${CNNERGY_PACK_DATA:-1}" = 1 ] && cp /usr/share/datasets/fashion-mnist/*.gz "$out/data/" 2>/dev/null || true
+# travels is capped at 64 MiB, and the Open MPI runtime below needs room too); CNNERGY_PACK_DATA=N (a
+# number > 1) packs the whole test set and the first N training images (valid IDX files, the count in
+# the header cut to N; 12000 make about 10 MB), e.g. for bench/onnx_trained_check.py.
+fmnist=/usr/share/datasets/fashion-mnist
+case "${CNNERGY_PACK_DATA:-1}" in
+  0) ;;
+  1) cp "$fmnist"/*.gz "$out/data/" 2>/dev/null || true ;;
+  *[!0-9]*) echo "pack_device: CNNERGY_PACK_DATA must be 0, 1 or a number of training images" >&2; exit 2 ;;
+  *) cp "$fmnist"/t10k-*.gz "$out/data/"
+     python3 - "$fmnist" "$out/data" "$CNNERGY_PACK_DATA" <<'PY'
+import gzip, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, header, item in (("train-images-idx3-ubyte.gz", 16, 784), ("train-labels-idx1-ubyte.gz", 8, 1)):
+    with gzip.open(f"{src}/{name}") as f:
+        raw = f.read()
+    count = min(n, struct.unpack(">I", raw[4:8])[0])
+    with gzip.open(f"{dst}/{name}", "wb", compresslevel=9) as f:
+        f.write(raw[:4] + struct.pack(">I", count) + raw[8:header] + raw[header:header + count * item])
+PY
+     ;;
+esac
 cp "$repo"/bench/*.py "$repo"/bench/*.sh "$out/"; cp "$repo"/scripts/device_*.sh "$out/" 2>/dev/null || true
 # OpenBLAS alone is 36 MB: the libraries travel xz-compressed (the tree that travels is capped at 64 MiB).
 tar -cJf "$out/lib.tar.xz" -C "$out/lib" . && rm -rf "$out/lib"
 du -sh "$out"; du -sh "$out"/*
 [ "${CNNERGY_PACK_MPI:-1}" = 0 ] || "$repo/scripts/pack_openmpi.sh" || echo "pack_device: scripts/pack_openmpi.sh failed: no .carry/openmpi.tar.xz (mpirun)" >&2
+tree_b=$(( $(du -sb "$out" | cut -f1) + $(git -C "$repo" ls-files -z | (cd "$repo" && xargs -0 du -cb 2>/dev/null) | tail -1 | cut -f1) ))
+[ "$tree_b" -le $((64 * 1024 * 1024)) ] || echo "pack_device: .carry plus the tracked files are $((tree_b / 1048576)) MiB, over the 64 MiB that travels (CNNERGY_PACK_DATA=0 or =12000, fewer CNNERGY_EXTRA_TARGETS)" >&2
