@@ -455,6 +455,22 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
       best_ms[i] = std::min(best_ms[i], ms);
       fastest = std::min(fastest, best_ms[i]);
     }
+  // Second chance for candidates whose warm-up alone kept them out, where loading can explain it.
+  for (std::size_t i = 0; i < launches.size(); ++i) {
+    if (warm_ms[i] <= kClearlySlower * fastest_warm + kWarmupSlackMs) continue;  // timed above
+    if (source[i] != 0 && warm_ms[i] > fastest + kLoadAllowanceMs) continue;  // 0: ranked first
+    for (int pass = 0; pass < kGraphFindPasses; ++pass) {
+      if (pass > 0 && best_ms[i] > kClearlySlower * fastest) break;
+      CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
+      if (launches[i].execute(handle, operands) != CUDNN_STATUS_SUCCESS) break;
+      CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
+      CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+      best_ms[i] = std::min(best_ms[i], ms);
+      fastest = std::min(fastest, best_ms[i]);
+    }
+  }
   if (ConvSearchClock::tracing())
     for (std::size_t i = 0; i < launches.size(); ++i)
       std::fprintf(stderr, "search trace: graph:candidate  %-48s warm-up %9.2f ms, best %9.2f ms\n",
