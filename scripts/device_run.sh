@@ -263,10 +263,10 @@ run_onnx_gpu() {
 }
 
 # ---- onnx-trained: the same bf16 / fp32 targets on TRAINED weights (bench/onnx_trained_check.py): each
-# torchvision model trained ~6 s by PyTorch on Fashion-MNIST (needs the data set: pack with
+# torchvision model trained ~10 s by PyTorch on Fashion-MNIST (needs the data set: pack with
 # CNNERGY_PACK_DATA=12000: the test set and 12,000 training images; the full set does not fit beside the binaries), exported, run by `cnnergy infer`
 # on the GPU in fp32 and bf16 on 1000 test images and 1000 random inputs, against PyTorch's fp32 and
-# beside PyTorch's own autocast bf16. ONNX_TRAINED_MODELS picks the models, ONNX_TRAINED_TRAIN_S (6)
+# beside PyTorch's own autocast bf16. ONNX_TRAINED_MODELS picks the models, ONNX_TRAINED_TRAIN_S (10)
 # the training seconds per model, ONNX_TRAINED_BUDGET_S (400) when no new model starts,
 # ONNX_TRAINED_TIMEOUT (540 s) caps the whole check (every cnnergy process ends 15 s before it).
 run_onnx_trained() {
@@ -276,7 +276,7 @@ run_onnx_trained() {
   local limit=${ONNX_TRAINED_TIMEOUT:-540}
   ls /tmp/fmnist/*.gz >/dev/null 2>&1 || echo "onnx-trained: no Fashion-MNIST in /tmp/fmnist (pack with CNNERGY_PACK_DATA=12000)"
   timeout "$limit" "$py" "$gc" --build "$CARRY" --data /tmp/fmnist ${ONNX_TRAINED_MODELS:+--models "$ONNX_TRAINED_MODELS"} \
-    --train-s "${ONNX_TRAINED_TRAIN_S:-6}" --budget-s "${ONNX_TRAINED_BUDGET_S:-400}" --hard-s "$((limit - 15))" \
+    --train-s "${ONNX_TRAINED_TRAIN_S:-10}" --budget-s "${ONNX_TRAINED_BUDGET_S:-400}" --hard-s "$((limit - 15))" \
     --work /tmp/onnx_trained --json "$OUT/onnx_trained_check.json" 2>&1 | tee "$OUT/onnx_trained_check.log"
 }
 
