@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "core/errors.hpp"
 #include "report/convbench_html.hpp"
 #include "train/precision.hpp"
+#include "tune/store.hpp"
 
 namespace cnnergy::cli {
 namespace {
@@ -92,6 +94,8 @@ int run_convbench(const std::vector<std::string>& raw_args) {
   declare_window_flags(p, "3", "1.0");
   p.group("Output");
   p.option("html", "write a self-contained HTML page: time, memory and energy per implementation, roofline");
+  p.option("db", "also keep the study in this results database (SQLite, created when missing), where `cnnergy "
+                 "report DB` draws it beside any sweeps");
   declare_output_flags(p, "the results table");
   p.epilog("Each cell gives the implementation name to make_conv in that direction's field with fallback off, so a\n"
            "name that cannot run the shape says why (status unsupported) instead of timing another algorithm.\n"
@@ -150,6 +154,13 @@ int run_convbench(const std::vector<std::string>& raw_args) {
     throw InvalidArgument("convbench needs problems: --problem n=..,c=..,h=..,w=..,k=..,r=..,s=.. (repeatable), "
                           "--preset li2016 or --model NAME --batch N");
 
+  // The database is opened (and so checked) before anything is measured.
+  std::optional<tune::ResultStore> store;
+  if (auto db = p.get_optional("db")) {
+    if (db->empty()) throw InvalidArgument("--db is empty: give the results database's file name");
+    store.emplace(*db);
+  }
+
   std::size_t done = 0;
   const bool tty = ::isatty(STDERR_FILENO) != 0;  // a progress line only where someone watches it
   const auto progress = [&](const std::string& what) {
@@ -168,6 +179,17 @@ int run_convbench(const std::vector<std::string>& raw_args) {
     if (!f) throw DataError("--html: writing " + *html + " failed");
   }
   sink.finish(doc, "cells");
+  if (store) {
+    tune::StudyRecord rec;
+    rec.kind = "convbench";
+    rec.command_line = "cnnergy convbench";
+    for (const auto& a : raw_args) rec.command_line += " " + a;
+    rec.device = result.device_name;
+    rec.document_json = doc.dump();
+    const std::int64_t id = store->add_study(rec);
+    std::fprintf(stderr, "stored as study %lld in %s (cnnergy report %s)\n", static_cast<long long>(id),
+                 store->path().c_str(), store->path().c_str());
+  }
   return 0;
 }
 

@@ -4,10 +4,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "cli/args.hpp"
 #include "cli/vocabulary.hpp"
 #include "core/errors.hpp"
+#include "core/json.hpp"
 #include "report/export.hpp"
 #include "report/html_report.hpp"
 #include "report/table.hpp"
@@ -87,10 +91,50 @@ int run_export(const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// One study in the terminal: what ran where, and per problem and direction the fastest implementation
+// that ran (the study's own table and page have the rest: `cnnergy report DB -o page.html`).
+void print_study_summary(std::ostream& os, const tune::StudyRecord& s) {
+  os << "Study " << s.id << ": " << s.kind << " on " << s.device << ", " << s.created << "\n  " << s.command_line << "\n";
+  if (s.kind != "convbench") return;
+  const Json doc = Json::parse(s.document_json);
+  struct Best {
+    std::string name;
+    double ms = 0;
+    std::size_t ok = 0, cells = 0;
+  };
+  std::map<std::string, Best> best;  // "problem  direction precision layout"
+  std::vector<std::string> order;
+  for (const Json& c : doc.at("cells").items()) {
+    const std::string key = c.at("problem").as_string() + "  " + c.at("direction").as_string() + " " +
+                            c.at("precision").as_string() + " " + c.at("layout").as_string();
+    if (!best.count(key)) order.push_back(key);
+    Best& b = best[key];
+    ++b.cells;
+    if (c.at("status").as_string() != "ok") continue;
+    const double ms = c.at("time_ms_median").as_number();
+    if (b.ok++ == 0 || ms < b.ms) {
+      b.ms = ms;
+      b.name = c.at("implementation").as_string();
+    }
+  }
+  for (const auto& key : order) {
+    const Best& b = best[key];
+    char line[64];
+    std::snprintf(line, sizeof line, "%.3f ms", b.ms);
+    os << "  " << key << ": " << (b.ok ? b.name + " " + line : std::string("nothing ran")) << " (fastest of " << b.ok
+       << " that ran, " << b.cells << " cells)\n";
+  }
+  os << "\n";
+}
+
+}  // namespace
+
 int run_report(const std::vector<std::string>& args) {
   ArgParser p("report", "Print each sweep's trials and its optimum per metric (energy saved and time lost against "
                         "the default, as in Krzywaniak et al. 2022, Tables 2-3), and write a self-contained HTML report with charts.");
-  p.positional("DB", "results database written by `cnnergy sweep`");
+  p.positional("DB", "results database written by `cnnergy sweep` or `cnnergy convbench --db`");
   declare_output_flags(p, "the self-contained HTML report (charts included; without -o only the tables)",
                        /*main_is_stdout=*/false);
   p.group("Output");  // (re)declared here: report's stdout format means the tables or the export
@@ -116,8 +160,10 @@ int run_report(const std::vector<std::string>& args) {
 
   const tune::ResultStore store(p.get("DB"), tune::ResultStore::Mode::kReadOnly);
   const auto sweeps = store.sweeps();
-  if (sweeps.empty()) throw DataError("results database " + store.path() + " holds no sweep yet: nothing to report");
-  bool found = false;
+  const auto studies = store.studies();
+  if (sweeps.empty() && studies.empty())
+    throw DataError("results database " + store.path() + " holds no sweep or study yet: nothing to report");
+  bool found = sweeps.empty() && !options.sweep_id;
   for (const auto& s : sweeps) {
     if (options.sweep_id && s.id != *options.sweep_id) continue;
     found = true;
@@ -129,6 +175,8 @@ int run_report(const std::vector<std::string>& args) {
     std::cout << "\n";
   }
   if (!found) throw InvalidArgument("results database " + store.path() + " has no sweep " + std::to_string(*options.sweep_id));
+  if (!options.sweep_id && !p.get_flag("quiet") && !sink.machine())
+    for (const auto& s : studies) print_study_summary(std::cout, s);
   if (const auto out = p.get_optional("out")) {
     report::write_html_report(store, *out, options);
     std::fprintf(sink.machine() ? stderr : stdout, "wrote %s\n", out->c_str());

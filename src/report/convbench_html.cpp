@@ -99,8 +99,8 @@ std::string roofline(const Json& study, const std::string& precision, const std:
 
 }  // namespace
 
-std::string convbench_html(const Json& study) {
-  std::string body = "<h1>Convolution study</h1>\n<p class=\"note\">" + html_escape(study.at("device").as_string()) +
+std::string convbench_section(const Json& study, const std::string& title, const std::string& id_prefix) {
+  std::string body = "<h2>" + html_escape(title) + "</h2>\n<p class=\"note\">" + html_escape(study.at("device").as_string()) +
                      " (" + html_escape(study.at("backend").as_string()) + "); " +
                      html_escape(study.at("timing").as_string()) + ". Peaks: " +
                      html_escape(study.at("peaks").is_null() ? std::string("unknown for this device")
@@ -126,22 +126,27 @@ std::string convbench_html(const Json& study) {
   std::size_t n = 0;
   for (const Key& k : keys) {
     const std::string what = k.direction + ", " + k.precision + ", " + k.layout;
-    body += "<h2>" + html_escape(what) + "</h2>\n";
-    body += metric_chart(study, k, "time_ms_median", 1.0, "Time per call, " + what, "ms (median)", "t" + std::to_string(n));
+    body += "<h3>" + html_escape(what) + "</h3>\n";
+    body += metric_chart(study, k, "time_ms_median", 1.0, "Time per call, " + what, "ms (median)",
+                         id_prefix + "t" + std::to_string(n));
     body += metric_chart(study, k, "workspace_bytes", 1.0 / (1 << 20), "Extra memory (workspace), " + what, "MiB",
-                         "m" + std::to_string(n));
+                         id_prefix + "m" + std::to_string(n));
     body += metric_chart(study, k, "joules_per_call_median", 1e3, "Energy per call, " + what, "mJ (median)",
-                         "e" + std::to_string(n));
+                         id_prefix + "e" + std::to_string(n));
     ++n;
   }
-  body += "<h2>Roofline</h2>\n";
-  for (const auto& prec : precisions) body += roofline(study, prec, "r" + prec);
+  body += "<h3>Roofline</h3>\n";
+  for (const auto& prec : precisions) body += roofline(study, prec, id_prefix + "r" + prec);
   std::size_t failed = 0;
   for (const Json& c : study.at("cells").items()) failed += ok(c) ? 0 : 1;
   body += "<p class=\"note\">" + std::to_string(failed) +
           " cells did not run (unsupported, does_not_fit or failed); their reasons are in the JSON and the terminal "
           "table.</p>\n";
-  return html_page("cnnergy convbench", body);
+  return body;
+}
+
+std::string convbench_html(const Json& study) {
+  return html_page("cnnergy convbench", convbench_section(study, "Convolution study", ""));
 }
 
 }  // namespace cnnergy::report

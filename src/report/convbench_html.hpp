@@ -11,5 +11,8 @@ namespace cnnergy::report {
 
 // A self-contained page (inline SVG, no external resources) from convbench's JSON document.
 std::string convbench_html(const Json& study);
+// The same content as a section of a larger page (`cnnergy report`): headings one level down, chart
+// ids prefixed with `id_prefix` so that several studies share a page.
+std::string convbench_section(const Json& study, const std::string& title, const std::string& id_prefix);
 
 }  // namespace cnnergy::report

@@ -225,8 +225,13 @@ void export_json(const ResultStore& store, const std::string& path) {
         {"trials", Json(std::move(trials))}, {"optima", Json(std::move(optima))}, {"pareto_front", Json(std::move(pareto))}});
     sweeps.back()["tag"] = Json(store.sweep_tag(sw.id));
   }
+  Json::Array studies;  // each study's own document, as its command wrote it
+  for (const StudyRecord& s : store.studies())
+    studies.emplace_back(Json::Object{{"id", Json(s.id)}, {"kind", Json(s.kind)}, {"created", Json(s.created)},
+                                      {"command_line", Json(s.command_line)}, {"device", Json(s.device)},
+                                      {"document", Json::parse(s.document_json)}});
   const Json doc(Json::Object{{"format", Json("cnnergy-results")}, {"schema_version", Json(sql::kSchemaVersion)}, {"source", Json(store.path())},
-                              {"sweeps", Json(std::move(sweeps))}});
+                              {"sweeps", Json(std::move(sweeps))}, {"studies", Json(std::move(studies))}});
   write_file_atomically(path, doc.dump() + "\n");
 }
 

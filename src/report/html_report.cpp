@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "core/errors.hpp"
+#include "core/json.hpp"
+#include "report/convbench_html.hpp"
 #include "report/export.hpp"
 #include "report/report_charts.hpp"
 #include "report/svg.hpp"
@@ -169,19 +171,36 @@ std::string render_html_report(const ResultStore& store, const HtmlReportOptions
     sweeps.erase(std::remove_if(sweeps.begin(), sweeps.end(), [&](const SweepRecord& s) { return s.id != *options.sweep_id; }), sweeps.end());
     if (sweeps.empty()) throw DataError("results database " + store.path() + " has no sweep " + std::to_string(*options.sweep_id));
   }
-  if (sweeps.empty()) throw DataError("results database " + store.path() + " holds no sweep yet: nothing to report");
+  // Convolution studies (`convbench --db`) follow the sweeps; --sweep shows that sweep alone.
+  const std::vector<StudyRecord> studies = options.sweep_id ? std::vector<StudyRecord>{} : store.studies();
+  if (sweeps.empty() && studies.empty())
+    throw DataError("results database " + store.path() + " holds no sweep or study yet: nothing to report");
   const std::string title = options.title.empty() ? "cnnergy report: " + std::filesystem::path(store.path()).filename().string() : options.title;
   std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width\">\n";
   o += "<title>" + html_escape(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n";
   o += "<h1>" + html_escape(title) + "</h1>\n<p class=\"note\">Generated " + html_escape(utc_timestamp()) + " from <code>" +
        html_escape(store.path()) + "</code>. This file is self-contained and works offline.</p>\n";
-  if (sweeps.size() > 1) {
+  if (sweeps.size() + studies.size() > 1) {
     o += "<ul>";
     for (const auto& s : sweeps)
       o += "<li><a href=\"#s" + std::to_string(s.id) + "\">Sweep " + std::to_string(s.id) + ": " + html_escape(s.description) + "</a></li>";
+    for (const auto& s : studies)
+      o += "<li><a href=\"#study" + std::to_string(s.id) + "\">Study " + std::to_string(s.id) + ": " + html_escape(s.kind) +
+           " on " + html_escape(s.device) + ", " + html_escape(s.created) + "</a></li>";
     o += "</ul>\n";
   }
   for (const auto& s : sweeps) o += sweep_section(store, load_sweep(store, s.id, options.objectives), options);
+  for (const auto& s : studies) {
+    const std::string id = "study" + std::to_string(s.id);
+    o += "<section id=\"" + id + "\">\n";
+    if (s.kind == "convbench")
+      o += convbench_section(Json::parse(s.document_json), "Study " + std::to_string(s.id) + ": convolution study, " +
+                             s.created, id + "-");
+    else
+      o += "<h2>Study " + std::to_string(s.id) + ": " + html_escape(s.kind) + "</h2>\n<p class=\"note\">This cnnergy "
+           "does not know how to draw this kind of study; its document is in `cnnergy export --json`.</p>\n";
+    o += "<p class=\"note\">Command: <code>" + html_escape(s.command_line) + "</code></p>\n</section>\n";
+  }
   o += "<script>" + std::string(kScript) + "</script>\n</body>\n</html>\n";
   return o;
 }

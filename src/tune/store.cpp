@@ -212,6 +212,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
     if (create) {
       for (const auto& stmt : sql::schema()) db_->exec(stmt);
       for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
+      for (const auto& stmt : sql::studies_table_v4()) db_->exec(stmt);
     }
     tx.commit();
     if (create) return;
@@ -542,6 +543,21 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
       }
     }
   }
+  // Studies: each one that the output does not already hold (the same kind, time, command and document).
+  for (const ResultStore& in : inputs)
+    for (const StudyRecord& s : in.studies()) {
+      bool present = false;
+      for (const StudyRecord& o : out.studies())
+        present = present || (o.kind == s.kind && o.created == s.created && o.command_line == s.command_line &&
+                              o.document_json == s.document_json);
+      if (present) {
+        report.messages.push_back("study " + std::to_string(s.id) + " of " + in.path() + " (" + s.kind + ", " + s.created +
+                                  ") is already in the output: not copied again");
+        continue;
+      }
+      out.insert_study(s);
+      ++report.studies_copied;
+    }
   tx.commit();
   return report;
 }

@@ -38,6 +38,16 @@ struct SweepRecord {
   std::string notes;             // appended by merges (e.g. environments that differ)
 };
 
+// A study that is not a sweep of trials (a convolution study, `cnnergy convbench --db`): its whole JSON
+// document, which `cnnergy report` draws as the command's own --html page does.
+struct StudyRecord {
+  std::int64_t id = 0;    // set by the store
+  std::string kind;       // "convbench"
+  std::string created;    // ISO 8601 UTC; filled by add_study when empty
+  std::string command_line, device;
+  std::string document_json;
+};
+
 // One finished trial as the sweep hands it to the store.
 struct TrialRecord {
   TrialSpec spec;
@@ -92,6 +102,10 @@ class ResultStore {
   bool claim_trial(std::int64_t sweep_id, const std::string& key);
   void release_trial(std::int64_t sweep_id, const std::string& key);
   TrialRecord read_trial(std::int64_t trial_id) const;           // everything, repetitions included
+  // Studies (store_studies.cpp), in one transaction each; studies() is empty for a database that
+  // predates schema 4 (opened read-only) or holds none.
+  std::int64_t add_study(const StudyRecord& study);
+  std::vector<StudyRecord> studies() const;
   // The trial's telemetry statistics (telemetry/trial_stats.hpp as JSON); "" when it has none or the
   // database predates schema 3.
   std::string trial_telemetry_json(std::int64_t trial_id) const;
@@ -106,6 +120,7 @@ class ResultStore {
   void write_sweep_tag(std::int64_t sweep_id, const std::string& tag);
   void write_trial_telemetry(std::int64_t trial_id, const TrialMeasurement& m);
   void read_trial_telemetry(std::int64_t trial_id, TrialMeasurement& m) const;
+  std::int64_t insert_study(const StudyRecord& study);  // inside the caller's transaction
   friend MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
   std::unique_ptr<SqliteDb> db_;
 };
@@ -113,6 +128,7 @@ class ResultStore {
 struct MergeReport {
   std::size_t sweeps_created = 0, sweeps_merged = 0, trials_copied = 0;
   std::size_t duplicates_kept = 0, duplicates_replaced = 0;
+  std::size_t studies_copied = 0;
   std::vector<std::string> messages;  // one line per duplicate or environment difference
 };
 

@@ -3,7 +3,8 @@
 // tables, so adding a metric or a knob is a schema change: bump kSchemaVersion and add the step that
 // upgrades the previous version (kUpgrades).
 // Version history: 1 (first); 2 adds the trials.cuda_graph knob column; 3 adds telemetry statistics
-// (trials.telemetry_json, repetitions.telemetry_json) and the sweep's tag (sweeps.tag).
+// (trials.telemetry_json, repetitions.telemetry_json) and the sweep's tag (sweeps.tag); 4 adds the
+// studies table (a convolution study's whole JSON document, `cnnergy convbench --db`).
 #pragma once
 
 #include <string>
@@ -14,7 +15,7 @@
 
 namespace cnnergy::tune::sql {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // Version 3's columns, in their own list: added to a version-2 database by its first writer, and to
 // every new database right after the base schema.
@@ -22,6 +23,18 @@ inline std::vector<std::string> telemetry_columns_v3() {
   return {"ALTER TABLE sweeps ADD COLUMN tag TEXT NOT NULL DEFAULT ''",
           "ALTER TABLE trials ADD COLUMN telemetry_json TEXT NOT NULL DEFAULT ''",
           "ALTER TABLE repetitions ADD COLUMN telemetry_json TEXT NOT NULL DEFAULT ''"};
+}
+
+// Version 4's table, likewise: added to a version-3 database by its first writer, and to every new one.
+inline std::vector<std::string> studies_table_v4() {
+  return {"CREATE TABLE IF NOT EXISTS studies (\n"
+          "  id INTEGER PRIMARY KEY,\n"
+          "  kind TEXT NOT NULL,\n"
+          "  created TEXT NOT NULL,\n"
+          "  command_line TEXT NOT NULL,\n"
+          "  device TEXT NOT NULL,\n"
+          "  document_json TEXT NOT NULL\n"
+          ")"};
 }
 
 // The statements that take a database of version v to v + 1, by v. Readers of an older version
@@ -34,6 +47,11 @@ inline std::vector<std::string> upgrade_from(int version) {
     case 2: {
       auto out = telemetry_columns_v3();
       out.push_back("UPDATE schema_info SET value = '3' WHERE key = 'schema_version'");
+      return out;
+    }
+    case 3: {
+      auto out = studies_table_v4();
+      out.push_back("UPDATE schema_info SET value = '4' WHERE key = 'schema_version'");
       return out;
     }
     default:
@@ -51,6 +69,11 @@ inline const char* const kHasTables = "SELECT count(*) FROM sqlite_master WHERE 
 inline const char* const kHasSchemaInfo = "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_info'";
 inline const char* const kReadSchemaInfo = "SELECT key, value FROM schema_info";
 inline const char* const kQuickCheck = "PRAGMA quick_check";
+inline const char* const kHasStudies = "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='studies'";
+inline const char* const kInsertStudy =
+    "INSERT INTO studies (kind, created, command_line, device, document_json) VALUES (?, ?, ?, ?, ?)";
+inline const char* const kSelectStudies =
+    "SELECT id, kind, created, command_line, device, document_json FROM studies ORDER BY id";
 
 inline const char* const kStatusCheck = "CHECK (status IN ('ok','failed','does_not_fit','skipped'))";
 

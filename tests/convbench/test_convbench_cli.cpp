@@ -1,6 +1,7 @@
 // `cnnergy convbench` end to end on the CPU (what CI runs): the JSON document (every cell has a
 // status; ok cells have time > 0 and TFLOP/s = 2 N K C/g R S P Q / time), the CSV rows, the HTML
-// page, a model source naming its shared layers, and bad flags exiting 2 with the valid choices.
+// page, a model source naming its shared layers, bad flags exiting 2 with the valid choices, and
+// studies kept in a results database (--db) that `cnnergy report` lists and draws beside sweeps.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -109,6 +110,40 @@ TEST(ConvbenchCli, ModelSourceNamesSharedLayersAndHotspots) {
   }
   EXPECT_NEAR(share, 1.0, 1e-9);
   fs::remove_all(dir);
+}
+
+TEST(ConvbenchCli, StudiesKeptInTheResultsDatabaseAreReported) {
+  const auto dir = temp_dir("db");
+  const std::string db = (dir / "r.db").string();
+  for (const char* problem : {"n=2,c=4,h=8,w=8,k=4,r=3,s=3,pad=1", "n=1,c=2,h=6,w=6,k=2,r=1,s=1"}) {
+    const auto r = run_cli(std::string("convbench --device cpu --problem ") + problem +
+                           " --impl reference,im2col_gemm --direction forward --calls 2 --warmup 0 --window-s 0 "
+                           "--transfers off --db " + db);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("stored as study"), std::string::npos) << r.output;
+  }
+  const auto rep = run_cli("report " + db + " -o " + (dir / "r.html").string());
+  ASSERT_EQ(rep.exit_code, 0) << rep.output;
+  EXPECT_NE(rep.output.find("Study 1: convbench"), std::string::npos) << rep.output;
+  EXPECT_NE(rep.output.find("Study 2: convbench"), std::string::npos) << rep.output;
+  EXPECT_NE(rep.output.find("n=2,c=4,h=8,w=8,k=4,r=3,s=3,stride=1,pad=1  forward fp32 nchw: "), std::string::npos)
+      << rep.output;
+  EXPECT_NE(rep.output.find("(fastest of 2 that ran, 2 cells)"), std::string::npos) << rep.output;
+  const std::string html = read_text(dir / "r.html");
+  EXPECT_NE(html.find("id=\"study1\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"study2\""), std::string::npos);
+  EXPECT_NE(html.find("n=1,c=2,h=6,w=6,k=2,r=1,s=1"), std::string::npos);
+  EXPECT_NE(html.find("Roofline"), std::string::npos);
+  const auto exp = run_cli("export " + db + " --json " + (dir / "e.json").string());
+  ASSERT_EQ(exp.exit_code, 0) << exp.output;
+  const Json e = Json::parse(read_text(dir / "e.json"));
+  ASSERT_EQ(e.at("studies").items().size(), 2u);
+  EXPECT_EQ(e.at("studies").items()[1].at("document").at("cells").items().size(), 2u);
+  // an unwritable database path is refused before anything is measured
+  const auto bad = run_cli("convbench --device cpu --problem n=1,c=1,h=4,w=4,k=1,r=3,s=3 --window-s 0 --db " +
+                           (dir / "no_such_dir" / "r.db").string());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.output.find("convbench on"), std::string::npos) << bad.output;
 }
 
 TEST(ConvbenchCli, BadFlagsExitTwoWithTheChoices) {
