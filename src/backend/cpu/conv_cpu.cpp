@@ -1,9 +1,7 @@
 // 2-D convolution on the CPU (stride, asymmetric padding, dilation, groups): "reference" (direct
 // loops, double accumulation: the definition others are checked against), "im2col_gemm" (im2col +
-// one OpenBLAS sgemm per group and batch chunk; col2im for the data gradient) and, forward only,
+// one sgemm (oneDNN's or OpenBLAS's, cpu_common.hpp) per group and batch chunk; col2im for the data gradient) and, forward only,
 // "onednn" (conv_onednn_cpu.cpp, where the build has oneDNN and oneDNN implements the problem).
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -285,7 +283,7 @@ class ConvCpu final : public ConvKernel {
       const float* operand = skip_im2col ? xs : col;
       float* staged = direct ? ys : col + g_.crs * cols;
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(g_.kg), blas_int(cols),
+        sgemm(false, false, blas_int(g_.kg), blas_int(cols),
                     blas_int(g_.cgrs), 1.0f, cf32(w) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs),
                     operand + grp * g_.cgrs * cols, blas_int(cols), 0.0f,
                     staged + grp * g_.kg * cols, blas_int(cols));
@@ -315,7 +313,7 @@ class ConvCpu final : public ConvKernel {
       float* staged = col + g_.crs * cols;
       stage_from_nchw(g_, cf32(dy) + n0 * g_.k * g_.ohw, b_now, staged);
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(g_.cgrs), blas_int(cols),
+        sgemm(true, false, blas_int(g_.cgrs), blas_int(cols),
                     blas_int(g_.kg), 1.0f, cf32(w) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs),
                     staged + grp * g_.kg * cols, blas_int(cols), 0.0f, col + grp * g_.cgrs * cols,
                     blas_int(cols));
@@ -346,7 +344,7 @@ class ConvCpu final : public ConvKernel {
       stage_from_nchw(g_, cf32(dy) + n0 * g_.k * g_.ohw, b_now, staged);
       const float beta = n0 == 0 ? 0.0f : 1.0f;  // the first chunk overwrites dw, later ones add
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(g_.kg), blas_int(g_.cgrs),
+        sgemm(false, true, blas_int(g_.kg), blas_int(g_.cgrs),
                     blas_int(cols), 1.0f, staged + grp * g_.kg * cols, blas_int(cols),
                     col + grp * g_.cgrs * cols, blas_int(cols), beta,
                     mf32(dw) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs));
