@@ -219,6 +219,11 @@ void unstage_to_nchw(const Geometry& g, const float* staged, std::int64_t b, con
 
 int blas_int(std::int64_t v) { return static_cast<int>(v); }
 
+// oneDNN's reordered input and output copies per call: a batch is cut into chunks of samples whose
+// copies fit this (a few MiB, so that a chunk's reorder in, convolution and reorder out stay in the
+// last-level cache instead of streaming whole-batch tensors through memory three times).
+constexpr std::size_t kOnednnChunkBytes = std::size_t{8} << 20;
+
 class ConvCpu final : public ConvKernel {
  public:
   ConvCpu(const Conv2dDesc& desc, ConvAlgo fwd, ConvAlgo bwd_data, ConvAlgo bwd_filter,
@@ -230,7 +235,7 @@ class ConvCpu final : public ConvKernel {
         bwd_filter_(bwd_filter),
         workspace_(std::move(workspace)) {
     const std::size_t budget = std::min(kMaxConvWorkspaceBytes, workspace_limit_bytes);
-    if (fwd_ == ConvAlgo::kOnednn) create_onednn(budget);
+    if (fwd_ == ConvAlgo::kOnednn) create_onednn(std::min(budget, kOnednnChunkBytes));
     const std::size_t per_sample_bytes =
         static_cast<std::size_t>((g_.crs + g_.k) * g_.ohw) * sizeof(float);
     chunk_ =
@@ -390,7 +395,8 @@ class ConvCpu final : public ConvKernel {
       }
       if (onednn_)
         notes_.push_back("oneDNN processes the batch in chunks of " + std::to_string(onednn_chunk_) + " of " +
-                         std::to_string(g_.n) + " samples to bound its reordered copies");
+                         std::to_string(g_.n) + " samples (reordered copies of at most " +
+                         std::to_string(budget >> 20) + " MiB a call)");
     }
     if (!onednn_) {
       onednn_chunk_ = g_.n;
