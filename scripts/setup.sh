@@ -10,6 +10,7 @@ jobs=${CNNERGY_JOBS:-$(nproc)}
 packages=(cmake g++ make pkg-config libgtest-dev libopenblas-dev libsqlite3-dev libjpeg-dev libpng-dev
           dataset-fashion-mnist openmpi-bin libopenmpi-dev chromium
           libcli11-dev
+          libdnnl-dev  # oneDNN: the CPU convolution's forward pass (without it, OpenBLAS im2col)
           pybind11-dev python3-dev
           libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
           python3-torch python3-torchvision)  # torchvision models exported to ONNX, logits compared

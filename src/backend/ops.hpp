@@ -37,6 +37,9 @@ struct Conv2dDesc {
   std::int64_t dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
   bool bias = true;
+  // y = max(0, conv + b): the ReLU after a folded inference convolution, fused (set only where
+  // Backend::fuses_conv_relu(desc) holds; see net/executor.hpp).
+  bool relu = false;
 
   std::int64_t out_h() const { return (h + pad_top + pad_bottom - dilation_h * (r - 1) - 1) / stride_h + 1; }
   std::int64_t out_w() const { return (w + pad_left + pad_right - dilation_w * (s - 1) - 1) / stride_w + 1; }
@@ -71,6 +74,11 @@ class ConvKernel {
   // dw = dW(x, dy); db = sum of dy over N,H,W (db undefined when no bias). Overwrites dw and db.
   virtual void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) = 0;
   virtual ConvAlgoInfo info() const = 0;
+  // From now until the next call, forward() is given the same weight tensor with unchanged values
+  // (an inference convolution's folded weights; the layer calls it again after each refold). A
+  // kernel may then keep the weights prepared (the CPU's oneDNN path: reordered once) instead of
+  // preparing them per call. Never called for weights that training updates.
+  virtual void hold_weights() {}
 };
 
 // ---- fully connected -----------------------------------------------------------------------------
@@ -332,6 +340,12 @@ class Backend {
   // Whether make_batch_norm takes desc with relu = true (the executor fuses a ReLU that is a batch
   // norm's sole consumer into it where this holds; see net/executor.hpp).
   virtual bool fuses_batch_norm_relu(const BatchNormDesc& desc) const {
+    (void)desc;
+    return false;
+  }
+  // Whether make_conv takes desc with relu = true (forward only: the executor offers it to folded
+  // inference convolutions, which never run backward).
+  virtual bool fuses_conv_relu(const Conv2dDesc& desc) const {
     (void)desc;
     return false;
   }

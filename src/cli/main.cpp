@@ -1,9 +1,13 @@
 // Entry point: dispatches to a command and turns typed errors into a message and an exit code.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/conv_onednn_cpu.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "core/build_info.hpp"
@@ -24,10 +28,33 @@ void print_usage() {
       "  8 external command could not be started; `monitor` passes its command's own exit code\n");
 }
 
+// oneDNN's threads (libgomp's OpenMP) spin for milliseconds after each parallel region unless
+// OMP_WAIT_POLICY says otherwise; on a CPU shared with other processes a spinning thread takes the
+// core its partner waits for, and ResNet-50's CPU inference ran 10x slower (1.27 s against 0.13 s a
+// request on this project's 2-core machine with a neighbour busy; docs/benchmarks/2026-11-26-cpu-dev).
+// libgomp reads the variable once, when it loads, so the CLI sets it to PASSIVE and executes itself
+// again; the re-executed process removes it again so that commands it starts (sweep, monitor) do
+// not inherit it. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone.
+void passive_openmp_wait(char** argv) {
+  if (!cnnergy::cpu::onednn_available()) return;
+  if (const char* marker = std::getenv("CNNERGY_OMP_REEXEC")) {
+    if (std::string(marker) == "set") unsetenv("OMP_WAIT_POLICY");
+    unsetenv("CNNERGY_OMP_REEXEC");
+    return;
+  }
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("CNNERGY_OMP_REEXEC", "set", 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OMP_WAIT_POLICY");  // exec failed: run on with libgomp's default
+  unsetenv("CNNERGY_OMP_REEXEC");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace cnnergy;
+  passive_openmp_wait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (const char* lvl = std::getenv("CNNERGY_LOG"); lvl && *lvl) set_log_level(parse_log_level(lvl));

@@ -20,6 +20,7 @@ class ConvLayer final : public Layer {
     if (spec_.pad_top || spec_.pad_left) s += " pad " + std::to_string(spec_.pad_top);
     if (spec_.groups > 1) s += " groups " + std::to_string(spec_.groups);
     if (spec_.dilation_h > 1 || spec_.dilation_w > 1) s += " dilation " + std::to_string(spec_.dilation_h);
+    if (desc_.relu) s += " + relu";
     return s;
   }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<ConvLayer>(name(), spec_); }
@@ -36,6 +37,16 @@ class ConvLayer final : public Layer {
     init_weight(0, spec_.init, fan_in, rng);
     if (spec_.bias) init_constant(1, spec_.init.bias_value);
     refresh_working_copies();
+  }
+
+  // Only a convolution with a folded batch norm (an inference executor: no backward) takes the ReLU
+  // after that batch norm (the executor offers it here; see net/executor.hpp).
+  bool fuse_relu(const Backend& backend) override {
+    Conv2dDesc fused = desc_;
+    fused.relu = true;
+    if (bound() || folded_bn_ == nullptr || desc_.relu || !backend.fuses_conv_relu(fused)) return false;
+    desc_ = fused;
+    return true;
   }
 
   bool absorb_batch_norm(Layer& batch_norm) override {
@@ -70,6 +81,7 @@ class ConvLayer final : public Layer {
     backend().upload(host_b, master_b);
     backend().copy(master_b, folded_bias_);
     backend().synchronize();  // the host tensors above are freed on return
+    if (kernel_) kernel_->hold_weights();  // folded_weight_ changes only here
   }
 
   void forward(const ForwardContext& ctx) override {
@@ -82,6 +94,7 @@ class ConvLayer final : public Layer {
   std::size_t private_bytes() const override { return folded_weight_.size_bytes() + folded_bias_.size_bytes(); }
 
   void backward(const BackwardContext& ctx) override {
+    if (desc_.relu) throw InternalError("layer '" + name() + "': a convolution with a fused ReLU runs no backward");
     kernel_->backward_filter(ctx.inputs[0], ctx.output_grads[0], parameters()[0].grad,
                              spec_.bias ? parameters()[1].grad : Tensor{});
     if (ctx.input_grads[0].defined())

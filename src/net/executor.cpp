@@ -184,9 +184,18 @@ void Executor::fuse_relus() {
     if (x == graph_.input_tensor() || x == graph_.logits_tensor() || xt.producer < 0 || xt.consumers.size() != 1 ||
         graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
       continue;
-    Layer& producer = *layers_[static_cast<std::size_t>(xt.producer)];
-    if (producer.absorbed() || !producer.fuse_relu(backend_)) continue;
-    relu.absorb_into(producer.name());
+    Layer* producer = layers_[static_cast<std::size_t>(xt.producer)].get();
+    if (producer->absorbed()) {
+      // A batch norm folded into the convolution before it (the convolution's sole consumer): the
+      // convolution is offered the ReLU; conv -> (bn) -> relu is one chain, planned as one tensor.
+      const auto& bn_ins = graph_.layer_inputs(static_cast<std::size_t>(xt.producer));
+      if (producer->type() != "batch_norm" || bn_ins.size() != 1) continue;
+      const int conv = graph_.tensor(bn_ins[0]).producer;
+      if (conv < 0 || layers_[static_cast<std::size_t>(conv)]->name() != producer->absorbed_into()) continue;
+      producer = layers_[static_cast<std::size_t>(conv)].get();
+    }
+    if (producer->absorbed() || !producer->fuse_relu(backend_)) continue;
+    relu.absorb_into(producer->name());
     ++memory_.fused_relus;
   }
 }

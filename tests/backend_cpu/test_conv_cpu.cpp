@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/conv_onednn_cpu.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "backend_cpu/cpu_fixture.hpp"
 #include "core/errors.hpp"
@@ -254,7 +255,7 @@ TEST_F(Conv, SingleSampleAndPointwiseFastPathsMatchReference) {
   batch.n = 3, batch.c = 8, batch.k = 12, batch.h = 5, batch.w = 6;
   BackendOptions opts;
   opts.workspace_limit_bytes = 1;
-  auto one_at_a_time = create_backend(opts)->make_conv(batch, {});
+  auto one_at_a_time = create_backend(opts)->make_conv(batch, {"im2col_gemm", "im2col_gemm", "im2col_gemm"});
   auto ref = backend_->make_conv(batch, {"reference", "reference", "reference"});
   expect_same(batch, *one_at_a_time, *ref);
 }
@@ -268,17 +269,17 @@ TEST_F(Conv, BatchChunksGiveTheSameResult) {
   BackendOptions opts;
   opts.workspace_limit_bytes = 2 * per_sample + 8;  // chunks of 2, 2 and 1 samples
   auto small = create_backend(opts);
-  auto chunked = small->make_conv(d, {});
+  auto chunked = small->make_conv(d, {"im2col_gemm", "im2col_gemm", "im2col_gemm"});
   EXPECT_EQ(chunked->info().workspace_bytes, 2 * per_sample);
   ASSERT_EQ(chunked->info().notes.size(), 1u);
   EXPECT_NE(chunked->info().notes[0].find("chunks of 2 of 5"), std::string::npos)
       << chunked->info().notes[0];
-  auto whole = backend_->make_conv(d, {});
+  auto whole = backend_->make_conv(d, {"im2col_gemm", "im2col_gemm", "im2col_gemm"});
   EXPECT_EQ(whole->info().workspace_bytes, 5 * per_sample);
   EXPECT_TRUE(whole->info().notes.empty());
   expect_same(d, *chunked, *whole);
   opts.workspace_limit_bytes = 1;  // less than one sample: one at a time
-  auto one = create_backend(opts)->make_conv(d, {});
+  auto one = create_backend(opts)->make_conv(d, {"im2col_gemm", "im2col_gemm", "im2col_gemm"});
   EXPECT_EQ(one->info().workspace_bytes, per_sample);
   auto ref = backend_->make_conv(d, {"reference", "reference", "reference"});
   expect_same(d, *one, *ref);
@@ -287,7 +288,7 @@ TEST_F(Conv, BatchChunksGiveTheSameResult) {
 TEST_F(Conv, WorkspaceStaysBoundedForLargeInputs) {
   auto vgg = conv(64, 64, 224, 224, 64, 3, 3);  // VGG conv1_2 at batch 64
   vgg.pad_top = vgg.pad_bottom = vgg.pad_left = vgg.pad_right = 1;
-  const auto info = backend_->make_conv(vgg, {})->info();
+  const auto info = backend_->make_conv(vgg, {"im2col_gemm", "im2col_gemm", "im2col_gemm"})->info();
   EXPECT_GT(info.workspace_bytes, 0u);
   EXPECT_LE(info.workspace_bytes, cpu::kMaxConvWorkspaceBytes);
   EXPECT_FALSE(info.notes.empty());
@@ -299,7 +300,8 @@ TEST_F(Conv, WorkspaceStaysBoundedForLargeInputs) {
 TEST_F(Conv, InfoNamesTheAlgorithms) {
   const auto d = conv(1, 2, 5, 5, 2, 3, 3);
   const auto info = backend_->make_conv(d, {"", "reference", "im2col_gemm"})->info();
-  EXPECT_EQ(info.forward, "im2col_gemm");  // the default
+  const char* default_forward = cpu::onednn_available() ? "onednn" : "im2col_gemm";
+  EXPECT_EQ(info.forward, default_forward);  // the default
   EXPECT_EQ(info.backward_data, "reference");
   EXPECT_EQ(info.backward_filter, "im2col_gemm");
   EXPECT_EQ(info.math_type, "fp32");
@@ -307,7 +309,7 @@ TEST_F(Conv, InfoNamesTheAlgorithms) {
   opts.conv_algo_policy = "reference";  // a CPU name as the run's policy sets the default
   EXPECT_EQ(create_backend(opts)->make_conv(d, {})->info().forward, "reference");
   opts.conv_algo_policy = "heuristic";  // a CUDA policy means nothing on the CPU
-  EXPECT_EQ(create_backend(opts)->make_conv(d, {})->info().forward, "im2col_gemm");
+  EXPECT_EQ(create_backend(opts)->make_conv(d, {})->info().forward, default_forward);
 }
 
 TEST_F(Conv, HandComputedCrossCorrelation) {

@@ -1,12 +1,12 @@
 // 2-D convolution on the CPU (stride, asymmetric padding, dilation, groups): "reference" (direct
-// loops, double accumulation: the definition others are checked against) and "im2col_gemm" (im2col +
-// one OpenBLAS sgemm per group and batch chunk; col2im for the data gradient).
-#include <cblas.h>
-
+// loops, double accumulation: the definition others are checked against), "im2col_gemm" (im2col +
+// one sgemm (oneDNN's or OpenBLAS's, cpu_common.hpp) per group and batch chunk; col2im for the data gradient) and, forward only,
+// "onednn" (conv_onednn_cpu.cpp, where the build has oneDNN and oneDNN implements the problem).
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/conv_onednn_cpu.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "core/errors.hpp"
 
@@ -219,6 +219,11 @@ void unstage_to_nchw(const Geometry& g, const float* staged, std::int64_t b, con
 
 int blas_int(std::int64_t v) { return static_cast<int>(v); }
 
+// oneDNN's reordered input and output copies per call: a batch is cut into chunks of samples whose
+// copies fit this (a few MiB, so that a chunk's reorder in, convolution and reorder out stay in the
+// last-level cache instead of streaming whole-batch tensors through memory three times).
+constexpr std::size_t kOnednnChunkBytes = std::size_t{8} << 20;
+
 class ConvCpu final : public ConvKernel {
  public:
   ConvCpu(const Conv2dDesc& desc, ConvAlgo fwd, ConvAlgo bwd_data, ConvAlgo bwd_filter,
@@ -229,9 +234,10 @@ class ConvCpu final : public ConvKernel {
         bwd_data_(bwd_data),
         bwd_filter_(bwd_filter),
         workspace_(std::move(workspace)) {
+    const std::size_t budget = std::min(kMaxConvWorkspaceBytes, workspace_limit_bytes);
+    if (fwd_ == ConvAlgo::kOnednn) create_onednn(std::min(budget, kOnednnChunkBytes));
     const std::size_t per_sample_bytes =
         static_cast<std::size_t>((g_.crs + g_.k) * g_.ohw) * sizeof(float);
-    const std::size_t budget = std::min(kMaxConvWorkspaceBytes, workspace_limit_bytes);
     chunk_ =
         std::clamp<std::int64_t>(static_cast<std::int64_t>(budget / per_sample_bytes), 1, g_.n);
     check_blas_dim(chunk_ * g_.ohw, kOp, "batch chunk x output pixels");
@@ -239,6 +245,7 @@ class ConvCpu final : public ConvKernel {
     const bool uses_gemm = fwd_ == ConvAlgo::kIm2colGemm || bwd_data_ == ConvAlgo::kIm2colGemm ||
                            bwd_filter_ == ConvAlgo::kIm2colGemm;
     workspace_bytes_ = uses_gemm ? static_cast<std::size_t>(chunk_) * per_sample_bytes : 0;
+    if (onednn_) workspace_bytes_ = std::max(workspace_bytes_, onednn_->workspace_bytes());
   }
 
   void forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override {
@@ -247,6 +254,19 @@ class ConvCpu final : public ConvKernel {
     if (desc_.bias) check_f32(b, kOp, "bias", desc_.k);
     check_f32_shape(y, kOp, "y", desc_.output_shape());
     const float* bias = desc_.bias ? cf32(b) : nullptr;
+    if (onednn_) {
+      for (std::int64_t n0 = 0; n0 < g_.n; n0 += onednn_chunk_) {
+        OnednnConvForward& kernel = g_.n - n0 >= onednn_chunk_ ? *onednn_ : *onednn_tail_;
+        kernel.forward(cf32(x) + n0 * g_.c * g_.hw, cf32(w), bias, mf32(y) + n0 * g_.k * g_.ohw);
+      }
+      return;
+    }
+    forward_without_onednn(x, w, bias, y);
+    if (desc_.relu)  // the fused ReLU (Conv2dDesc::relu) of the paths without a post-op
+      for (float *p = mf32(y), *end = p + y.numel(); p != end; ++p) *p = std::max(*p, 0.0f);
+  }
+
+  void forward_without_onednn(const Tensor& x, const Tensor& w, const float* bias, const Tensor& y) {
     if (fwd_ == ConvAlgo::kReference) {
       reference_forward(g_, cf32(x), cf32(w), bias, mf32(y));
       return;
@@ -268,7 +288,7 @@ class ConvCpu final : public ConvKernel {
       const float* operand = skip_im2col ? xs : col;
       float* staged = direct ? ys : col + g_.crs * cols;
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(g_.kg), blas_int(cols),
+        sgemm(false, false, blas_int(g_.kg), blas_int(cols),
                     blas_int(g_.cgrs), 1.0f, cf32(w) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs),
                     operand + grp * g_.cgrs * cols, blas_int(cols), 0.0f,
                     staged + grp * g_.kg * cols, blas_int(cols));
@@ -282,6 +302,7 @@ class ConvCpu final : public ConvKernel {
 
   void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
                      bool accumulate) override {
+    no_backward_with_relu();
     check_f32_shape(dy, kOp, "dy", desc_.output_shape());
     check_f32_shape(w, kOp, "w", desc_.weight_shape());
     check_f32_shape(dx, kOp, "dx", desc_.input_shape());
@@ -297,7 +318,7 @@ class ConvCpu final : public ConvKernel {
       float* staged = col + g_.crs * cols;
       stage_from_nchw(g_, cf32(dy) + n0 * g_.k * g_.ohw, b_now, staged);
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(g_.cgrs), blas_int(cols),
+        sgemm(true, false, blas_int(g_.cgrs), blas_int(cols),
                     blas_int(g_.kg), 1.0f, cf32(w) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs),
                     staged + grp * g_.kg * cols, blas_int(cols), 0.0f, col + grp * g_.cgrs * cols,
                     blas_int(cols));
@@ -307,6 +328,7 @@ class ConvCpu final : public ConvKernel {
 
   void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw,
                        const Tensor& db) override {
+    no_backward_with_relu();
     check_f32_shape(x, kOp, "x", desc_.input_shape());
     check_f32_shape(dy, kOp, "dy", desc_.output_shape());
     check_f32_shape(dw, kOp, "dw", desc_.weight_shape());
@@ -327,11 +349,16 @@ class ConvCpu final : public ConvKernel {
       stage_from_nchw(g_, cf32(dy) + n0 * g_.k * g_.ohw, b_now, staged);
       const float beta = n0 == 0 ? 0.0f : 1.0f;  // the first chunk overwrites dw, later ones add
       for (std::int64_t grp = 0; grp < g_.groups; ++grp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(g_.kg), blas_int(g_.cgrs),
+        sgemm(false, true, blas_int(g_.kg), blas_int(g_.cgrs),
                     blas_int(cols), 1.0f, staged + grp * g_.kg * cols, blas_int(cols),
                     col + grp * g_.cgrs * cols, blas_int(cols), beta,
                     mf32(dw) + grp * g_.kg * g_.cgrs, blas_int(g_.cgrs));
     }
+  }
+
+  void hold_weights() override {
+    if (onednn_) onednn_->hold_weights();
+    if (onednn_tail_) onednn_tail_->hold_weights();
   }
 
   ConvAlgoInfo info() const override {
@@ -341,6 +368,8 @@ class ConvCpu final : public ConvKernel {
     i.backward_filter = conv_algo_name(bwd_filter_);
     i.math_type = "fp32";
     i.workspace_bytes = workspace_bytes_;
+    i.notes = notes_;
+    if (onednn_) i.notes.push_back("forward: " + onednn_->describe());
     if (workspace_bytes_ > 0 && chunk_ < g_.n)
       i.notes.push_back("im2col processes the batch in chunks of " + std::to_string(chunk_) +
                         " of " + std::to_string(g_.n) + " samples to bound its buffer");
@@ -348,10 +377,47 @@ class ConvCpu final : public ConvKernel {
   }
 
  private:
+  // The oneDNN primitive for the whole batch, or, where its reordered input and output would pass
+  // the workspace budget, for chunks of samples (and one for the remainder); else im2col_gemm.
+  void create_onednn(std::size_t budget) {
+    onednn_chunk_ = g_.n;
+    onednn_ = OnednnConvForward::create(desc_, desc_.relu, workspace_);
+    if (onednn_ && onednn_->workspace_bytes() > budget && g_.n > 1) {
+      const auto per_sample = std::max<std::size_t>(onednn_->workspace_bytes() / static_cast<std::size_t>(g_.n), 1);
+      onednn_chunk_ = std::clamp<std::int64_t>(static_cast<std::int64_t>(budget / per_sample), 1, g_.n);
+      Conv2dDesc chunk = desc_;
+      chunk.n = onednn_chunk_;
+      onednn_ = OnednnConvForward::create(chunk, desc_.relu, workspace_);
+      if (onednn_ && g_.n % onednn_chunk_ != 0) {
+        chunk.n = g_.n % onednn_chunk_;
+        onednn_tail_ = OnednnConvForward::create(chunk, desc_.relu, workspace_);
+        if (!onednn_tail_) onednn_.reset();
+      }
+      if (onednn_)
+        notes_.push_back("oneDNN processes the batch in chunks of " + std::to_string(onednn_chunk_) + " of " +
+                         std::to_string(g_.n) + " samples (reordered copies of at most " +
+                         std::to_string(budget >> 20) + " MiB a call)");
+    }
+    if (!onednn_) {
+      onednn_chunk_ = g_.n;
+      fwd_ = ConvAlgo::kIm2colGemm;
+      notes_.push_back("oneDNN has no forward implementation for this problem; im2col_gemm runs it");
+    }
+  }
+
+  void no_backward_with_relu() const {
+    if (desc_.relu)
+      throw InvalidArgument("conv2d: a convolution with a fused ReLU (Conv2dDesc::relu) is forward only");
+  }
+
   Conv2dDesc desc_;
   Geometry g_;
   ConvAlgo fwd_, bwd_data_, bwd_filter_;
   std::shared_ptr<Workspace> workspace_;
+  std::unique_ptr<OnednnConvForward> onednn_;  // set when the forward runs through oneDNN
+  std::unique_ptr<OnednnConvForward> onednn_tail_;  // the last chunk's, when chunks do not divide N
+  std::int64_t onednn_chunk_ = 1;  // samples per oneDNN call
+  std::vector<std::string> notes_;
   std::int64_t chunk_ = 1;  // samples per im2col chunk
   std::size_t workspace_bytes_ = 0;
 };
@@ -359,19 +425,30 @@ class ConvCpu final : public ConvKernel {
 }  // namespace
 
 std::string_view conv_algo_name(ConvAlgo a) {
-  return a == ConvAlgo::kReference ? "reference" : "im2col_gemm";
+  switch (a) {
+    case ConvAlgo::kReference: return "reference";
+    case ConvAlgo::kIm2colGemm: return "im2col_gemm";
+    case ConvAlgo::kOnednn: return "onednn";
+  }
+  return "im2col_gemm";
 }
 
 ConvAlgo parse_conv_algo(std::string_view name, ConvAlgo fallback) {
   if (name.empty()) return fallback;
   if (name == "reference") return ConvAlgo::kReference;
   if (name == "im2col_gemm" || name == "own:im2col_gemm") return ConvAlgo::kIm2colGemm;
+  if (name == "onednn") {
+    if (!onednn_available())
+      throw NotSupported("the CPU convolution 'onednn' needs oneDNN, which this build lacks (install "
+                         "libdnnl-dev and configure again); choose reference or im2col_gemm");
+    return ConvAlgo::kOnednn;
+  }
   if (name.rfind("own:", 0) == 0)
     throw InvalidArgument("the CPU backend has no convolution '" + std::string(name) +
                           "' (choose one of: reference, im2col_gemm, own:im2col_gemm; the other own "
                           "implementations run on CUDA)");
   throw InvalidArgument("unknown CPU convolution algorithm '" + std::string(name) +
-                        "' (choose one of: reference, im2col_gemm)");
+                        "' (choose one of: reference, im2col_gemm, onednn)");
 }
 
 void validate_conv_desc(const Conv2dDesc& d) {
@@ -407,9 +484,14 @@ void validate_conv_desc(const Conv2dDesc& d) {
 std::unique_ptr<ConvKernel> make_conv_kernel(const Conv2dDesc& desc, const ConvAlgoChoice& algo,
                                              ConvAlgo default_algo,
                                              std::size_t workspace_limit_bytes,
-                                             std::shared_ptr<Workspace> workspace) {
+                                             std::shared_ptr<Workspace> workspace,
+                                             ConvAlgo default_forward) {
   validate_conv_desc(desc);
-  return std::make_unique<ConvCpu>(desc, parse_conv_algo(algo.forward, default_algo),
+  for (const std::string* backward : {&algo.backward_data, &algo.backward_filter})
+    if (*backward == "onednn")
+      throw InvalidArgument("the CPU convolution 'onednn' runs the forward pass only (backward: "
+                            "reference or im2col_gemm)");
+  return std::make_unique<ConvCpu>(desc, parse_conv_algo(algo.forward, default_forward),
                                    parse_conv_algo(algo.backward_data, default_algo),
                                    parse_conv_algo(algo.backward_filter, default_algo),
                                    workspace_limit_bytes, std::move(workspace));

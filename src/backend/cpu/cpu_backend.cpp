@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "backend/cpu/conv_onednn_cpu.hpp"
 #include "backend/cpu/cpu_kernels.hpp"
 #include "core/errors.hpp"
 
@@ -82,7 +83,15 @@ class CpuBackend final : public Backend {
         default_conv_algo_(options.conv_algo_policy.rfind("own:", 0) == 0
                                ? parse_conv_algo(options.conv_algo_policy, ConvAlgo::kIm2colGemm)
                            : options.conv_algo_policy == "reference" ? ConvAlgo::kReference
-                                                                     : ConvAlgo::kIm2colGemm) {}
+                                                                     : ConvAlgo::kIm2colGemm),
+        // The forward pass runs through oneDNN where the build has it, unless the run's policy
+        // names a CPU algorithm (reference, im2col_gemm, own:im2col_gemm) for every direction.
+        default_forward_algo_(options.conv_algo_policy == "onednn" ||
+                                      (onednn_available() && options.conv_algo_policy != "reference" &&
+                                       options.conv_algo_policy != "im2col_gemm" &&
+                                       options.conv_algo_policy.rfind("own:", 0) != 0)
+                                  ? parse_conv_algo("onednn", ConvAlgo::kIm2colGemm)
+                                  : default_conv_algo_) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return device_name_; }
@@ -129,12 +138,14 @@ class CpuBackend final : public Backend {
     if (direction != "forward" && direction != "backward_data" && direction != "backward_filter")
       throw InvalidArgument("unknown convolution direction '" + direction +
                             "' (choose one of: forward, backward_data, backward_filter)");
-    return {"reference", "im2col_gemm"};  // both run every direction (conv_cpu.cpp)
+    // reference and im2col_gemm run every direction, onednn the forward (conv_cpu.cpp)
+    if (direction == "forward" && onednn_available()) return {"reference", "im2col_gemm", "onednn"};
+    return {"reference", "im2col_gemm"};
   }
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
     return make_conv_kernel(desc, algo, default_conv_algo_, options_.workspace_limit_bytes,
-                            workspace_);
+                            workspace_, default_forward_algo_);
   }
   std::unique_ptr<LinearKernel> make_linear(const LinearDesc& desc) override {
     return make_linear_kernel(desc);
@@ -149,6 +160,7 @@ class CpuBackend final : public Backend {
     return make_batch_norm_kernel(desc);
   }
   bool fuses_batch_norm_relu(const BatchNormDesc&) const override { return true; }
+  bool fuses_conv_relu(const Conv2dDesc&) const override { return true; }  // every algorithm (conv_cpu.cpp)
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
     return make_softmax_xent_kernel(desc);
   }
@@ -219,6 +231,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<Workspace> workspace_;
   std::string device_name_;
   ConvAlgo default_conv_algo_;
+  ConvAlgo default_forward_algo_;
 };
 
 }  // namespace

@@ -10,9 +10,31 @@
 #include <limits>
 #include <sstream>
 
+#ifdef CNNERGY_HAVE_ONEDNN
+#include <dnnl.h>
+#else
+#include <cblas.h>
+#endif
+
 #include "core/errors.hpp"
 
 namespace cnnergy::cpu {
+
+void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+           std::int64_t ldc) {
+#ifdef CNNERGY_HAVE_ONEDNN
+  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                                          ldb, beta, c, ldc);
+  if (status != dnnl_success)
+    throw InternalError("oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(status)) + ") for " +
+                        std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+#else
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+#endif
+}
 
 namespace {
 

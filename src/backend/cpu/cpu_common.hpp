@@ -36,6 +36,14 @@ void check_at_least(std::int64_t v, std::int64_t min_value, std::string_view op,
 // it.
 void check_blas_dim(std::int64_t v, std::string_view op, std::string_view what);
 
+// Row-major C = alpha * op(A) op(B) + beta * C (op: transposed where asked). oneDNN's sgemm where
+// the build has oneDNN, so that one thread pool (oneDNN's OpenMP) runs every CPU kernel: OpenBLAS's
+// own threads, spinning and yielding after each call, took a tenth of the two cores from oneDNN's
+// convolutions in ResNet-50 inference; OpenBLAS's cblas_sgemm otherwise.
+void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+           std::int64_t ldc);
+
 inline const float* cf32(const Tensor& t) { return static_cast<const float*>(t.raw()); }
 inline float* mf32(const Tensor& t) { return static_cast<float*>(t.raw()); }
 

@@ -16,18 +16,21 @@ namespace cnnergy::cpu {
 
 // ---- convolution (conv_cpu.cpp)
 // ----------------------------------------------------------------------
-enum class ConvAlgo { kReference, kIm2colGemm };
-std::string_view conv_algo_name(ConvAlgo a);  // "reference", "im2col_gemm"
+// kOnednn: forward only (conv_onednn_cpu.hpp); a problem oneDNN cannot run falls back to im2col_gemm.
+enum class ConvAlgo { kReference, kIm2colGemm, kOnednn };
+std::string_view conv_algo_name(ConvAlgo a);  // "reference", "im2col_gemm", "onednn"
 // "" → fallback; otherwise one of the names above, else InvalidArgument listing them.
 ConvAlgo parse_conv_algo(std::string_view name, ConvAlgo fallback);
 // Throws InvalidArgument/ShapeError for impossible descriptors (groups not dividing, empty output,
 // ...).
 void validate_conv_desc(const Conv2dDesc& d);
 // workspace_limit_bytes caps the im2col chunk (together with kMaxConvWorkspaceBytes).
+// default_algo: the backward directions' default; default_forward: the forward's.
 std::unique_ptr<ConvKernel> make_conv_kernel(const Conv2dDesc& desc, const ConvAlgoChoice& algo,
                                              ConvAlgo default_algo,
                                              std::size_t workspace_limit_bytes,
-                                             std::shared_ptr<Workspace> workspace);
+                                             std::shared_ptr<Workspace> workspace,
+                                             ConvAlgo default_forward);
 
 // ---- fully connected (linear_cpu.cpp)
 // ------------------------------------------------------------------

@@ -1,7 +1,5 @@
-// Fully connected layer on the CPU: y = x w^T + b through cblas_sgemm, and a plain-loop variant
+// Fully connected layer on the CPU: y = x w^T + b through sgemm (cpu_common.hpp: oneDNN's or OpenBLAS's), and a plain-loop variant
 // (double accumulation) that tests use to cross-check the BLAS path.
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "backend/cpu/cpu_kernels.hpp"
@@ -50,7 +48,7 @@ class LinearCpu final : public LinearKernel {
     if (bp) {
       for (std::int64_t i = 0; i < n; ++i) std::copy(bp, bp + out, yp + i * out);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas(n), blas(out), blas(in), 1.0f, xp,
+    sgemm(false, true, blas(n), blas(out), blas(in), 1.0f, xp,
                 blas(in), wp, blas(in), bp ? 1.0f : 0.0f, yp, blas(out));
   }
 
@@ -75,7 +73,7 @@ class LinearCpu final : public LinearKernel {
       return;
     }
     // dx (N, in) = dy (N, out) * w (out, in)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas(n), blas(in), blas(out), 1.0f, dyp,
+    sgemm(false, false, blas(n), blas(in), blas(out), 1.0f, dyp,
                 blas(out), wp, blas(in), accumulate ? 1.0f : 0.0f, dxp, blas(in));
   }
 
@@ -108,7 +106,7 @@ class LinearCpu final : public LinearKernel {
       return;
     }
     // dw (out, in) = dy^T (out, N) * x (N, in)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas(out), blas(in), blas(n), 1.0f, dyp,
+    sgemm(true, false, blas(out), blas(in), blas(n), 1.0f, dyp,
                 blas(out), xp, blas(in), 0.0f, dwp, blas(in));
   }
 

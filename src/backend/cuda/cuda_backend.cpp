@@ -213,6 +213,8 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
+    if (desc.relu)  // fuses_conv_relu is false here: the executor never asks
+      throw NotSupported("conv2d on cuda: a fused ReLU (Conv2dDesc::relu) is not implemented");
     ctx_->activate();
     return make_cuda_conv(ctx_, desc, algo);  // cuDNN, or own implementations (own_conv.hpp)
   }
