@@ -12,6 +12,7 @@
 using namespace cnnergy;
 using namespace cnnergy::tune;
 using cnnergy::tune::testing::TempDir;
+using cnnergy::tune::testing::sqlite_scalar;
 
 namespace {
 
@@ -26,17 +27,6 @@ StudyRecord study(const std::string& device, int cells) {
   return s;
 }
 
-std::string scalar(sqlite3* db, const std::string& sql) {
-  std::string out;
-  sqlite3_exec(
-      db, sql.c_str(),
-      [](void* o, int, char** v, char**) {
-        *static_cast<std::string*>(o) = v[0] ? v[0] : "NULL";
-        return 0;
-      },
-      &out, nullptr);
-  return out;
-}
 
 }  // namespace
 
@@ -104,6 +94,6 @@ TEST(StoreStudies, VersionThreeDatabaseHoldsNoneUntilItsFirstWriterAddsTheTable)
     EXPECT_EQ(writer.sweep(sweep_id).sweep_key, "sw");
   }
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  EXPECT_EQ(scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "4");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "4");
   sqlite3_close(raw);
 }

@@ -13,20 +13,10 @@ using namespace cnnergy;
 using namespace cnnergy::tune;
 using cnnergy::tune::testing::random_trial;
 using cnnergy::tune::testing::TempDir;
+using cnnergy::tune::testing::sqlite_scalar;
 
 namespace {
 
-std::string scalar(sqlite3* db, const std::string& sql) {
-  std::string out;
-  sqlite3_exec(
-      db, sql.c_str(),
-      [](void* o, int, char** v, char**) {
-        *static_cast<std::string*>(o) = v[0] ? v[0] : "NULL";
-        return 0;
-      },
-      &out, nullptr);
-  return out;
-}
 
 std::vector<TrialSpec> batch_trials() {
   KnobSpace space;
@@ -68,8 +58,8 @@ TEST(StoreV3, VersionTwoDatabaseIsReadThenUpgradedByTheFirstWriter) {
     EXPECT_EQ(reader.sweep_tag(sweeps[0].id), "");
   }
   sqlite3_open(path.c_str(), &raw);
-  EXPECT_EQ(scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "2");  // a reader changes nothing
-  EXPECT_EQ(scalar(raw, "SELECT count(*) FROM pragma_table_info('trials') WHERE name='telemetry_json'"), "0");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "2");  // a reader changes nothing
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT count(*) FROM pragma_table_info('trials') WHERE name='telemetry_json'"), "0");
   sqlite3_close(raw);
 
   std::int64_t old_id = 0, new_id = 0;
@@ -83,8 +73,8 @@ TEST(StoreV3, VersionTwoDatabaseIsReadThenUpgradedByTheFirstWriter) {
     new_id = writer.add_sweep(sweep_on("NVIDIA H100"), "lab-a");
   }
   sqlite3_open(path.c_str(), &raw);
-  EXPECT_EQ(scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "4");
-  EXPECT_EQ(scalar(raw, "SELECT tag FROM sweeps WHERE sweep_key='sw-old'"), "");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "4");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT tag FROM sweeps WHERE sweep_key='sw-old'"), "");
   sqlite3_close(raw);
   ResultStore store(path, ResultStore::Mode::kReadOnly);
   EXPECT_EQ(store.sweep_tag(new_id), "lab-a");

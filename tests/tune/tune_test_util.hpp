@@ -2,6 +2,7 @@
 // trial records.
 #pragma once
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -62,6 +63,19 @@ inline TrialRecord random_trial(Rng& rng, const TrialSpec& spec, int reps = 3, i
     t.measurement.layers.push_back({l, "conv" + std::to_string(l), l % 2 ? "relu" : "conv", rng.uniform(0.1f, 5.f),
                                     rng.uniform(0.1f, 9.f), std::optional<double>(rng.uniform(1.f, 90.f)), 1e9 * rng.uniform(0.f, 3.f)});
   return t;
+}
+
+// The first column of the first row of `sql` on a raw connection ("NULL" for NULL, "" for no row).
+inline std::string sqlite_scalar(sqlite3* db, const std::string& sql) {
+  std::string out;
+  sqlite3_exec(
+      db, sql.c_str(),
+      [](void* o, int, char** v, char**) {
+        *static_cast<std::string*>(o) = v[0] ? v[0] : "NULL";
+        return 0;
+      },
+      &out, nullptr);
+  return out;
 }
 
 }  // namespace cnnergy::tune::testing

@@ -441,35 +441,31 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
   // Untimed candidates keep their warm-up time, an upper bound: chosen only if nothing was timed.
   std::vector<float> best_ms = warm_ms;
   float fastest = std::numeric_limits<float>::infinity();
+  // One timed run of launches[i] into best_ms and fastest; false where it did not run.
+  auto time_once = [&](std::size_t i) {
+    CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
+    if (launches[i].execute(handle, operands) != CUDNN_STATUS_SUCCESS) return false;
+    CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
+    CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+    best_ms[i] = std::min(best_ms[i], ms);
+    fastest = std::min(fastest, best_ms[i]);
+    return true;
+  };
   for (int pass = 0; pass < kGraphFindPasses; ++pass)
     for (std::size_t i = 0; i < launches.size(); ++i) {
       if (pass == 0 && warm_ms[i] > kClearlySlower * fastest_warm + kWarmupSlackMs) continue;
       // A candidate clearly slower than the best so far cannot win by another run: not timed again.
       if (pass > 0 && best_ms[i] > kClearlySlower * fastest) continue;
-      CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
-      if (launches[i].execute(handle, operands) != CUDNN_STATUS_SUCCESS) continue;
-      CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
-      CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
-      float ms = 0.0f;
-      CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
-      best_ms[i] = std::min(best_ms[i], ms);
-      fastest = std::min(fastest, best_ms[i]);
+      time_once(i);
     }
   // Second chance for candidates whose warm-up alone kept them out, where loading can explain it.
   for (std::size_t i = 0; i < launches.size(); ++i) {
     if (warm_ms[i] <= kClearlySlower * fastest_warm + kWarmupSlackMs) continue;  // timed above
     if (source[i] != 0 && warm_ms[i] > fastest + kLoadAllowanceMs) continue;  // 0: ranked first
-    for (int pass = 0; pass < kGraphFindPasses; ++pass) {
-      if (pass > 0 && best_ms[i] > kClearlySlower * fastest) break;
-      CNNERGY_CUDA_CALL(cudaEventRecord(start, stream));
-      if (launches[i].execute(handle, operands) != CUDNN_STATUS_SUCCESS) break;
-      CNNERGY_CUDA_CALL(cudaEventRecord(stop, stream));
-      CNNERGY_CUDA_CALL(cudaEventSynchronize(stop));
-      float ms = 0.0f;
-      CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
-      best_ms[i] = std::min(best_ms[i], ms);
-      fastest = std::min(fastest, best_ms[i]);
-    }
+    for (int pass = 0; pass < kGraphFindPasses; ++pass)
+      if ((pass > 0 && best_ms[i] > kClearlySlower * fastest) || !time_once(i)) break;
   }
   if (ConvSearchClock::tracing())
     for (std::size_t i = 0; i < launches.size(); ++i)
