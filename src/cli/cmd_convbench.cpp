@@ -89,7 +89,9 @@ int run_convbench(const std::vector<std::string>& raw_args) {
   p.option("warmup", "untimed calls per cell before timing", "2");
   p.option("transfers", "time pageable and pinned host<->device copies of each problem's tensors", "on", {"on", "off"});
   p.option("metrics", "kernel view per cell: off, kernels (CUPTI activity: kernels, share, registers, shared "
-                      "memory), full (kernels + counters)", "off", {"off", "kernels", "full"});
+                      "memory), full (kernels + hardware counters over one call through CUPTI's range profiler: "
+                      "achieved occupancy, IPC, warp execution efficiency, global sectors per request, shared "
+                      "bank conflicts, DRAM bytes and throughput, tensor pipe use)", "off", {"off", "kernels", "full"});
   p.option("seed", "seed of the random operands", "1");
   declare_window_flags(p, "3", "1.0");
   p.group("Output");

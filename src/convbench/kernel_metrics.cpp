@@ -39,12 +39,6 @@ std::string_view metrics_level_name(MetricsLevel level) {
   return "full";
 }
 
-// Counters need CUPTI's range profiler (perfworks metric evaluation), which this build does not
-// drive yet; the kernel list and the per-kernel resources come from the activity records.
-constexpr const char* kCountersReason =
-    "unavailable: the CUPTI range profiler (achieved occupancy, IPC, warp execution, gld/gst/shared "
-    "efficiency, DRAM throughput) is not wired in yet; use ncu --metrics (docs/convbench.md)";
-
 #if CNNERGY_HAVE_CUPTI
 namespace {
 
@@ -148,7 +142,7 @@ class CuptiTracer final : public KernelTracer {
     r.active = false;
     KernelReport report;
     report.calls = calls;
-    report.counters = flushed == CUPTI_SUCCESS ? kCountersReason : "unavailable: flush failed: " + cupti_error(flushed);
+    if (flushed != CUPTI_SUCCESS) report.counters = "unavailable: the activity flush failed: " + cupti_error(flushed);
     double total_ms = 0;
     for (const auto& [name, a] : r.kernels) {
       KernelRecord k;

@@ -1,9 +1,11 @@
 // Kernel-level view of one convolution cell (Li et al. 2016, Sections 5.A and 5.C): the kernels it
 // launches with their share of time, registers per thread and shared memory per block, from CUPTI's
-// activity API loaded at run time (libcupti ships with CUDA). Where it cannot be read: a reason.
+// activity API loaded at run time (libcupti ships with CUDA); the hardware counters beside them come
+// from counter_profiler.hpp. Where either cannot be read: a reason.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,8 +33,13 @@ struct KernelReport {
   std::vector<KernelRecord> kernels;  // descending total_ms
   std::int64_t calls = 0;             // convolution calls traced
   // The counters of Li et al. 2016 (achieved occupancy, IPC, warp execution efficiency, global
-  // load/store and shared efficiency, DRAM throughput) are not read in-process yet: this says why.
-  std::string counters;               // "unavailable: REASON"
+  // load/store and shared efficiency, DRAM throughput) over one call, from CUPTI's range profiler
+  // (counter_profiler.hpp) with --metrics full: "read: ..." with the values below, or
+  // "unavailable: REASON" / "not read: ..." with none.
+  std::string counters;
+  std::map<std::string, double> counter_values;  // perfworks metric name -> value
+  std::vector<std::string> counters_unsupported; // asked for, not offered by this GPU
+  int counter_passes = 0;                        // replays of the call the counters took
 };
 
 // Traces the kernels of the work between start() and stop() on this process's GPU.

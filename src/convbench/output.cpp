@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "convbench/counter_profiler.hpp"
+
 namespace cnnergy::convbench {
 namespace {
 
@@ -61,6 +63,8 @@ Json cell_json(const StudyResult& r, const Cell& c) {
   j["energy_note"] = c.energy_note;
   j["max_batch"] = json_or_null(c.max_batch);
   j["max_batch_note"] = c.max_batch_note;
+  if (c.kernels)  // flat, for the CSV: the counters' derived metrics (counter_profiler.hpp)
+    for (const auto& m : derive_metrics(c.kernels->counter_values, c.time_ms.median)) j["counter_" + m.name] = m.value;
   if (c.kernels) {
     Json k = Json::object();
     k["calls"] = c.kernels->calls;
@@ -79,6 +83,21 @@ Json cell_json(const StudyResult& r, const Cell& c) {
       list.push_back(std::move(e));
     }
     k["list"] = std::move(list);
+    Json raw = Json::object();
+    for (const auto& [name, v] : c.kernels->counter_values) raw[name] = v;
+    k["counter_values"] = std::move(raw);
+    Json derived = Json::object();
+    for (const auto& m : derive_metrics(c.kernels->counter_values, c.time_ms.median)) {
+      Json e = Json::object();
+      e["value"] = m.value;
+      e["unit"] = m.unit;
+      derived[m.name] = std::move(e);
+    }
+    k["derived"] = std::move(derived);
+    Json unsupported = Json::array();
+    for (const auto& n : c.kernels->counters_unsupported) unsupported.push_back(n);
+    k["counters_unsupported"] = std::move(unsupported);
+    k["counter_passes"] = c.kernels->counter_passes;
     j["kernels"] = std::move(k);
   } else {
     j["kernels"] = Json();
@@ -221,6 +240,14 @@ std::string study_table(const StudyResult& r) {
         for (const auto& k : c.kernels->kernels)
           os << "    " << fixed(100 * k.share, 1) << "%  " << k.launches << "x  regs " << k.registers_per_thread
              << "  smem " << k.shared_bytes_per_block << " B  " << k.name.substr(0, 90) << "\n";
+        const auto derived = derive_metrics(c.kernels->counter_values, c.time_ms.median);
+        if (!derived.empty()) {
+          os << "    counters:";
+          for (const auto& m : derived)
+            os << " " << m.name << " " << (m.unit == "B" ? fixed(m.value / (1 << 20), 1) + " MiB" : fixed(m.value, 2) + " " + m.unit)
+               << ";";
+          os << "\n";
+        }
       }
     for (const auto& t : r.transfers)
       if (t.problem == pi)

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "convbench/counter_profiler.hpp"
 #include "convbench/transfers.hpp"
 #include "core/errors.hpp"
 #include "core/rng.hpp"
@@ -111,10 +112,18 @@ std::vector<std::string> implementations_for(const StudyOptions& o, Backend& bac
   return names;
 }
 
+// The kernel tracer (--metrics kernels|full) and the counter profiler (--metrics full), each with
+// the reason it is absent.
+struct MetricsTools {
+  std::unique_ptr<KernelTracer> tracer;
+  std::string tracer_reason;
+  std::unique_ptr<CounterProfiler> counters;
+  std::string counters_reason;
+};
+
 class CellRunner {
  public:
-  CellRunner(const StudyOptions& o, Slot& slot, KernelTracer* tracer, const std::string& tracer_reason)
-      : o_(o), slot_(slot), tracer_(tracer), tracer_reason_(tracer_reason) {}
+  CellRunner(const StudyOptions& o, Slot& slot, MetricsTools& tools) : o_(o), slot_(slot), tools_(tools) {}
 
   void run(const ConvProblem& p, Cell& c, const std::optional<DevicePeaks>& peaks) {
     Backend& b = *slot_.backend;
@@ -230,26 +239,47 @@ class CellRunner {
     }
 
     if (o_.metrics != MetricsLevel::kOff) {
-      if (tracer_) {
+      KernelReport r;
+      if (tools_.tracer) {
         b.synchronize();
-        tracer_->start();
+        tools_.tracer->start();
         for (int i = 0; i < o_.repetitions; ++i) call();
         b.synchronize();
-        c.kernels = tracer_->stop(o_.repetitions);
+        r = tools_.tracer->stop(o_.repetitions);
       } else {
-        KernelReport r;
-        r.counters = "unavailable: " + tracer_reason_;
-        c.kernels = r;
+        r.counters = "unavailable: " + tools_.tracer_reason;
       }
+      if (r.counters.empty()) read_counters(b, call, r);
+      c.kernels = std::move(r);
     }
     c.status = kStatusOk;
   }
 
  private:
+  void read_counters(Backend& b, const std::function<void()>& call, KernelReport& r) {
+    if (o_.metrics != MetricsLevel::kFull) {
+      r.counters = "not read (--metrics kernels; --metrics full reads them)";
+      return;
+    }
+    if (!tools_.counters) {
+      r.counters = "unavailable: " + tools_.counters_reason;
+      return;
+    }
+    try {
+      const CounterSet set = tools_.counters->measure(call, [&] { b.synchronize(); });
+      r.counter_values = set.raw;
+      r.counters_unsupported = set.unsupported;
+      r.counter_passes = set.passes;
+      r.counters = "read: " + std::to_string(set.raw.size()) + " metrics over one call in " +
+                   std::to_string(set.passes) + " replay passes (CUPTI range profiler)";
+    } catch (const Error& e) {
+      r.counters = std::string("unavailable: ") + e.what();
+    }
+  }
+
   const StudyOptions& o_;
   Slot& slot_;
-  KernelTracer* tracer_;
-  const std::string& tracer_reason_;
+  MetricsTools& tools_;
 };
 
 }  // namespace
@@ -297,11 +327,14 @@ StudyResult run_study(const std::vector<ConvProblem>& problems, const StudyOptio
                        " warm-up calls, device events on the backend's stream (host clock on the CPU)";
   if (!result.peaks) result.notes.push_back("no peak table entry for '" + result.device_name + "': % of peak not given");
 
-  std::string tracer_reason;
-  std::unique_ptr<KernelTracer> tracer;
+  MetricsTools tools;
   if (o.metrics != MetricsLevel::kOff) {
-    if (result.backend == "cuda") tracer = open_kernel_tracer(tracer_reason);
-    else tracer_reason = "no GPU kernels on the " + result.backend + " backend";
+    if (result.backend == "cuda") {
+      tools.tracer = open_kernel_tracer(tools.tracer_reason);
+      if (o.metrics == MetricsLevel::kFull) tools.counters = open_counter_profiler(tools.counters_reason);
+    } else {
+      tools.tracer_reason = "no GPU kernels on the " + result.backend + " backend";
+    }
   }
 
   for (std::size_t pi = 0; pi < problems.size(); ++pi) {
@@ -333,7 +366,7 @@ StudyResult run_study(const std::vector<ConvProblem>& problems, const StudyOptio
               c.detail = slot.error;
             } else {
               try {
-                CellRunner(o, slot, tracer.get(), tracer_reason).run(p, c, result.peaks);
+                CellRunner(o, slot, tools).run(p, c, result.peaks);
               } catch (const OutOfMemory& e) {
                 c.status = kStatusDoesNotFit;
                 c.detail = e.what();
