@@ -1,6 +1,6 @@
 // `cnnergy convbench` end to end on the CPU (what CI runs): the JSON document (every cell has a
 // status; ok cells have time > 0 and TFLOP/s = 2 N K C/g R S P Q / time), the CSV rows, the HTML
-// page, a model source naming its shared layers, bad flags exiting 2 with the valid choices, and
+// page, a model source naming its shared layers (a zoo name or an ONNX file), bad flags exiting 2 with the valid choices, and
 // studies kept in a results database (--db) that `cnnergy report` lists and draws beside sweeps.
 #include <gtest/gtest.h>
 
@@ -109,6 +109,33 @@ TEST(ConvbenchCli, ModelSourceNamesSharedLayersAndHotspots) {
     EXPECT_EQ(h.at("winners").at("forward").as_string(), "im2col_gemm");
   }
   EXPECT_NEAR(share, 1.0, 1e-9);
+  fs::remove_all(dir);
+}
+
+// A model file as the problem source: the zoo's model exported to ONNX gives the same problems, each
+// named by its source file and listing its layers.
+TEST(ConvbenchCli, OnnxModelFileIsAProblemSource) {
+  const auto dir = temp_dir("onnx");
+  const std::string file = (dir / "resnetim.onnx").string();
+  auto r = run_cli("export-onnx resnetim " + file);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string common = " --batch 1 --impl im2col_gemm --direction forward --calls 1 --warmup 0 --window-s 0 "
+                             "--transfers off --device cpu --format json -o ";
+  r = run_cli("convbench --model " + file + common + (dir / "file.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_cli("convbench --model resnetim" + common + (dir / "zoo.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json from_file = Json::parse(read_text(dir / "file.json"));
+  const Json from_zoo = Json::parse(read_text(dir / "zoo.json"));
+  std::set<std::string> file_ids, zoo_ids;
+  for (const Json& p : from_file.at("problems").items()) {
+    file_ids.insert(p.at("id").as_string());
+    EXPECT_EQ(p.at("source").as_string(), file);
+    EXPECT_FALSE(p.at("layers").items().empty());
+  }
+  for (const Json& p : from_zoo.at("problems").items()) zoo_ids.insert(p.at("id").as_string());
+  EXPECT_FALSE(file_ids.empty());
+  EXPECT_EQ(file_ids, zoo_ids);
   fs::remove_all(dir);
 }
 
