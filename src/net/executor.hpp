@@ -22,7 +22,7 @@
 // * ReLU fusion (ExecutorOptions::fuse_relu, on by default): a ReLU that is the sole consumer of a
 //   layer's only output is offered to that layer (Layer::fuse_relu, batch norm where the backend's
 //   kernels can; after a batch norm folded into a convolution, that convolution where the backend's
-//   Backend::fuses_conv_relu holds: the CPU's oneDNN post-op); if taken, the ReLU is absorbed and its output and input gradient are the
+//   Backend::fuses_conv_relu holds: the CPU's oneDNN post-op, the GPU's bias pass); if taken, the ReLU is absorbed and its output and input gradient are the
 //   producer's output and output gradient (one group each, with or without reuse_memory). Nothing
 //   else changes: the same tensors, the same values (the fused kernels round exactly as the pair did).
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,

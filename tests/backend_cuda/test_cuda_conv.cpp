@@ -5,6 +5,7 @@
 // graph_heuristic) and their plan cache; bad names; fallback notes against errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -232,6 +233,47 @@ TEST_F(CudaConv, EveryNamedForwardAlgorithm) {
       }
     }
   EXPECT_GE(ran, 4) << "fewer than 4 of the 8 forward algorithms ran a plain 3x3 convolution";
+}
+
+// An inference convolution's fused ReLU (Conv2dDesc::relu, with a bias: what the executor asks for
+// after folding a batch norm) gives exactly max(0, .) of the unfused convolution's output, for
+// cuDNN and an own implementation, in every precision and layout; and a fused ReLU without a bias
+// is refused.
+TEST_F(CudaConv, FusedReluIsExactlyTheUnfusedPair) {
+  Conv2dDesc d = make_desc(2, 8, 10, 10, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true);
+  Conv2dDesc fused = d;
+  fused.relu = true;
+  for (const Precision& p : kAllPrecisions)
+    for (const Layout l : kAllLayouts)
+      for (const char* policy : {"find", "own:im2col_gemm"}) {
+        if (std::string(policy) == "own:im2col_gemm" && l == Layout::kNHWC) continue;  // NCHW only
+        auto g = gpu(p, l, policy);
+        if (!g) continue;
+        ASSERT_TRUE(g->fuses_conv_relu(fused));
+        const Tensor x = random(d.input_shape(), DType::kF32), w = random(d.weight_shape(), DType::kF32);
+        const Tensor bias = random(Shape{d.k}, DType::kF32);
+        const Tensor xd = upload(*g, x, p.dtype, l), wd = upload(*g, w, p.dtype, l), bd = upload(*g, bias, p.dtype, l);
+        Tensor y_plain = g->alloc(d.output_shape(), p.dtype, l), y_fused = g->alloc(d.output_shape(), p.dtype, l);
+        g->make_conv(d, {})->forward(xd, wd, bd, y_plain);
+        g->make_conv(fused, {})->forward(xd, wd, bd, y_fused);
+        const Tensor plain = download(*g, y_plain), got = download(*g, y_fused);
+        const std::string what = std::string(policy) + " " + label(p, l);
+        int negatives = 0;
+        for (std::size_t i = 0; i < plain.f32().size(); ++i) {
+          negatives += plain.f32()[i] < 0;
+          ASSERT_EQ(got.f32()[i], std::max(plain.f32()[i], 0.0f)) << what << " at " << i;
+        }
+        EXPECT_GT(negatives, 0) << what << ": the inputs never exercised the ReLU";
+        Tensor y_ref = Tensor::host(d.output_shape());
+        cpu_->make_conv(fused, {})->forward(x, w, bias, y_ref);
+        EXPECT_TRUE(close(got, y_ref, p.tol, "fused relu " + what));
+      }
+  Conv2dDesc no_bias = fused;
+  no_bias.bias = false;
+  auto g = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(g);
+  EXPECT_FALSE(g->fuses_conv_relu(no_bias));
+  EXPECT_THROW(g->make_conv(no_bias, {}), NotSupported);
 }
 
 TEST_F(CudaConv, NamedBackwardAlgorithmsRun) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "layers/layer.hpp"
 #include "infer/infer_testing.hpp"
 #include "infer/session.hpp"
 #include "net/graph.hpp"
@@ -91,6 +92,17 @@ TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
       EXPECT_LT(relative_norm_error(logits, expected), c.tolerance) << "request " << i;
     }
     EXPECT_TRUE(session.graphed());
+    // The ReLUs after folded batch norms ride the convolutions' bias pass (Backend::fuses_conv_relu):
+    // the logits above are with them.
+    std::size_t relus_into_convs = 0;
+    for (std::size_t i = 0; i < session.executor().num_layers(); ++i) {
+      const Layer& l = session.executor().layer(i);
+      if (l.type() == "relu" && l.absorbed())
+        relus_into_convs += session.executor().layer(graph->layer_index(l.absorbed_into())).type() == "conv";
+    }
+    if (std::string(model).rfind("resnet", 0) == 0) {
+      EXPECT_GT(relus_into_convs, 0u);
+    }
     if (std::string(c.precision) == "fp32") {  // and the CPU reference
       BackendOptions co;
       co.device = Device{DeviceKind::kCpu, 0};

@@ -120,7 +120,7 @@ void CudnnConv::forward(const Tensor& x, const Tensor& w, const Tensor& b, const
   ensure_resolved(Dir::kForward, xin, w.raw(), y.raw());
   run(Dir::kForward, xin, w.raw(), y.raw(), 0.0f);
   if (d_.bias)
-    kernels::bias_add(y.raw(), b.raw(), dtype_, kernels::channel_view(dims_of(y)), ctx_->stream());
+    kernels::bias_add(y.raw(), b.raw(), dtype_, kernels::channel_view(dims_of(y)), ctx_->stream(), d_.relu);
 }
 
 void CudnnConv::backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,

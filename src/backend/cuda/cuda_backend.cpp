@@ -213,8 +213,8 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
-    if (desc.relu)  // fuses_conv_relu is false here: the executor never asks
-      throw NotSupported("conv2d on cuda: a fused ReLU (Conv2dDesc::relu) is not implemented");
+    if (desc.relu && !desc.bias)  // fuses_conv_relu holds only with a bias: the executor never asks
+      throw NotSupported("conv2d on cuda: a fused ReLU (Conv2dDesc::relu) needs a bias (it rides the bias pass)");
     ctx_->activate();
     return make_cuda_conv(ctx_, desc, algo);  // cuDNN, or own implementations (own_conv.hpp)
   }
@@ -237,6 +237,9 @@ class CudaBackend final : public Backend {
   bool fuses_batch_norm_relu(const BatchNormDesc& desc) const override {
     return !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
   }
+  // A folded inference convolution's ReLU rides its bias pass (kernels::bias_add): one pass over
+  // the output instead of two, the same values.
+  bool fuses_conv_relu(const Conv2dDesc& desc) const override { return desc.bias; }
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
     ctx_->activate();
     return make_cuda_softmax_xent(ctx_, desc);

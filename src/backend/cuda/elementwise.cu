@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kBlock)
 // registers) and walks rows, so there is no index division per element.
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
-    bias_add_rows_kernel(T* y, const T* b, std::int64_t rows, std::int64_t channels) {
+    bias_add_rows_kernel(T* y, const T* b, std::int64_t rows, std::int64_t channels, bool relu) {
   constexpr int K = kVec<T>;
   const std::int64_t cp = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (cp * K >= channels) return;
@@ -193,7 +193,10 @@ __global__ void __launch_bounds__(kBlock)
     const Pack<T, K> v = load_pack<T, K>(at);
     Pack<T, K> out;
 #pragma unroll
-    for (int k = 0; k < K; ++k) out.v[k] = from_float<T>(to_float(v.v[k]) + to_float(bias.v[k]));
+    for (int k = 0; k < K; ++k) {
+      const float sum = to_float(v.v[k]) + to_float(bias.v[k]);
+      out.v[k] = from_float<T>(relu ? fmaxf(sum, 0.0f) : sum);
+    }
     store_pack<T, K>(at, out);
   }
 }
@@ -201,14 +204,17 @@ __global__ void __launch_bounds__(kBlock)
 // Any view; K > 1 only when a pack never straddles two channels (inner % K == 0).
 template <typename T, int K>
 __global__ void __launch_bounds__(kBlock)
-    bias_add_kernel(T* y, const T* b, ChannelView v, std::int64_t packs) {
+    bias_add_kernel(T* y, const T* b, ChannelView v, std::int64_t packs, bool relu) {
   CNNERGY_GRID_STRIDE(q, packs) {
     const std::int64_t j = q * K;
     const float bias = to_float(b[channel_of(v, j)]);
     const Pack<T, K> x = load_pack<T, K>(y + j);
     Pack<T, K> out;
 #pragma unroll
-    for (int k = 0; k < K; ++k) out.v[k] = from_float<T>(to_float(x.v[k]) + bias);
+    for (int k = 0; k < K; ++k) {
+      const float sum = to_float(x.v[k]) + bias;
+      out.v[k] = from_float<T>(relu ? fmaxf(sum, 0.0f) : sum);
+    }
     store_pack<T, K>(y + j, out);
   }
 }
@@ -453,7 +459,7 @@ void crop_2d(const void* xp, const Dims& xp_dims, void* x, const Dims& x_dims, s
   CNNERGY_CUDA_LAUNCH_CHECK("crop_2d");
 }
 
-void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cudaStream_t stream) {
+void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cudaStream_t stream, bool relu) {
   const std::int64_t count = view.outer * view.channels * view.inner;
   if (count == 0) return;
   dispatch_float(dtype, "bias_add", [&](auto tag) {
@@ -472,11 +478,11 @@ void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cuda
       const std::int64_t cap_y = std::max<std::int64_t>(1, sm_count() * 8 / gx);
       const dim3 grid(gx, static_cast<unsigned>(std::clamp<std::int64_t>(
                               want_y, 1, std::min<std::int64_t>(cap_y, 65535))));
-      bias_add_rows_kernel<T><<<grid, block, 0, stream>>>(yt, bt, view.outer, view.channels);
+      bias_add_rows_kernel<T><<<grid, block, 0, stream>>>(yt, bt, view.outer, view.channels, relu);
     } else if (view.inner % K == 0 && aligned) {
-      bias_add_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(yt, bt, view, count / K);
+      bias_add_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(yt, bt, view, count / K, relu);
     } else {
-      bias_add_kernel<T, 1><<<exact_grid(count), kBlock, 0, stream>>>(yt, bt, view, count);
+      bias_add_kernel<T, 1><<<exact_grid(count), kBlock, 0, stream>>>(yt, bt, view, count, relu);
     }
   });
   CNNERGY_CUDA_LAUNCH_CHECK("bias_add");

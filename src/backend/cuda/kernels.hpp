@@ -70,8 +70,10 @@ void pad_2d(const void* x, const Dims& x_dims, void* xp, const Dims& xp_dims, st
             std::int64_t pad_left, DType dtype, cudaStream_t stream);
 void crop_2d(const void* xp, const Dims& xp_dims, void* x, const Dims& x_dims, std::int64_t pad_top,
              std::int64_t pad_left, DType dtype, bool accumulate, cudaStream_t stream);
-// y[.., c, ..] += b[c] (b in the same dtype as y).
-void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cudaStream_t stream);
+// y[.., c, ..] += b[c] (b in the same dtype as y); relu: then y = max(0, y) in the same pass (the
+// inference convolution's fused ReLU: rounding commutes with max(0, .), so the values are the pair's).
+void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cudaStream_t stream,
+              bool relu = false);
 
 struct SgdParams {
   float learning_rate, momentum, weight_decay, inv_grad_scale;

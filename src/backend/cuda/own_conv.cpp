@@ -98,7 +98,7 @@ class OwnConvKernel final : public ConvKernel {
     if (d_.bias) check(b, "forward", "b", Shape{d_.k});
     a->forward(x.raw(), w.raw(), y.raw());
     if (d_.bias)
-      kernels::bias_add(y.raw(), b.raw(), dtype_, kernels::channel_view(dims_of(y)), ctx_->stream());
+      kernels::bias_add(y.raw(), b.raw(), dtype_, kernels::channel_view(dims_of(y)), ctx_->stream(), d_.relu);
   }
 
   void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) override {
