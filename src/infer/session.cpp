@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "infer/cpu_plan.hpp"
 #include "net/checkpoint.hpp"
 #include "net/graph.hpp"
 
@@ -36,6 +37,14 @@ InferenceSession::InferenceSession(const Graph& graph, Backend& backend, const I
   // The executor reads its own copy in the backend's dtype and layout (set_input converts into it);
   // run() refreshes that copy from images_f32_ inside the recorded request.
   executor_->set_input(images_f32_, Tensor{});
+  if (options_.cpu_plan) {
+    CpuPlanChoice choice = make_cpu_plan(*executor_);
+    plan_ = std::move(choice.plan);
+    plan_reason_ = choice.reason;
+    plan_folds_ = executor_->fold_count();
+  } else {
+    plan_reason_ = "turned off (InferenceOptions::cpu_plan)";
+  }
 }
 
 InferenceSession::~InferenceSession() = default;
@@ -43,10 +52,18 @@ InferenceSession::~InferenceSession() = default;
 void InferenceSession::load_checkpoint(const std::string& path) {
   backend_.synchronize();
   load_parameters(path, *executor_);
-  executor_->fold_parameters();
+  executor_->fold_parameters();  // the plan copies the weights again at the next request
 }
 
 void InferenceSession::enqueue() {
+  if (plan_) {  // the CPU: synchronous, the images and logits are host memory
+    if (executor_->fold_count() != plan_folds_) {  // new weights (a checkpoint, fold_parameters())
+      plan_->refresh_weights();
+      plan_folds_ = executor_->fold_count();
+    }
+    plan_->run(images_f32_.data<float>(), logits_f32_.data<float>());
+    return;
+  }
   executor_->set_input(images_f32_, Tensor{});  // converts (enqueued) where the dtype or layout differ
   executor_->forward(Phase::kEval);
   backend_.copy(executor_->logits(), logits_f32_);
