@@ -76,7 +76,8 @@ void note_eval_semantics(const Graph& graph, const InferenceSession& session) {
 void note_cpu_path(const Backend& backend, const InferenceSession& session) {
   if (backend.name() != "cpu") return;
   if (session.forward_path() == "onednn-plan")
-    std::fprintf(stderr, "cnnergy infer: cpu path: onednn-plan (%s)\n", session.plan_description().c_str());
+    std::fprintf(stderr, "cnnergy infer: cpu path: onednn-plan in chunks of %lld (%s)\n",
+                 static_cast<long long>(session.plan_chunk()), session.plan_description().c_str());
   else
     std::fprintf(stderr, "cnnergy infer: cpu path: per-layer (%s)\n", session.plan_fallback_reason().c_str());
 }
@@ -144,6 +145,8 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("fold-bn", "fold each batch norm into the convolution before it", "on", {"on", "off"});
   p.option("cpu-plan", "CPU with oneDNN: run the whole network as one oneDNN plan (blocked layouts end to end) "
            "when every layer maps onto it; off: the per-layer executor", "on", {"on", "off"});
+  p.option("cpu-plan-chunk", "CPU plan: samples per run of the plan (a request runs in chunks; 0: as many as "
+           "keep the largest activation within 4 MiB)", "0");
   p.option("qps", "open loop: offered rate in requests/s (Poisson arrivals); the batch sizes become --max-batch");
   p.option("max-batch", "open loop: the batching window's largest batch (default: the largest --batch)");
   p.option("max-wait-ms", "open loop: a batch starts when full or when its oldest request waited this long", "2");
@@ -194,6 +197,7 @@ int run_infer(const std::vector<std::string>& args) {
   io.cuda_graph = p.get("cuda-graph") == "on";
   io.fold_batch_norm = p.get("fold-bn") == "on";
   io.cpu_plan = p.get("cpu-plan") == "on";
+  io.cpu_plan_chunk = p.get_int("cpu-plan-chunk", 0, 1 << 20);
   io.seed = seed;
   if (auto in = p.get_optional("inputs")) {
     io.batch = batches.front();

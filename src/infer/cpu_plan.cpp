@@ -2,14 +2,24 @@
 // eval-mode dropout become aliases of their input), or the first layer that has no oneDNN step.
 #include "infer/cpu_plan.hpp"
 
+#include <algorithm>
 #include <variant>
 
 #include "net/graph.hpp"
 
 namespace cnnergy {
 
-CpuPlanChoice make_cpu_plan(const Executor& ex) {
+std::int64_t cpu_plan_chunk(const Graph& graph, std::int64_t batch, std::size_t budget_bytes) {
+  std::int64_t largest = 1;
+  for (std::size_t t = 0; t < graph.num_tensors(); ++t)
+    largest = std::max(largest, graph.tensor(static_cast<int>(t)).shape.numel());
+  const auto per_sample = static_cast<std::size_t>(largest) * sizeof(float);
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(budget_bytes / per_sample), 1, batch);
+}
+
+CpuPlanChoice make_cpu_plan(const Executor& ex, std::int64_t plan_batch) {
   CpuPlanChoice out;
+  const std::int64_t nb = plan_batch > 0 ? plan_batch : ex.batch_size();
   const Backend& be = ex.backend();
   if (be.name() != "cpu" || be.dtype() != DType::kF32 || be.layout() != Layout::kNCHW) {
     out.reason = "the backend is not the fp32 NCHW CPU one";
@@ -30,7 +40,7 @@ CpuPlanChoice make_cpu_plan(const Executor& ex) {
     return v;
   };
   cpu::PlanSpec spec;
-  const Shape in = g.tensor(g.input_tensor()).shape.with_batch(ex.batch_size());
+  const Shape in = g.tensor(g.input_tensor()).shape.with_batch(nb);
   if (in.rank() != 4) {
     out.reason = "the input is not (N, C, H, W)";
     return out;
@@ -65,6 +75,7 @@ CpuPlanChoice make_cpu_plan(const Executor& ex) {
     if (type == "conv") {
       st.kind = cpu::PlanStep::Kind::kConv;
       st.conv = *l.conv_problem();
+      st.conv.n = nb;
       st.relu_after = st.conv.relu;
       const auto w = l.eval_weights();
       st.weights = w.at(0).data<float>();
@@ -80,7 +91,7 @@ CpuPlanChoice make_cpu_plan(const Executor& ex) {
       st.kind = cpu::PlanStep::Kind::kPool;
       const Shape& x = l.input_shapes().at(0);
       Pool2dDesc& p = st.pool;
-      p.n = x[0], p.c = x[1], p.h = x[2], p.w = x[3];
+      p.n = nb, p.c = x[1], p.h = x[2], p.w = x[3];
       if (type == "global_avg_pool") {
         p.kernel_h = p.stride_h = p.h;
         p.kernel_w = p.stride_w = p.w;

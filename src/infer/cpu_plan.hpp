@@ -3,6 +3,7 @@
 // backend that is not the fp32 NCHW CPU one, or a build without oneDNN.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,12 @@ struct CpuPlanChoice {
 
 // The executor must be eval-only, bound, with its weights folded (the plan reads the layers'
 // eval_weights() pointers; call OnednnPlan::refresh_weights() after they change).
-CpuPlanChoice make_cpu_plan(const Executor& executor);
+// plan_batch: the samples one run of the plan takes (the session runs a request in chunks of it);
+// 0 = the executor's batch.
+CpuPlanChoice make_cpu_plan(const Executor& executor, std::int64_t plan_batch = 0);
+
+// The chunk a request of `batch` runs in: as many samples as keep the largest activation within
+// `budget_bytes` (at least 1, at most batch), so that a chunk's tensors stay in the last-level cache.
+std::int64_t cpu_plan_chunk(const Graph& graph, std::int64_t batch, std::size_t budget_bytes);
 
 }  // namespace cnnergy

@@ -1,6 +1,7 @@
 // InferenceSession: the evaluation-only executor, the request buffers and the recorded request.
 #include "infer/session.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/errors.hpp"
@@ -38,9 +39,20 @@ InferenceSession::InferenceSession(const Graph& graph, Backend& backend, const I
   // run() refreshes that copy from images_f32_ inside the recorded request.
   executor_->set_input(images_f32_, Tensor{});
   if (options_.cpu_plan) {
-    CpuPlanChoice choice = make_cpu_plan(*executor_);
+    constexpr std::size_t kChunkBudgetBytes = 4u << 20;
+    chunk_ = options_.cpu_plan_chunk > 0 ? std::min(options_.cpu_plan_chunk, options_.batch)
+                                         : cpu_plan_chunk(graph, options_.batch, kChunkBudgetBytes);
+    CpuPlanChoice choice = make_cpu_plan(*executor_, chunk_);
     plan_ = std::move(choice.plan);
     plan_reason_ = choice.reason;
+    if (plan_ && options_.batch % chunk_ != 0) {
+      CpuPlanChoice tail = make_cpu_plan(*executor_, options_.batch % chunk_);
+      plan_tail_ = std::move(tail.plan);
+      if (!plan_tail_) {
+        plan_.reset();
+        plan_reason_ = tail.reason;
+      }
+    }
     plan_folds_ = executor_->fold_count();
   } else {
     plan_reason_ = "turned off (InferenceOptions::cpu_plan)";
@@ -59,9 +71,18 @@ void InferenceSession::enqueue() {
   if (plan_) {  // the CPU: synchronous, the images and logits are host memory
     if (executor_->fold_count() != plan_folds_) {  // new weights (a checkpoint, fold_parameters())
       plan_->refresh_weights();
+      if (plan_tail_) plan_tail_->refresh_weights();
       plan_folds_ = executor_->fold_count();
     }
-    plan_->run(images_f32_.data<float>(), logits_f32_.data<float>());
+    const auto in_per = static_cast<std::size_t>(images_f32_.shape().numel() / options_.batch);
+    const auto out_per = static_cast<std::size_t>(logits_f32_.shape().numel() / options_.batch);
+    const float* in = images_f32_.data<float>();
+    float* out = logits_f32_.data<float>();
+    std::int64_t done = 0;
+    for (; done + chunk_ <= options_.batch; done += chunk_)
+      plan_->run(in + static_cast<std::size_t>(done) * in_per, out + static_cast<std::size_t>(done) * out_per);
+    if (done < options_.batch)
+      plan_tail_->run(in + static_cast<std::size_t>(done) * in_per, out + static_cast<std::size_t>(done) * out_per);
     return;
   }
   executor_->set_input(images_f32_, Tensor{});  // converts (enqueued) where the dtype or layout differ

@@ -28,6 +28,9 @@ struct InferenceOptions {
   // On the fp32 CPU backend with oneDNN: run the whole network as one oneDNN plan (infer/cpu_plan.hpp)
   // when every layer maps onto it; otherwise (or false) the executor's per-layer forward.
   bool cpu_plan = true;
+  // Samples per run of the plan (a request runs in chunks, the last one by a second plan when the
+  // batch is not a multiple); 0 = as many as keep the largest activation within 4 MiB (cache-sized).
+  std::int64_t cpu_plan_chunk = 0;
 };
 
 class InferenceSession {
@@ -50,6 +53,7 @@ class InferenceSession {
   const std::string& plan_fallback_reason() const { return plan_reason_; }
   std::string plan_description() const { return plan_ ? plan_->describe() : std::string(); }
   const cpu::OnednnPlan* plan() const { return plan_.get(); }
+  std::int64_t plan_chunk() const { return plan_ ? chunk_ : 0; }
   const Executor& executor() const { return *executor_; }
   Executor& executor() { return *executor_; }
 
@@ -75,7 +79,8 @@ class InferenceSession {
   std::unique_ptr<Executor> executor_;
   Tensor images_f32_, logits_f32_, pinned_images_, pinned_logits_;
   std::unique_ptr<CapturedWork> captured_;
-  std::unique_ptr<cpu::OnednnPlan> plan_;
+  std::unique_ptr<cpu::OnednnPlan> plan_, plan_tail_;  // chunks of chunk_ samples; the rest
+  std::int64_t chunk_ = 0;
   std::string plan_reason_;
   std::uint64_t plan_folds_ = 0;  // the executor's fold_count() the plan's weights were copied at
   bool warmed_up_ = false;

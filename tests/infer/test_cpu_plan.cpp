@@ -45,11 +45,13 @@ struct Case {
 };
 
 // A session (plan on or off) with seeded weights and randomised batch-norm statistics, folded.
-std::unique_ptr<InferenceSession> session(const Graph& g, Backend& be, std::int64_t batch, bool plan) {
+std::unique_ptr<InferenceSession> session(const Graph& g, Backend& be, std::int64_t batch, bool plan,
+                                          std::int64_t chunk = 0) {
   InferenceOptions io;
   io.batch = batch;
   io.seed = 7;
   io.cpu_plan = plan;
+  io.cpu_plan_chunk = chunk;
   auto s = std::make_unique<InferenceSession>(g, be, io);
   test::randomize_batch_norms(s->executor(), 11);
   s->executor().fold_parameters();
@@ -132,6 +134,25 @@ TEST(CpuPlan, NewWeightsReachThePlan) {
   session(*graph, *backend, 2, false)->run_host(images, expected);
   EXPECT_TRUE(close_to_scale(after, expected));
   EXPECT_FALSE(close_to_scale(before, expected));  // the change was visible at all
+}
+
+// A request in chunks of the plan's batch, the last one by the second (remainder) plan.
+TEST(CpuPlan, ChunkedRequestsGiveTheSameLogits) {
+  if (!cpu::onednn_plan_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
+  auto backend = cpu();
+  const auto graph = build_model("resnet34", Shape{3, 32, 32});
+  Rng rng(5);
+  const Tensor images = test::random_tensor(graph->tensor(graph->input_tensor()).shape.with_batch(5), rng);
+  Tensor expected, logits;
+  session(*graph, *backend, 5, false)->run_host(images, expected);
+  auto chunked = session(*graph, *backend, 5, true, 2);
+  ASSERT_EQ(chunked->forward_path(), "onednn-plan") << chunked->plan_fallback_reason();
+  EXPECT_EQ(chunked->plan_chunk(), 2);
+  chunked->run_host(images, logits);
+  EXPECT_TRUE(close_to_scale(logits, expected));
+  // The automatic chunk keeps the largest activation within the budget: ResNet-34 at 32x32 holds
+  // 64 x 16 x 16 floats (64 KiB) a sample at most, so a batch of 5 is one chunk.
+  EXPECT_EQ(session(*graph, *backend, 5, true)->plan_chunk(), 5);
 }
 
 TEST(CpuPlan, UnfoldedBatchNormFallsBack) {
