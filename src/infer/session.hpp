@@ -2,8 +2,9 @@
 // The executor is evaluation-only (no gradients, no optimiser state, the arena planned for forward
 // liveness alone), batch norms are folded into the convolutions before them, ReLUs fused where the
 // backend can (on the fp32 CPU with oneDNN: the whole network as one oneDNN plan where every layer
-// maps onto it, see infer/cpu_plan.hpp), and the whole request — input conversion, forward, logits to fp32 — is replayed as one
-// recorded CUDA graph where the backend records graphs. Requests come in as fp32 NCHW images.
+// maps onto it, see infer/cpu_plan.hpp), and the whole request — input conversion, forward, logits
+// to fp32 — is replayed as one recorded CUDA graph where the backend records graphs. Requests come
+// in as fp32 NCHW images.
 #pragma once
 
 #include <cstdint>

@@ -374,7 +374,8 @@ void Plan::build_pool(const PlanStep& st) {
   count(oh == 1 && ow == 1 && p.kernel_h == p.h && p.kernel_w == p.w ? "global_pool" : "pool");
   if (st.relu_after) {  // (a pool before its ReLU: not offered by the builder's fusion; kept exact)
     const dnnl::eltwise_forward::primitive_desc ed(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, pd.dst_desc(), 0.0f),
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu,
+                                    pd.dst_desc(), 0.0f),
         engine());
     add_exec(dnnl::eltwise_forward(ed), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}});
     count("relu");

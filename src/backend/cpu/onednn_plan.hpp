@@ -22,7 +22,8 @@ struct PlanStep {
   Conv2dDesc conv;               // kConv (conv.relu is ignored: see relu_after)
   Pool2dDesc pool;               // kPool (global average pooling: kernel = the input's H x W)
   std::int64_t out_features = 0; // kLinear: y = x w^T + b over the input flattened per sample
-  const float* weights = nullptr;  // kConv (K, C/g, R, S) / kLinear (out, in), plain fp32; read again by refresh_weights()
+  // kConv (K, C/g, R, S) / kLinear (out, in), plain fp32; read again by refresh_weights().
+  const float* weights = nullptr;
   const float* bias = nullptr;     // (K) / (out) or nullptr
   bool relu_after = false;       // y = max(0, op(...)) (a ReLU the executor fused into this layer)
 };
