@@ -71,6 +71,17 @@ void note_eval_semantics(const Graph& graph, const InferenceSession& session) {
                dropout, bn, session.executor().memory().folded_batch_norms);
 }
 
+// On the CPU: which forward runs the requests (the whole-network oneDNN plan or the per-layer
+// executor) and, for the latter, the first reason the plan was not made.
+void note_cpu_path(const Backend& backend, const InferenceSession& session) {
+  if (backend.name() != "cpu") return;
+  if (session.forward_path() == "onednn-plan")
+    std::fprintf(stderr, "cnnergy infer: cpu path: onednn-plan in chunks of %lld (%s)\n",
+                 static_cast<long long>(session.plan_chunk()), session.plan_description().c_str());
+  else
+    std::fprintf(stderr, "cnnergy infer: cpu path: per-layer (%s)\n", session.plan_fallback_reason().c_str());
+}
+
 // --inputs: the whole array through the model in chunks of `batch` (the last one padded with zeros).
 int run_on_inputs(const Graph& graph, Backend& backend, const InferenceOptions& io, const std::string& checkpoint,
                   const std::string& inputs_path, const std::optional<std::string>& outputs_path) {
@@ -84,6 +95,7 @@ int run_on_inputs(const Graph& graph, Backend& backend, const InferenceOptions& 
   InferenceSession session(graph, backend, io);
   if (!checkpoint.empty()) session.load_checkpoint(checkpoint);
   note_eval_semantics(graph, session);
+  note_cpu_path(backend, session);
   const std::int64_t n = s[0], b = io.batch, classes = graph.num_classes();
   const auto per_sample = static_cast<std::size_t>(per.numel());
   Tensor chunk = Tensor::host(graph.tensor(graph.input_tensor()).shape.with_batch(b));
@@ -131,6 +143,10 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("idle-s", "seconds of idle-power measurement before each batch size (0: none)", "1.0");
   p.option("cuda-graph", "replay each request as one recorded CUDA graph", "on", {"on", "off"});
   p.option("fold-bn", "fold each batch norm into the convolution before it", "on", {"on", "off"});
+  p.option("cpu-plan", "CPU with oneDNN: run the whole network as one oneDNN plan (blocked layouts end to end) "
+           "when every layer maps onto it; off: the per-layer executor", "on", {"on", "off"});
+  p.option("cpu-plan-chunk", "CPU plan: samples per run of the plan (a request runs in chunks; 0: as many as "
+           "keep the largest activation within 4 MiB)", "0");
   p.option("qps", "open loop: offered rate in requests/s (Poisson arrivals); the batch sizes become --max-batch");
   p.option("max-batch", "open loop: the batching window's largest batch (default: the largest --batch)");
   p.option("max-wait-ms", "open loop: a batch starts when full or when its oldest request waited this long", "2");
@@ -180,6 +196,8 @@ int run_infer(const std::vector<std::string>& args) {
   InferenceOptions io;
   io.cuda_graph = p.get("cuda-graph") == "on";
   io.fold_batch_norm = p.get("fold-bn") == "on";
+  io.cpu_plan = p.get("cpu-plan") == "on";
+  io.cpu_plan_chunk = p.get_int("cpu-plan-chunk", 0, 1 << 20);
   io.seed = seed;
   if (auto in = p.get_optional("inputs")) {
     io.batch = batches.front();
@@ -210,6 +228,7 @@ int run_infer(const std::vector<std::string>& args) {
       InferenceSession session(*graph, *backend, io);
       if (!checkpoint.empty()) session.load_checkpoint(checkpoint);
       if (!noted) note_eval_semantics(*graph, session);
+      if (!noted) note_cpu_path(*backend, session);
       noted = true;
       const Tensor images = random_images(graph->tensor(graph->input_tensor()).shape.with_batch(b), seed);
       log_info("infer: " + graph->model_name() + " batch " + std::to_string(b) + " ...");
@@ -244,6 +263,10 @@ int run_infer(const std::vector<std::string>& args) {
         row["short_window"] = r.short_window;
       }
       row["cuda_graph"] = session.graphed();
+      if (backend->name() == "cpu") {
+        row["cpu_path"] = session.forward_path();
+        if (!session.plan_fallback_reason().empty()) row["cpu_path_fallback"] = session.plan_fallback_reason();
+      }
       row["folded_batch_norms"] = session.executor().memory().folded_batch_norms;
       const MemoryStats mem = backend->memory_stats();
       row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;

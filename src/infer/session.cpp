@@ -1,9 +1,11 @@
 // InferenceSession: the evaluation-only executor, the request buffers and the recorded request.
 #include "infer/session.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "infer/cpu_plan.hpp"
 #include "net/checkpoint.hpp"
 #include "net/graph.hpp"
 
@@ -36,6 +38,25 @@ InferenceSession::InferenceSession(const Graph& graph, Backend& backend, const I
   // The executor reads its own copy in the backend's dtype and layout (set_input converts into it);
   // run() refreshes that copy from images_f32_ inside the recorded request.
   executor_->set_input(images_f32_, Tensor{});
+  if (options_.cpu_plan) {
+    constexpr std::size_t kChunkBudgetBytes = 4u << 20;
+    chunk_ = options_.cpu_plan_chunk > 0 ? std::min(options_.cpu_plan_chunk, options_.batch)
+                                         : cpu_plan_chunk(graph, options_.batch, kChunkBudgetBytes);
+    CpuPlanChoice choice = make_cpu_plan(*executor_, chunk_);
+    plan_ = std::move(choice.plan);
+    plan_reason_ = choice.reason;
+    if (plan_ && options_.batch % chunk_ != 0) {
+      CpuPlanChoice tail = make_cpu_plan(*executor_, options_.batch % chunk_);
+      plan_tail_ = std::move(tail.plan);
+      if (!plan_tail_) {
+        plan_.reset();
+        plan_reason_ = tail.reason;
+      }
+    }
+    plan_folds_ = executor_->fold_count();
+  } else {
+    plan_reason_ = "turned off (InferenceOptions::cpu_plan)";
+  }
 }
 
 InferenceSession::~InferenceSession() = default;
@@ -43,10 +64,27 @@ InferenceSession::~InferenceSession() = default;
 void InferenceSession::load_checkpoint(const std::string& path) {
   backend_.synchronize();
   load_parameters(path, *executor_);
-  executor_->fold_parameters();
+  executor_->fold_parameters();  // the plan copies the weights again at the next request
 }
 
 void InferenceSession::enqueue() {
+  if (plan_) {  // the CPU: synchronous, the images and logits are host memory
+    if (executor_->fold_count() != plan_folds_) {  // new weights (a checkpoint, fold_parameters())
+      plan_->refresh_weights();
+      if (plan_tail_) plan_tail_->refresh_weights();
+      plan_folds_ = executor_->fold_count();
+    }
+    const auto in_per = static_cast<std::size_t>(images_f32_.shape().numel() / options_.batch);
+    const auto out_per = static_cast<std::size_t>(logits_f32_.shape().numel() / options_.batch);
+    const float* in = images_f32_.data<float>();
+    float* out = logits_f32_.data<float>();
+    std::int64_t done = 0;
+    for (; done + chunk_ <= options_.batch; done += chunk_)
+      plan_->run(in + static_cast<std::size_t>(done) * in_per, out + static_cast<std::size_t>(done) * out_per);
+    if (done < options_.batch)
+      plan_tail_->run(in + static_cast<std::size_t>(done) * in_per, out + static_cast<std::size_t>(done) * out_per);
+    return;
+  }
   executor_->set_input(images_f32_, Tensor{});  // converts (enqueued) where the dtype or layout differ
   executor_->forward(Phase::kEval);
   backend_.copy(executor_->logits(), logits_f32_);

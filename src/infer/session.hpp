@@ -1,14 +1,17 @@
 // An inference session: a model bound to a backend for forward passes only, at one batch size.
 // The executor is evaluation-only (no gradients, no optimiser state, the arena planned for forward
 // liveness alone), batch norms are folded into the convolutions before them, ReLUs fused where the
-// backend can, and the whole request — input conversion, forward, logits to fp32 — is replayed as one
-// recorded CUDA graph where the backend records graphs. Requests come in as fp32 NCHW images.
+// backend can (on the fp32 CPU with oneDNN: the whole network as one oneDNN plan where every layer
+// maps onto it, see infer/cpu_plan.hpp), and the whole request — input conversion, forward, logits
+// to fp32 — is replayed as one recorded CUDA graph where the backend records graphs. Requests come
+// in as fp32 NCHW images.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "backend/cpu/onednn_plan.hpp"
 #include "backend/ops.hpp"
 #include "core/tensor.hpp"
 #include "net/executor.hpp"
@@ -23,6 +26,12 @@ struct InferenceOptions {
   bool fold_batch_norm = true;  // ExecutorOptions::fold_batch_norm
   bool fuse_relu = true;
   std::uint64_t seed = 1;       // initial weights (initialize_parameters) until load_checkpoint
+  // On the fp32 CPU backend with oneDNN: run the whole network as one oneDNN plan (infer/cpu_plan.hpp)
+  // when every layer maps onto it; otherwise (or false) the executor's per-layer forward.
+  bool cpu_plan = true;
+  // Samples per run of the plan (a request runs in chunks, the last one by a second plan when the
+  // batch is not a multiple); 0 = as many as keep the largest activation within 4 MiB (cache-sized).
+  std::int64_t cpu_plan_chunk = 0;
 };
 
 class InferenceSession {
@@ -39,6 +48,13 @@ class InferenceSession {
 
   std::int64_t batch() const { return options_.batch; }
   bool graphed() const { return captured_ != nullptr; }
+  // Which forward runs requests: "onednn-plan" (the whole-network oneDNN plan) or "per-layer" (the
+  // executor), why the plan is not used ("" when it is), and what the plan holds.
+  std::string forward_path() const { return plan_ ? "onednn-plan" : "per-layer"; }
+  const std::string& plan_fallback_reason() const { return plan_reason_; }
+  std::string plan_description() const { return plan_ ? plan_->describe() : std::string(); }
+  const cpu::OnednnPlan* plan() const { return plan_.get(); }
+  std::int64_t plan_chunk() const { return plan_ ? chunk_ : 0; }
   const Executor& executor() const { return *executor_; }
   Executor& executor() { return *executor_; }
 
@@ -64,6 +80,10 @@ class InferenceSession {
   std::unique_ptr<Executor> executor_;
   Tensor images_f32_, logits_f32_, pinned_images_, pinned_logits_;
   std::unique_ptr<CapturedWork> captured_;
+  std::unique_ptr<cpu::OnednnPlan> plan_, plan_tail_;  // chunks of chunk_ samples; the rest
+  std::int64_t chunk_ = 0;
+  std::string plan_reason_;
+  std::uint64_t plan_folds_ = 0;  // the executor's fold_count() the plan's weights were copied at
   bool warmed_up_ = false;
 };
 

@@ -31,6 +31,10 @@ class ConvLayer final : public Layer {
     return kernel_->info();
   }
   std::optional<Conv2dDesc> conv_problem() const override { return desc_; }
+  std::vector<Tensor> eval_weights() const override {
+    if (folded_bn_ != nullptr) return {folded_weight_, folded_bias_};
+    return {parameters()[0].value(), bias_value()};
+  }
 
   void init_parameters(Rng& rng) override {
     const auto fan_in = (desc_.c / desc_.groups) * desc_.r * desc_.s;

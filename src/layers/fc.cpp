@@ -15,6 +15,9 @@ class FcLayer final : public Layer {
   std::string describe() const override { return "fc " + std::to_string(spec_.out_features); }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<FcLayer>(name(), spec_); }
   LayerSpec spec() const override { return spec_; }
+  std::vector<Tensor> eval_weights() const override {
+    return {parameters()[0].value(), spec_.bias ? parameters()[1].value() : Tensor{}};
+  }
   bool needs_inputs_in_backward() const override { return true; }  // weight gradient reads x
 
   void init_parameters(Rng& rng) override {

@@ -166,6 +166,10 @@ class Layer {
   // The hyper-parameters the layer was made with (specs.hpp), for exporters; monostate for types
   // that have none.
   virtual LayerSpec spec() const { return {}; }
+  // The weight and bias tensors forward(kEval) reads (a convolution with a folded batch norm: the
+  // folded copies; the bias undefined when there is none), for whole-network inference plans
+  // (infer/cpu_plan.hpp); empty for layers without weights. Valid after bind().
+  virtual std::vector<Tensor> eval_weights() const { return {}; }
 
   // Allocates parameters, gradients and buffers on the backend and creates the kernels. Throws
   // NotSupported naming the layer and the backend when the backend lacks a kernel.

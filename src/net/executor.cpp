@@ -171,6 +171,7 @@ void Executor::fold_batch_norms() {
 void Executor::fold_parameters() {
   for (auto& l : layers_) l->fold_absorbed();
   folds_pending_ = false;
+  ++folds_;
 }
 
 // A ReLU whose input is the only output of a layer and read by nothing else is offered to that layer.

@@ -107,6 +107,9 @@ class Executor {
   // Recomputes folded batch norms from the current weights and statistics (after a checkpoint load
   // or any change of parameters). A no-op without ExecutorOptions::fold_batch_norm.
   void fold_parameters();
+  // How many times fold_parameters() ran (initialize_parameters calls it): whoever keeps a copy of the
+  // eval weights (the CPU inference plan) copies them again when this changed.
+  std::uint64_t fold_count() const { return folds_; }
 
   // Inputs: images (N, C, H, W) and labels int32 (N) on this backend's device. Images in the
   // backend dtype and layout are used in place (kept alive until the next set_input); others are
@@ -176,7 +179,8 @@ class Executor {
   Tensor own_input_;  // conversion target when set_input needs a copy
   Tensor labels_;
   std::uint64_t iteration_ = 0;
-  bool folds_pending_ = false;  // folded batch norms whose weights were not computed yet
+  bool folds_pending_ = false;
+  std::uint64_t folds_ = 0;  // folded batch norms whose weights were not computed yet
   LayerHook hook_;
   MemoryReport memory_;
 };
