@@ -143,6 +143,9 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("idle-s", "seconds of idle-power measurement before each batch size (0: none)", "1.0");
   p.option("cuda-graph", "replay each request as one recorded CUDA graph", "on", {"on", "off"});
   p.option("fold-bn", "fold each batch norm into the convolution before it", "on", {"on", "off"});
+  p.option("fuse-relu", "let the layer before a ReLU compute it in its own pass (a batch norm's kernel, a folded "
+                        "convolution's bias pass or oneDNN post-op); off runs every ReLU as its own layer",
+           "on", {"on", "off"});
   p.option("cpu-plan", "CPU with oneDNN: run the whole network as one oneDNN plan (blocked layouts end to end) "
            "when every layer maps onto it; off: the per-layer executor", "on", {"on", "off"});
   p.option("cpu-plan-chunk", "CPU plan: samples per run of the plan (a request runs in chunks; 0: as many as "
@@ -196,6 +199,7 @@ int run_infer(const std::vector<std::string>& args) {
   InferenceOptions io;
   io.cuda_graph = p.get("cuda-graph") == "on";
   io.fold_batch_norm = p.get("fold-bn") == "on";
+  io.fuse_relu = p.get("fuse-relu") == "on";
   io.cpu_plan = p.get("cpu-plan") == "on";
   io.cpu_plan_chunk = p.get_int("cpu-plan-chunk", 0, 1 << 20);
   io.seed = seed;
@@ -268,6 +272,7 @@ int run_infer(const std::vector<std::string>& args) {
         if (!session.plan_fallback_reason().empty()) row["cpu_path_fallback"] = session.plan_fallback_reason();
       }
       row["folded_batch_norms"] = session.executor().memory().folded_batch_norms;
+      row["fused_relus"] = session.executor().memory().fused_relus;
       const MemoryStats mem = backend->memory_stats();
       row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
       // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).

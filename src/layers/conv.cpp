@@ -48,6 +48,7 @@ class ConvLayer final : public Layer {
   bool fuse_relu(const Backend& backend) override {
     Conv2dDesc fused = desc_;
     fused.relu = true;
+    fused.bias = true;  // what bind() asks for: a folded batch norm gives the convolution a bias
     if (bound() || folded_bn_ == nullptr || desc_.relu || !backend.fuses_conv_relu(fused)) return false;
     desc_ = fused;
     return true;

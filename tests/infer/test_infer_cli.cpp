@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/json.hpp"
@@ -50,6 +51,23 @@ TEST(InferCli, ClosedLoopReportsPercentilesThroughputAndSaysWhatIsNotMeasured) {
       EXPECT_TRUE(row.at("joules_per_image").is_null());  // null, never 0
     }
   }
+  fs::remove_all(dir);
+}
+
+// --fuse-relu off runs every ReLU as its own layer; on (the default) lets folded convolutions take
+// theirs; the JSON row says how many were fused.
+TEST(InferCli, FuseReluFlagDecidesWhereReluRuns) {
+  const auto dir = temp_dir("fuse");
+  std::map<std::string, double> fused;
+  for (const std::string mode : {"on", "off"}) {
+    const auto r = run_cli("infer resnet34 --input 3x32x32 --device cpu --batch 1 --requests 3 --warmup 0 --windows 1 "
+                           "--window-s 0.05 --idle-s 0 --fuse-relu " + mode + " --json " + (dir / (mode + ".json")).string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    fused[mode] = read_json(dir / (mode + ".json")).at("results").items().front().at("fused_relus").as_number();
+  }
+  EXPECT_GT(fused["on"], 0);
+  EXPECT_EQ(fused["off"], 0);
+  EXPECT_NE(run_cli("infer lenet5 --device cpu --fuse-relu maybe").exit_code, 0);
   fs::remove_all(dir);
 }
 
