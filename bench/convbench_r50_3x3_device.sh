@@ -7,13 +7,9 @@ set -u
 OUT=${OUT:-/tmp/cnnergy_out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64
-problems=()
-for p in c=64,h=56,w=56,k=64 c=128,h=56,w=56,k=128,stride=2 c=128,h=28,w=28,k=128 c=256,h=28,w=28,k=256,stride=2 \
-         c=256,h=14,w=14,k=256 c=512,h=14,w=14,k=512,stride=2 c=512,h=7,w=7,k=512; do
-  problems+=(--problem "n=128,$p,r=3,s=3,pad=1")
-done
+source "$(dirname "$0")/r50_3x3_problems.sh"
 IMPLS=gemm,implicit_gemm,implicit_precomp_gemm,algo_0,algo_1,algo_3,graph_find,own:implicit_gemm,own:im2col_gemm,own:winograd
-cnnergy convbench "${problems[@]}" --impl "$IMPLS" --precision bf16,fp32 --layout nhwc --calls 10 --window-s 0 \
+cnnergy convbench "${R50_3X3_PROBLEMS[@]}" --impl "$IMPLS" --precision bf16,fp32 --layout nhwc --calls 10 --window-s 0 \
   --transfers off --json "$OUT/r50_3x3.json" > "$OUT/r50_3x3.txt" 2> "$OUT/r50_3x3.err"
 echo "r50 3x3 exit $?"; tail -3 "$OUT/r50_3x3.err"
 cnnergy convbench --problem n=128,c=64,h=56,w=56,k=64,r=3,s=3,pad=1 \

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "backend/ops.hpp"
@@ -12,6 +13,13 @@
 #include "net/executor.hpp"
 
 namespace cnnergy::test {
+
+// The CPU backend the inference tests compare against (and run on, in CI).
+inline std::unique_ptr<Backend> cpu_backend() {
+  BackendOptions o;
+  o.device = Device{DeviceKind::kCpu, 0};
+  return create_backend(o);
+}
 
 // Random running statistics and gamma/beta for every batch norm of `ex`, the same for the same seed
 // on every backend (drawn in layer order).

@@ -17,11 +17,7 @@
 namespace cnnergy {
 namespace {
 
-std::unique_ptr<Backend> cpu() {
-  BackendOptions o;
-  o.device = Device{DeviceKind::kCpu, 0};
-  return create_backend(o);
-}
+std::unique_ptr<Backend> cpu() { return test::cpu_backend(); }
 
 // The plan sums in another order (oneDNN's blocked kernels, the residual add inside the convolution):
 // every logit within 1e-4 of the largest logit magnitude.

@@ -19,11 +19,7 @@
 namespace cnnergy {
 namespace {
 
-std::unique_ptr<Backend> cpu() {
-  BackendOptions o;
-  o.device = Device{DeviceKind::kCpu, 0};
-  return create_backend(o);
-}
+std::unique_ptr<Backend> cpu() { return test::cpu_backend(); }
 
 // Folding reorders fp32 rounding (w * s before the sum instead of s * the sum): logits agree to
 // 1e-5 of their largest magnitude, element by element (the deep ResNets with random statistics
