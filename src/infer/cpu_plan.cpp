@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "backend/cpu/conv_onednn_cpu.hpp"
 #include "net/graph.hpp"
 
 namespace cnnergy {
@@ -29,7 +30,7 @@ CpuPlanChoice make_cpu_plan(const Executor& ex, std::int64_t plan_batch) {
     out.reason = "a training executor";
     return out;
   }
-  if (!cpu::onednn_plan_available()) {
+  if (!cpu::onednn_available()) {
     out.reason = "this build has no oneDNN";
     return out;
   }

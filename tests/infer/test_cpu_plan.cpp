@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cpu/conv_onednn_cpu.hpp"
 #include "backend/cpu/onednn_plan.hpp"
 #include "common/tensor_testing.hpp"
 #include "infer/infer_testing.hpp"
@@ -57,7 +58,7 @@ std::unique_ptr<InferenceSession> session(const Graph& g, Backend& be, std::int6
 class CpuPlanMatchesPerLayer : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CpuPlanMatchesPerLayer, SameLogits) {
-  if (!cpu::onednn_plan_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
+  if (!cpu::onednn_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
   const Case c = GetParam();
   auto backend = cpu();
   const auto graph = build_model(c.model, c.input);
@@ -97,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(CpuPlan, ResidualAddsAreFusedIntoConvolutions) {
-  if (!cpu::onednn_plan_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
+  if (!cpu::onednn_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
   auto backend = cpu();
   const auto graph = build_model("resnet34", Shape{3, 32, 32});
   auto s = session(*graph, *backend, 1, true);
@@ -111,7 +112,7 @@ TEST(CpuPlan, ResidualAddsAreFusedIntoConvolutions) {
 // New weights after the plan was made (fold_parameters, as a checkpoint load does): the plan copies
 // them again before the next request.
 TEST(CpuPlan, NewWeightsReachThePlan) {
-  if (!cpu::onednn_plan_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
+  if (!cpu::onednn_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
   auto backend = cpu();
   const auto graph = build_model("resnet34", Shape{3, 32, 32});
   Rng rng(3);
@@ -134,7 +135,7 @@ TEST(CpuPlan, NewWeightsReachThePlan) {
 
 // A request in chunks of the plan's batch, the last one by the second (remainder) plan.
 TEST(CpuPlan, ChunkedRequestsGiveTheSameLogits) {
-  if (!cpu::onednn_plan_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
+  if (!cpu::onednn_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
   auto backend = cpu();
   const auto graph = build_model("resnet34", Shape{3, 32, 32});
   Rng rng(5);
@@ -152,7 +153,7 @@ TEST(CpuPlan, ChunkedRequestsGiveTheSameLogits) {
 }
 
 TEST(CpuPlan, UnfoldedBatchNormFallsBack) {
-  if (!cpu::onednn_plan_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
+  if (!cpu::onednn_available()) GTEST_SKIP() << "this build has no oneDNN: no CPU inference plan to test";
   auto backend = cpu();
   const auto graph = build_model("resnet34", Shape{3, 32, 32});
   InferenceOptions io;

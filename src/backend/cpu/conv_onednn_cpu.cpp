@@ -3,6 +3,7 @@
 // are NCHW, so the input is reordered in and the output out (cached reorder primitives, buffers in
 // the backend's shared workspace), the weights are reordered per call or, once held, once.
 #include "backend/cpu/conv_onednn_cpu.hpp"
+#include "backend/cpu/onednn_engine.hpp"
 
 #ifdef CNNERGY_HAVE_ONEDNN
 #include <dnnl.hpp>
@@ -26,15 +27,16 @@ std::unique_ptr<OnednnConvForward> OnednnConvForward::create(const Conv2dDesc&, 
 
 bool onednn_available() { return true; }
 
+dnnl::engine& onednn_cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
 namespace {
 
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 constexpr std::size_t kAlign = 64;
 std::size_t round_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
@@ -45,14 +47,15 @@ struct Reorder {
   bool needed = false;
   Reorder() = default;
   Reorder(const memory::desc& from, const memory::desc& to) : needed(!(from == to)) {
-    if (needed) primitive = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+    if (needed)
+      primitive = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_cpu_engine(), from, onednn_cpu_engine(), to));
   }
 };
 
 class OnednnConv final : public OnednnConvForward {
  public:
   OnednnConv(const Conv2dDesc& d, bool relu, std::shared_ptr<Workspace> workspace)
-      : desc_(d), workspace_(std::move(workspace)), stream_(cpu_engine()) {
+      : desc_(d), workspace_(std::move(workspace)), stream_(onednn_cpu_engine()) {
     const memory::dims src_dims{d.n, d.c, d.h, d.w}, dst_dims{d.n, d.k, d.out_h(), d.out_w()};
     const memory::dims wei_dims = d.groups == 1 ? memory::dims{d.k, d.c, d.r, d.s}
                                                 : memory::dims{d.groups, d.k / d.groups, d.c / d.groups, d.r, d.s};
@@ -73,7 +76,7 @@ class OnednnConv final : public OnednnConvForward {
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(ops);
     }
-    pd_ = dnnl::convolution_forward::primitive_desc(cd, attr, cpu_engine());  // throws if unsupported
+    pd_ = dnnl::convolution_forward::primitive_desc(cd, attr, onednn_cpu_engine());  // throws if unsupported
     conv_ = dnnl::convolution_forward(pd_);
     src_in_ = Reorder(user_src_, pd_.src_desc());
     dst_out_ = Reorder(pd_.dst_desc(), user_dst_);
@@ -81,7 +84,7 @@ class OnednnConv final : public OnednnConvForward {
     src_bytes_ = src_in_.needed ? round_up(pd_.src_desc().get_size()) : 0;
     dst_bytes_ = dst_out_.needed ? round_up(pd_.dst_desc().get_size()) : 0;
     wei_bytes_ = wei_in_.needed ? round_up(pd_.weights_desc().get_size()) : 0;
-    if (d.bias) bias_mem_ = memory(bias_md, cpu_engine(), DNNL_MEMORY_NONE);
+    if (d.bias) bias_mem_ = memory(bias_md, onednn_cpu_engine(), DNNL_MEMORY_NONE);
   }
 
   void forward(const float* x, const float* w, const float* b, float* y) override {
@@ -93,11 +96,11 @@ class OnednnConv final : public OnednnConvForward {
       auto* raw = reinterpret_cast<char*>(workspace_->floats((total + kAlign) / sizeof(float)));
       base = raw + (kAlign - reinterpret_cast<std::uintptr_t>(raw) % kAlign) % kAlign;
     }
-    memory src(user_src_, cpu_engine(), const_cast<float*>(x));
-    memory dst(user_dst_, cpu_engine(), y);
-    memory wei(user_wei_, cpu_engine(), const_cast<float*>(w));
+    memory src(user_src_, onednn_cpu_engine(), const_cast<float*>(x));
+    memory dst(user_dst_, onednn_cpu_engine(), y);
+    memory wei(user_wei_, onednn_cpu_engine(), const_cast<float*>(w));
     if (src_in_.needed) {
-      memory blocked(pd_.src_desc(), cpu_engine(), base);
+      memory blocked(pd_.src_desc(), onednn_cpu_engine(), base);
       src_in_.primitive.execute(stream_, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, blocked}});
       src = blocked;
     }
@@ -107,18 +110,18 @@ class OnednnConv final : public OnednnConvForward {
           held_weights_.assign(wei_bytes_ / sizeof(float) + kAlign / sizeof(float), 0.0f);
           char* p = reinterpret_cast<char*>(held_weights_.data());
           p += (kAlign - reinterpret_cast<std::uintptr_t>(p) % kAlign) % kAlign;
-          held_mem_ = memory(pd_.weights_desc(), cpu_engine(), p);
+          held_mem_ = memory(pd_.weights_desc(), onednn_cpu_engine(), p);
           wei_in_.primitive.execute(stream_, {{DNNL_ARG_FROM, wei}, {DNNL_ARG_TO, held_mem_}});
           held_for_ = w;
         }
         wei = held_mem_;
       } else {
-        memory blocked(pd_.weights_desc(), cpu_engine(), base + src_bytes_ + dst_bytes_);
+        memory blocked(pd_.weights_desc(), onednn_cpu_engine(), base + src_bytes_ + dst_bytes_);
         wei_in_.primitive.execute(stream_, {{DNNL_ARG_FROM, wei}, {DNNL_ARG_TO, blocked}});
         wei = blocked;
       }
     }
-    memory out = dst_out_.needed ? memory(pd_.dst_desc(), cpu_engine(), base + src_bytes_) : dst;
+    memory out = dst_out_.needed ? memory(pd_.dst_desc(), onednn_cpu_engine(), base + src_bytes_) : dst;
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, out}};
     if (desc_.bias) {
       bias_mem_.set_data_handle(const_cast<float*>(b));

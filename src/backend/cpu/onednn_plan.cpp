@@ -2,6 +2,7 @@
 // oneDNN's chosen layouts, activation buffers assigned by liveness (best fit from the freed ones),
 // weights reordered once per refresh_weights(); run() executes the primitive list on one stream.
 #include "backend/cpu/onednn_plan.hpp"
+#include "backend/cpu/onednn_engine.hpp"
 
 #ifdef CNNERGY_HAVE_ONEDNN
 #include <dnnl.hpp>
@@ -17,16 +18,12 @@ namespace cnnergy::cpu {
 
 #ifndef CNNERGY_HAVE_ONEDNN
 
-bool onednn_plan_available() { return false; }
-
 std::unique_ptr<OnednnPlan> OnednnPlan::create(const PlanSpec&, std::string* why_not) {
   if (why_not) *why_not = "this build has no oneDNN";
   return nullptr;
 }
 
 #else
-
-bool onednn_plan_available() { return true; }
 
 namespace {
 
@@ -35,10 +32,6 @@ using tag = dnnl::memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
 constexpr std::size_t kAlign = 64;
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
 
 std::size_t round_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -67,7 +60,7 @@ struct HeldWeights {
 
 class Plan final : public OnednnPlan {
  public:
-  Plan(const PlanSpec& spec) : spec_(spec), stream_(engine()) { build(); }
+  Plan(const PlanSpec& spec) : spec_(spec), stream_(onednn_cpu_engine()) { build(); }
 
   void run(const float* images, float* logits) override {
     memories_[input_slot_].set_data_handle(const_cast<float*>(images));
@@ -141,7 +134,8 @@ class Plan final : public OnednnPlan {
     const int buf = take_buffer(want.get_size());
     temps.push_back(buf);
     const int to = buffer_slot(want, buf);
-    add_exec(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), values_[v].md, engine(), want)),
+    const dnnl::engine& eng = onednn_cpu_engine();
+    add_exec(dnnl::reorder(dnnl::reorder::primitive_desc(eng, values_[v].md, eng, want)),
              {{DNNL_ARG_FROM, values_[v].slot}, {DNNL_ARG_TO, to}});
     count("reorder");
     return to;
@@ -161,7 +155,7 @@ class Plan final : public OnednnPlan {
     h.user_slot = new_slot(Slot{user, -1, -1, w});
     h.held_slot = new_slot(Slot{held, -1, static_cast<int>(held_storage_.size()), nullptr});
     held_storage_.emplace_back(static_cast<char*>(std::aligned_alloc(kAlign, round_up(held.get_size()))));
-    h.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), held));
+    h.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_cpu_engine(), user, onednn_cpu_engine(), held));
     held_.push_back(std::move(h));
     return held_.back().held_slot;
   }
@@ -264,7 +258,8 @@ void Plan::build() {
   const memory::dims dims = out.md.dims();
   const tag plain = dims.size() == 4 ? tag::nchw : tag::nc;
   logits_slot_ = new_slot(Slot{memory::desc(dims, kF32, plain), -1, -1, nullptr, false, true});
-  add_exec(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), out.md, engine(), slots_[logits_slot_].md)),
+  const dnnl::engine& eng = onednn_cpu_engine();
+  add_exec(dnnl::reorder(dnnl::reorder::primitive_desc(eng, out.md, eng, slots_[logits_slot_].md)),
            {{DNNL_ARG_FROM, out.slot}, {DNNL_ARG_TO, logits_slot_}});
   // Storage, memory objects, bound argument maps; then the weights.
   for (std::size_t c : capacity_) buffers_.emplace_back(static_cast<char*>(std::aligned_alloc(kAlign, c)));
@@ -273,7 +268,7 @@ void Plan::build() {
     if (s.buffer >= 0) p = buffers_[static_cast<std::size_t>(s.buffer)].get();
     if (s.held >= 0) p = held_storage_[static_cast<std::size_t>(s.held)].get();
     if (s.external) p = const_cast<void*>(s.external);
-    memories_.emplace_back(s.md, engine(), p);
+    memories_.emplace_back(s.md, onednn_cpu_engine(), p);
   }
   for (Exec& e : pending_) {
     BoundExec b{std::move(e.primitive), {}};
@@ -298,7 +293,7 @@ void Plan::build_conv(std::size_t i, std::vector<int>& temps) {
         {d.dilation_h - 1, d.dilation_w - 1}, {d.pad_top, d.pad_left}, {d.pad_bottom, d.pad_right});
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
-    return dnnl::convolution_forward::primitive_desc(cd, attr, engine());
+    return dnnl::convolution_forward::primitive_desc(cd, attr, onednn_cpu_engine());
   };
   // The residual add after this convolution, fused as a sum post-op: the add is the output's sole
   // reader, the shortcut exists already, is not the network input and nobody reads it after the add
@@ -368,7 +363,7 @@ void Plan::build_pool(const PlanStep& st) {
   const dnnl::pooling_forward::desc pdsc(dnnl::prop_kind::forward_inference, alg, in.md,
                                          memory::desc({p.n, p.c, oh, ow}, kF32, tag::any), {p.stride_h, p.stride_w},
                                          {p.kernel_h, p.kernel_w}, {p.pad_h, p.pad_w}, {pr_h, pr_w});
-  const dnnl::pooling_forward::primitive_desc pd(pdsc, engine());
+  const dnnl::pooling_forward::primitive_desc pd(pdsc, onednn_cpu_engine());
   const int dst = define(st.output, pd.dst_desc());
   add_exec(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, in.slot}, {DNNL_ARG_DST, dst}});
   count(oh == 1 && ow == 1 && p.kernel_h == p.h && p.kernel_w == p.w ? "global_pool" : "pool");
@@ -376,7 +371,7 @@ void Plan::build_pool(const PlanStep& st) {
     const dnnl::eltwise_forward::primitive_desc ed(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu,
                                     pd.dst_desc(), 0.0f),
-        engine());
+        onednn_cpu_engine());
     add_exec(dnnl::eltwise_forward(ed), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}});
     count("relu");
   }
@@ -388,7 +383,7 @@ void Plan::build_add(const PlanStep& st) {
   dnnl::primitive_attr attr;
   attr.set_post_ops(relu_ops(false, false, st.relu_after));
   const dnnl::binary::primitive_desc pd(dnnl::binary::desc(dnnl::algorithm::binary_add, a.md, b.md, a.md), attr,
-                                        engine());
+                                        onednn_cpu_engine());
   const int dst = define(st.output, a.md);
   add_exec(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a.slot}, {DNNL_ARG_SRC_1, b.slot}, {DNNL_ARG_DST, dst}});
   count("binary_add");
@@ -398,7 +393,7 @@ void Plan::build_relu(const PlanStep& st) {
   const Value& in = values_[static_cast<std::size_t>(st.inputs[0])];
   const dnnl::eltwise_forward::primitive_desc pd(
       dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, in.md, 0.0f),
-      engine());
+      onednn_cpu_engine());
   const int dst = define(st.output, in.md);
   add_exec(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, in.slot}, {DNNL_ARG_DST, dst}});
   count("relu");
@@ -416,7 +411,7 @@ void Plan::build_linear(const PlanStep& st, std::vector<int>& temps) {
                                               memory::desc(wdims, kF32, tag::any), bias_md, dst_md);
   dnnl::primitive_attr attr;
   attr.set_post_ops(relu_ops(false, false, st.relu_after));
-  const dnnl::inner_product_forward::primitive_desc pd(ipd, attr, engine());
+  const dnnl::inner_product_forward::primitive_desc pd(ipd, attr, onednn_cpu_engine());
   const int src = as_layout(st.inputs[0], pd.src_desc(), temps);
   const int wei = hold(memory::desc(wdims, kF32, wtag), pd.weights_desc(), st.weights);
   const int dst = define(st.output, pd.dst_desc());

@@ -36,8 +36,7 @@ struct PlanSpec {
   std::vector<PlanStep> steps;   // in an order where every input is produced before it is read
 };
 
-// True when this build links oneDNN (the plan can be made at all).
-bool onednn_plan_available();
+// Whether the plan can be made at all: onednn_available() (conv_onednn_cpu.hpp).
 
 class OnednnPlan {
  public:
