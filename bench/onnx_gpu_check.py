@@ -140,8 +140,10 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
         row["missed"].append("pytorch vs cpu")
     if not args.no_gpu:
         y32, y16 = os.path.join(work, "y_fp32.npy"), os.path.join(work, "y_bf16.npy")
-        row["gpu_fp32_s"] = infer(cnnergy, path, x_path, y32, ["--device", "cuda", "--precision", "fp32"], args.batch)
-        row["gpu_bf16_s"] = infer(cnnergy, path, x_path, y16, ["--device", "cuda", "--precision", "bf16"], args.batch)
+        extra = args.gpu_flags.split()
+        row["gpu_flags"] = args.gpu_flags
+        row["gpu_fp32_s"] = infer(cnnergy, path, x_path, y32, ["--device", "cuda", "--precision", "fp32"] + extra, args.batch)
+        row["gpu_bf16_s"] = infer(cnnergy, path, x_path, y16, ["--device", "cuda", "--precision", "bf16"] + extra, args.batch)
         g32, g16 = np.load(y32), np.load(y16)
         row["gpu_fp32_vs_cpu"] = closeness(np, cpu, g32[:count])
         row["gpu_bf16_vs_cpu"] = closeness(np, cpu, g16[:count])
@@ -186,6 +188,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=300, help="no new model starts after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-gpu", action="store_true", help="skip the cuda runs (CPU and PyTorch only)")
+    ap.add_argument("--gpu-flags", default="", help="extra cnnergy infer flags of both GPU runs (e.g. '--conv-algo heuristic')")
     ap.add_argument("--work", default="/tmp/cnnergy_onnx_gpu_check")
     ap.add_argument("--json", help="results file, rewritten after every model")
     args = ap.parse_args()

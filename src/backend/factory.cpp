@@ -10,6 +10,10 @@
 
 namespace cnnergy {
 
+void ConvKernel::forward_residual(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  throw NotSupported("conv2d: this backend's convolution takes no fused residual add (Backend::fuses_conv_residual)");
+}
+
 bool cuda_backend_built() {
 #ifdef CNNERGY_HAVE_CUDA
   return true;

@@ -40,6 +40,9 @@ struct Conv2dDesc {
   // y = max(0, conv + b): the ReLU after a folded inference convolution, fused (set only where
   // Backend::fuses_conv_relu(desc) holds; see net/executor.hpp).
   bool relu = false;
+  // y = relu?(conv + b + z): the residual add after a folded inference convolution, fused (set only
+  // where Backend::fuses_conv_residual(desc) holds; the kernel then runs forward_residual).
+  bool residual = false;
 
   std::int64_t out_h() const { return (h + pad_top + pad_bottom - dilation_h * (r - 1) - 1) / stride_h + 1; }
   std::int64_t out_w() const { return (w + pad_left + pad_right - dilation_w * (s - 1) - 1) / stride_w + 1; }
@@ -79,6 +82,13 @@ class ConvKernel {
   // kernel may then keep the weights prepared (the CPU's oneDNN path: reordered once) instead of
   // preparing them per call. Never called for weights that training updates.
   virtual void hold_weights() {}
+  // Whether forward() runs the convolution with its bias (and fused ReLU) as one fused kernel
+  // (BackendOptions::conv_epilogue_fusion, once the first forward has decided).
+  virtual bool epilogue_fused() const { return false; }
+  // y = relu?(conv(x, w) + b + z) for a kernel made with desc.residual (z has y's shape). Only
+  // kernels of backends whose fuses_conv_residual holds implement it.
+  virtual void forward_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& z,
+                                const Tensor& y);
 };
 
 // ---- fully connected -----------------------------------------------------------------------------
@@ -208,6 +218,11 @@ struct BackendOptions {
   // torch.backends.cudnn.benchmark_limit, whose default is also 10).
   std::size_t conv_search_candidates = 10;
   bool conv_algo_fallback = true;     // a named algorithm that cannot run a shape falls back (else error)
+  // CUDA: a forward convolution with a bias may run as one cuDNN fused graph (conv + bias, + the
+  // fused ReLU), where an engine runs it and it measures faster than the convolution and its bias
+  // pass (backend/cuda/conv_epilogue_plan.hpp). Off by default: the first plan of a shape can take
+  // a second to compile; inference turns it on (cnnergy infer --fuse-epilogue).
+  bool conv_epilogue_fusion = false;
   // CUDA: directory of the persistent algorithm cache (core/algo_cache.hpp); empty: none, every
   // process searches anew. Commands fill it from --algo-cache (resolve_algo_cache_dir).
   std::string algo_cache_dir;
@@ -346,6 +361,12 @@ class Backend {
   // Whether make_conv takes desc with relu = true (forward only: the executor offers it to folded
   // inference convolutions, which never run backward).
   virtual bool fuses_conv_relu(const Conv2dDesc& desc) const {
+    (void)desc;
+    return false;
+  }
+  // Whether make_conv takes desc with residual = true (forward only, like fuses_conv_relu: the
+  // executor offers a folded inference convolution the residual add that consumes its output).
+  virtual bool fuses_conv_residual(const Conv2dDesc& desc) const {
     (void)desc;
     return false;
   }

@@ -73,6 +73,13 @@ void note_eval_semantics(const Graph& graph, const InferenceSession& session) {
 
 // On the CPU: which forward runs the requests (the whole-network oneDNN plan or the per-layer
 // executor) and, for the latter, the first reason the plan was not made.
+// Convolutions whose forward runs with its bias (and ReLU) as one fused kernel.
+std::size_t count_fused_epilogues(const Executor& executor) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < executor.num_layers(); ++i) n += executor.layer(i).epilogue_fused();
+  return n;
+}
+
 void note_cpu_path(const Backend& backend, const InferenceSession& session) {
   if (backend.name() != "cpu") return;
   if (session.forward_path() == "onednn-plan")
@@ -146,6 +153,9 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("fuse-relu", "let the layer before a ReLU compute it in its own pass (a batch norm's kernel, a folded "
                         "convolution's bias pass or oneDNN post-op); off runs every ReLU as its own layer",
            "on", {"on", "off"});
+  p.option("fuse-epilogue", "GPU: run a convolution with a bias (a folded batch norm) and its fused ReLU as one cuDNN "
+           "fused graph where an engine runs it and it measures faster than the convolution and its bias pass; "
+           "off keeps the two passes", "on", {"on", "off"});
   p.option("cpu-plan", "CPU with oneDNN: run the whole network as one oneDNN plan (blocked layouts end to end) "
            "when every layer maps onto it; off: the per-layer executor", "on", {"on", "off"});
   p.option("cpu-plan-chunk", "CPU plan: samples per run of the plan (a request runs in chunks; 0: as many as "
@@ -165,6 +175,7 @@ int run_infer(const std::vector<std::string>& args) {
   if (!p.parse(args)) return 0;
   OutputSink sink(p);
   BackendOptions bo = backend_options_from_flags(p);
+  bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   std::vector<std::int64_t> batches;
   for (const auto& b : split_list(p.get("batch"), "--batch")) {
     char* end = nullptr;
@@ -273,6 +284,8 @@ int run_infer(const std::vector<std::string>& args) {
       }
       row["folded_batch_norms"] = session.executor().memory().folded_batch_norms;
       row["fused_relus"] = session.executor().memory().fused_relus;
+      row["fused_residuals"] = session.executor().memory().fused_residuals;
+      row["fused_epilogues"] = static_cast<double>(count_fused_epilogues(session.executor()));
       const MemoryStats mem = backend->memory_stats();
       row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
       // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).

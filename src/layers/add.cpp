@@ -19,14 +19,19 @@ class AddLayer final : public Layer {
   std::unique_ptr<Layer> clone() const override { return std::make_unique<AddLayer>(name()); }
   bool gradient_in_place(std::size_t) const override { return true; }
   bool needs_outputs_in_backward() const override { return relu_; }  // the ReLU's mask
-  std::string describe() const override { return relu_ ? "add + relu" : "add"; }
+  std::string describe() const override {
+    const std::string what = relu_ ? "add + relu" : "add";
+    return absorbed() ? what + " (fused into " + absorbed_into() + ")" : what;
+  }
   bool fuse_relu(const Backend&) override {
     if (bound()) return false;
     relu_ = true;
     return true;
   }
+  bool relu_fused() const override { return relu_; }
 
   void forward(const ForwardContext& ctx) override {
+    if (absorbed()) return;  // the convolution before it adds (inference: Layer::fuse_residual)
     if (relu_)
       backend().add_relu_forward(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]);
     else

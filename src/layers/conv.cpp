@@ -20,6 +20,7 @@ class ConvLayer final : public Layer {
     if (spec_.pad_top || spec_.pad_left) s += " pad " + std::to_string(spec_.pad_top);
     if (spec_.groups > 1) s += " groups " + std::to_string(spec_.groups);
     if (spec_.dilation_h > 1 || spec_.dilation_w > 1) s += " dilation " + std::to_string(spec_.dilation_h);
+    if (desc_.residual) s += " + residual add";
     if (desc_.relu) s += " + relu";
     return s;
   }
@@ -30,6 +31,7 @@ class ConvLayer final : public Layer {
     if (!kernel_) return std::nullopt;
     return kernel_->info();
   }
+  bool epilogue_fused() const override { return kernel_ && kernel_->epilogue_fused(); }
   std::optional<Conv2dDesc> conv_problem() const override { return desc_; }
   std::vector<Tensor> eval_weights() const override {
     if (folded_bn_ != nullptr) return {folded_weight_, folded_bias_};
@@ -50,6 +52,19 @@ class ConvLayer final : public Layer {
     fused.relu = true;
     fused.bias = true;  // what bind() asks for: a folded batch norm gives the convolution a bias
     if (bound() || folded_bn_ == nullptr || desc_.relu || !backend.fuses_conv_relu(fused)) return false;
+    desc_ = fused;
+    return true;
+  }
+
+  bool relu_fused() const override { return desc_.relu; }
+
+  bool fuse_residual(const Backend& backend, bool relu) override {
+    Conv2dDesc fused = desc_;
+    fused.residual = true;
+    fused.relu = relu;
+    fused.bias = true;  // a folded batch norm gives the convolution a bias
+    if (bound() || folded_bn_ == nullptr || desc_.relu || desc_.residual || !backend.fuses_conv_residual(fused))
+      return false;
     desc_ = fused;
     return true;
   }
@@ -90,6 +105,11 @@ class ConvLayer final : public Layer {
   }
 
   void forward(const ForwardContext& ctx) override {
+    if (desc_.residual) {  // the executor passes the add's other input second
+      if (ctx.inputs.size() != 2) throw InternalError("layer '" + name() + "': the fused residual add's input is missing");
+      kernel_->forward_residual(ctx.inputs[0], folded_weight_, folded_bias_, ctx.inputs[1], ctx.outputs[0]);
+      return;
+    }
     if (folded_bn_ != nullptr) {
       kernel_->forward(ctx.inputs[0], folded_weight_, folded_bias_, ctx.outputs[0]);
       return;
@@ -99,7 +119,8 @@ class ConvLayer final : public Layer {
   std::size_t private_bytes() const override { return folded_weight_.size_bytes() + folded_bias_.size_bytes(); }
 
   void backward(const BackwardContext& ctx) override {
-    if (desc_.relu) throw InternalError("layer '" + name() + "': a convolution with a fused ReLU runs no backward");
+    if (desc_.relu || desc_.residual)
+      throw InternalError("layer '" + name() + "': a convolution with a fused ReLU or residual add runs no backward");
     kernel_->backward_filter(ctx.inputs[0], ctx.output_grads[0], parameters()[0].grad,
                              spec_.bias ? parameters()[1].grad : Tensor{});
     if (ctx.input_grads[0].defined())

@@ -134,6 +134,17 @@ class Layer {
     (void)backend;
     return false;
   }
+  // Whether this layer took the ReLU after it (fuse_relu returned true).
+  virtual bool relu_fused() const { return false; }
+  // Residual fusion, for inference executors (after batch-norm folding and ReLU fusion): a
+  // convolution with a folded batch norm whose output only an add reads takes that add, and the add's
+  // fused ReLU where `relu`: it then computes y = relu?(conv + b + z) with the add's other input z as
+  // its second forward input, and the add is absorbed (its output is this layer's output).
+  virtual bool fuse_residual(const Backend& backend, bool relu) {
+    (void)backend;
+    (void)relu;
+    return false;
+  }
   // Batch-norm folding, for inference executors (decided between setup() and bind(), like ReLU
   // fusion). A layer that can apply a per-output-channel affine map y = scale * f(x) + shift itself
   // (a convolution: scaled weights, a bias) takes the eval-mode batch norm that is its output's sole
@@ -160,6 +171,8 @@ class Layer {
 
   // The convolution algorithms the bound kernel runs (conv layers only), for --show-algos.
   virtual std::optional<ConvAlgoInfo> conv_algorithms() const { return std::nullopt; }
+  // A convolution whose forward runs with its bias (and ReLU) fused into one kernel (ConvKernel::epilogue_fused).
+  virtual bool epilogue_fused() const { return false; }
   // The convolution problem of a conv layer after setup() (batch as set up), for studies that run
   // each distinct convolution on its own (cnnergy convbench); empty for every other layer.
   virtual std::optional<Conv2dDesc> conv_problem() const { return std::nullopt; }

@@ -89,6 +89,9 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     fold_batch_norms();
   }
   if (options_.fuse_relu) fuse_relus();
+  absorbed_output_of_.assign(layers_.size(), -1);
+  residual_input_.assign(layers_.size(), -1);
+  if (options_.fold_batch_norm && options_.fuse_residual) fuse_residuals();
   if (backend_.device().is_cpu()) {
     host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
     host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
@@ -201,6 +204,37 @@ void Executor::fuse_relus() {
   }
 }
 
+// An add reading a folded convolution's output (through its absorbed batch norm), read by nothing
+// else, is offered to that convolution when the add's other input is computed before it.
+void Executor::fuse_residuals() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& add = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (add.type() != "add" || add.absorbed() || ins.size() != 2 || ins[0] == ins[1]) continue;
+    for (std::size_t j = 0; j < 2; ++j) {
+      const int t = ins[j], z = ins[1 - j];
+      const GraphTensor& tt = graph_.tensor(t);
+      if (t == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1 ||
+          graph_.layer_outputs(static_cast<std::size_t>(tt.producer)).size() != 1)
+        continue;
+      Layer* bn = layers_[static_cast<std::size_t>(tt.producer)].get();
+      if (bn->type() != "batch_norm" || !bn->absorbed()) continue;  // only a folded convolution has a bias
+      const auto& bn_ins = graph_.layer_inputs(static_cast<std::size_t>(tt.producer));
+      if (bn_ins.size() != 1) continue;
+      const int conv = graph_.tensor(bn_ins[0]).producer;
+      if (conv < 0 || layers_[static_cast<std::size_t>(conv)]->name() != bn->absorbed_into()) continue;
+      const int z_producer = graph_.tensor(z).producer;  // -1: the network's input
+      if (z_producer >= conv) continue;                  // z must exist when the convolution runs
+      if (!layers_[static_cast<std::size_t>(conv)]->fuse_residual(backend_, add.relu_fused())) continue;
+      add.absorb_into(layers_[static_cast<std::size_t>(conv)]->name());
+      absorbed_output_of_[i] = t;
+      residual_input_[static_cast<std::size_t>(conv)] = z;
+      ++memory_.fused_residuals;
+      break;
+    }
+  }
+}
+
 void Executor::plan_and_allocate() {
   const auto num_layers = static_cast<int>(layers_.size());
   const auto num_tensors = graph_.num_tensors();
@@ -218,7 +252,8 @@ void Executor::plan_and_allocate() {
     const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
     const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
     if (l.absorbed()) {  // the producer's output, fused: one tensor in every plan
-      group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(ins[0])];
+      const int via = absorbed_output_of_[static_cast<std::size_t>(i)];  // an add: the convolution's input
+      group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(via >= 0 ? via : ins[0])];
       continue;
     }
     if (!reuse || outs.size() != 1 || ins.size() != 1 || ins[0] == graph_.input_tensor()) continue;
@@ -387,6 +422,8 @@ void Executor::refresh_views() {
       io.bwd_in.push_back(l.needs_inputs_in_backward() ? activations_[ti] : Tensor{});
       io.in_grads.push_back(graph_.tensor(t).needs_grad ? gradients_[ti] : Tensor{});
     }
+    if (residual_input_[i] >= 0)  // a fused residual add's other input (forward only)
+      io.fwd_in.push_back(activations_[static_cast<std::size_t>(residual_input_[i])]);
     for (int t : graph_.layer_outputs(i)) {
       const auto ti = static_cast<std::size_t>(t);
       io.fwd_out.push_back(activations_[ti]);

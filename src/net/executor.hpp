@@ -25,6 +25,13 @@
 //   Backend::fuses_conv_relu holds: the CPU's oneDNN post-op, the GPU's bias pass); if taken, the ReLU is absorbed and its output and input gradient are the
 //   producer's output and output gradient (one group each, with or without reuse_memory). Nothing
 //   else changes: the same tensors, the same values (the fused kernels round exactly as the pair did).
+// * Residual fusion (ExecutorOptions::fuse_residual, eval-only executors with folded batch norms):
+//   an add whose input is a folded convolution's output read by nothing else, and whose other input
+//   z is computed before that convolution, is offered to the convolution (Layer::fuse_residual,
+//   where Backend::fuses_conv_residual holds: the GPU's fused cuDNN epilogue); if taken, the
+//   convolution computes relu?(conv + b + z) with z as its second input, the add (and the ReLU it
+//   took) runs nothing, and its output is the convolution's output (one group). The values differ
+//   from the unfused chain by rounding only (the sum is rounded once).
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
 // 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
@@ -57,6 +64,7 @@ struct ExecutorOptions {
   bool reuse_memory = true;   // liveness-based buffer sharing (see above)
   std::uint64_t dropout_seed = 0;  // base seed of dropout masks (mixed with layer and iteration)
   bool fuse_relu = true;      // let layers take the ReLU after them (see above)
+  bool fuse_residual = true;  // folded convolutions take the residual add after them (see above)
   // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
   // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
   // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
@@ -74,6 +82,7 @@ struct ExecutorOptions {
 struct MemoryReport {
   std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
   std::size_t folded_batch_norms = 0; // batch norms folded into the convolution before them
+  std::size_t fused_residuals = 0;    // residual adds absorbed by the convolution before them
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -152,6 +161,7 @@ class Executor {
 
  private:
   void fuse_relus();
+  void fuse_residuals();
   void fold_batch_norms();
   void plan_and_allocate();
   void check_fits_before_binding() const;  // CPU only: the lower bound (see ExecutorOptions::host_memory)
@@ -179,6 +189,10 @@ class Executor {
   Tensor own_input_;  // conversion target when set_input needs a copy
   Tensor labels_;
   std::uint64_t iteration_ = 0;
+  // Residual fusion: per layer, the tensor an absorbed add's output shares (the convolution's output
+  // it consumed; -1 otherwise), and the extra forward input of a convolution that took an add (z).
+  std::vector<int> absorbed_output_of_;
+  std::vector<int> residual_input_;
   bool folds_pending_ = false;
   std::uint64_t folds_ = 0;  // folded batch norms whose weights were not computed yet
   LayerHook hook_;

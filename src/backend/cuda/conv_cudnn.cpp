@@ -117,10 +117,50 @@ void CudnnConv::forward(const Tensor& x, const Tensor& w, const Tensor& b, const
   if (d_.bias) check_device_tensor(b, *ctx_, "conv2d forward", "b", Shape{d_.k}, dtype_, layout_);
   std::shared_ptr<Buffer> padded;
   const void* xin = explicit_pad_ ? (padded = pad_input(x))->data() : x.raw();
+  if (d_.residual)
+    throw InternalError("conv2d " + shape_text() + ": a convolution made with a residual add runs forward_residual");
   ensure_resolved(Dir::kForward, xin, w.raw(), y.raw());
-  run(Dir::kForward, xin, w.raw(), y.raw(), 0.0f);
+  if (d_.bias && ctx_->options().conv_epilogue_fusion) {
+    if (!epilogue_resolved_) resolve_epilogue(xin, w.raw(), b.raw(), nullptr, y.raw());
+    if (epilogue_.ready()) {
+      run_epilogue(xin, w.raw(), b.raw(), nullptr, y.raw());
+      return;
+    }
+  }
+  run_unfused_forward(xin, w.raw(), d_.bias ? b.raw() : nullptr, nullptr, y.raw());
+}
+
+void CudnnConv::forward_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& z,
+                                 const Tensor& y) {
+  ctx_->activate();
+  if (!d_.residual || !d_.bias)
+    throw InternalError("conv2d " + shape_text() + ": forward_residual on a convolution made without a residual add and bias");
+  check_device_tensor(x, *ctx_, "conv2d forward_residual", "x", d_.input_shape(), dtype_, layout_);
+  check_device_tensor(w, *ctx_, "conv2d forward_residual", "w", d_.weight_shape(), dtype_, layout_);
+  check_device_tensor(b, *ctx_, "conv2d forward_residual", "b", Shape{d_.k}, dtype_, layout_);
+  check_device_tensor(z, *ctx_, "conv2d forward_residual", "z", d_.output_shape(), dtype_, layout_);
+  check_device_tensor(y, *ctx_, "conv2d forward_residual", "y", d_.output_shape(), dtype_, layout_);
+  std::shared_ptr<Buffer> padded;
+  const void* xin = explicit_pad_ ? (padded = pad_input(x))->data() : x.raw();
+  ensure_resolved(Dir::kForward, xin, w.raw(), y.raw());
+  if (ctx_->options().conv_epilogue_fusion) {
+    if (!epilogue_resolved_) resolve_epilogue(xin, w.raw(), b.raw(), z.raw(), y.raw());
+    if (epilogue_.ready()) {
+      run_epilogue(xin, w.raw(), b.raw(), z.raw(), y.raw());
+      return;
+    }
+  }
+  run_unfused_forward(xin, w.raw(), b.raw(), z.raw(), y.raw());
+}
+
+void CudnnConv::run_unfused_forward(const void* x, const void* w, const void* b, const void* z,
+                                    void* y) const {
+  run(Dir::kForward, x, w, y, 0.0f);
   if (d_.bias)
-    kernels::bias_add(y.raw(), b.raw(), dtype_, kernels::channel_view(dims_of(y)), ctx_->stream(), d_.relu);
+    kernels::bias_add(y, b, dtype_, kernels::channel_view({d_.n, d_.k, d_.out_h(), d_.out_w(), layout_ == Layout::kNHWC}),
+                      ctx_->stream(), d_.relu && z == nullptr);
+  if (z != nullptr)
+    kernels::add(y, z, y, dtype_, d_.n * d_.k * d_.out_h() * d_.out_w(), ctx_->stream(), d_.relu);
 }
 
 void CudnnConv::backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/conv_algos.hpp"
+#include "backend/cuda/conv_epilogue_plan.hpp"
 #include "backend/cuda/conv_graph_plan.hpp"
 #include "backend/cuda/cuda_ops.hpp"
 #include "core/algo_cache.hpp"
@@ -39,6 +40,11 @@ class CudnnConv final : public ConvKernel {
   void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw,
                        const Tensor& db) override;
   ConvAlgoInfo info() const override;
+  bool epilogue_fused() const override { return epilogue_.ready(); }
+  // desc.residual: relu?(conv + b + z), fused in one cuDNN graph where that is faster, else the
+  // convolution, the bias pass and the add (+ ReLU) pass.
+  void forward_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& z,
+                        const Tensor& y) override;
   // The graph-API engine configurations that run this convolution's direction here, each as a
   // field value ("graph:" and the engine tag) this kernel's ConvAlgoChoice accepts.
   std::vector<std::string> graph_engine_names(Dir dir) const;
@@ -140,6 +146,19 @@ class CudnnConv final : public ConvKernel {
       Dir dir, std::vector<std::shared_ptr<const GraphConvPlan>> candidates, const void* in1,
       const void* in2, void* out) const;
 
+  // ---- conv_cudnn_epilogue.cpp ----
+  // A forward with a bias (BackendOptions::conv_epilogue_fusion): whether cuDNN's fused graph
+  // (conv + bias, + ReLU where desc.relu) runs it, decided on first use by timing its fastest
+  // candidate against the unfused pair (this kernel's forward, then the bias pass) on the caller's
+  // operands, and reused for identical problems. Leaves epilogue_ empty where the pair is faster or
+  // no engine runs the graph (with a note).
+  // z: the residual (desc.residual), else null.
+  void resolve_epilogue(const void* x, const void* w, const void* b, const void* z, void* y) const;
+  void run_epilogue(const void* x, const void* w, const void* b, const void* z, void* y) const;
+  // The unfused passes: the resolved forward, the bias pass (with the ReLU where desc.relu and no
+  // residual), and with a residual the add (+ ReLU) pass.
+  void run_unfused_forward(const void* x, const void* w, const void* b, const void* z, void* y) const;
+
   std::shared_ptr<CudaContext> ctx_;
   Conv2dDesc d_;
   DType dtype_;
@@ -156,6 +175,8 @@ class CudnnConv final : public ConvKernel {
   mutable std::array<Plan, 3> plan_;
   mutable std::array<std::array<GraphConvLaunch, 2>, 3> graph_;  // graph policies: by beta 0 / 1
   mutable std::vector<std::string> notes_;
+  mutable bool epilogue_resolved_ = false;
+  mutable EpilogueConvLaunch epilogue_;  // ready where the fused plan runs the forward
 };
 
 // Whether a cuDNN status is in the NOT_SUPPORTED category (a shape or algorithm cuDNN refuses).

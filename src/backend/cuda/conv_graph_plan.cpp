@@ -1,5 +1,6 @@
 // Graph-API convolution plans: building, ranking, timing and running them (conv_graph_plan.hpp).
 #include "backend/cuda/conv_graph_plan.hpp"
+#include "backend/cuda/conv_graph_detail.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -19,10 +20,11 @@
 
 namespace cnnergy::cuda {
 
-namespace {
+namespace graph_detail {
 
+namespace {
 constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
-constexpr std::int64_t kAlignmentBytes = 16;
+}  // namespace
 
 BackendDescriptor make_tensor(std::int64_t uid, cudnnDataType_t type, bool nhwc, std::int64_t n,
                               std::int64_t c, std::int64_t h, std::int64_t w) {
@@ -185,7 +187,9 @@ bool aligned(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(kAlignmentBytes) == 0;
 }
 
-}  // namespace
+}  // namespace graph_detail
+
+using namespace graph_detail;
 
 // The operation graph every plan of one problem shares.
 struct GraphConvPlan::Parts {

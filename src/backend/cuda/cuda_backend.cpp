@@ -234,6 +234,11 @@ class CudaBackend final : public Backend {
     ctx_->activate();
     return make_cuda_batch_norm(ctx_, desc);
   }
+  // The fused cuDNN epilogue (conv_epilogue_plan.hpp) or, where it is slower, the convolution's
+  // own passes: a convolution with a bias takes the residual add whenever the offer is on.
+  bool fuses_conv_residual(const Conv2dDesc& desc) const override {
+    return desc.bias && ctx_->options().conv_epilogue_fusion && ctx_->options().conv_algo_policy.rfind("own:", 0) != 0;
+  }
   bool fuses_batch_norm_relu(const BatchNormDesc& desc) const override {
     return !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
   }

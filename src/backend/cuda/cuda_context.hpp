@@ -30,7 +30,8 @@ struct CachedConvAlgo {
   std::size_t workspace_bytes = 0;
 };
 
-class GraphConvPlan;  // conv_graph_plan.hpp
+class GraphConvPlan;     // conv_graph_plan.hpp
+class EpilogueConvPlan;  // conv_epilogue_plan.hpp
 
 // Search results keyed by the cuDNN problem (shapes, dtype, layout, math, direction, workspace
 // cap), so identical layers search once per backend: "find" keeps the legacy algorithm,
@@ -72,6 +73,9 @@ class SearchCache {
 using ConvAlgoCache = SearchCache<CachedConvAlgo>;
 using GraphPlanCache = SearchCache<std::shared_ptr<const GraphConvPlan>>;
 using AutoChoiceCache = SearchCache<bool>;  // "auto": whether the graph API won a problem
+// Fused-epilogue forwards: the plan that beat the unfused pair, or null where the pair won or no
+// engine runs the graph.
+using EpiloguePlanCache = SearchCache<std::shared_ptr<const EpilogueConvPlan>>;
 
 class CudaContext {
  public:
@@ -93,6 +97,7 @@ class CudaContext {
   ConvAlgoCache& conv_algo_cache() { return conv_algo_cache_; }
   GraphPlanCache& graph_plan_cache() { return graph_plan_cache_; }
   AutoChoiceCache& auto_choice_cache() { return auto_choice_cache_; }
+  EpiloguePlanCache& epilogue_plan_cache() { return epilogue_plan_cache_; }
   // The persistent algorithm cache shared by this process's backends of the same GPU; null when
   // BackendOptions::algo_cache_dir is empty.
   AlgoCache* algo_cache() const { return algo_cache_.get(); }
@@ -123,6 +128,7 @@ class CudaContext {
   ConvAlgoCache conv_algo_cache_;
   GraphPlanCache graph_plan_cache_;  // after the cuDNN handle: its plans go first
   AutoChoiceCache auto_choice_cache_;
+  EpiloguePlanCache epilogue_plan_cache_;  // after the cuDNN handle: its plans go first
   std::shared_ptr<AlgoCache> algo_cache_;
   ConvSearchClock search_clock_;
 };

@@ -1,0 +1,152 @@
+// The fused-epilogue convolution (conv_epilogue_plan.hpp): y = relu?(conv(x, w) + b + z?) as one cuDNN
+// graph, run directly from its plans and through the backend's offer (BackendOptions::
+// conv_epilogue_fusion), against the CPU reference on fresh random inputs, in every precision and
+// layout where cuDNN has an engine for the graph.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/conv_epilogue_plan.hpp"
+#include "backend/cuda/cuda_context.hpp"
+#include "backend/cuda/cuda_raii.hpp"
+#include "backend_cuda/cuda_fixture.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+Conv2dDesc desc(std::int64_t n, std::int64_t c, std::int64_t hw, std::int64_t k, std::int64_t r,
+                std::int64_t stride, std::int64_t pad) {
+  Conv2dDesc d;
+  d.n = n, d.c = c, d.h = d.w = hw, d.k = k, d.r = d.s = r;
+  d.stride_h = d.stride_w = stride;
+  d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = pad;
+  d.bias = true;
+  return d;
+}
+
+// The graph's problem for `d` as the convolution kernel builds it.
+cuda::EpilogueConvProblem problem_of(const Conv2dDesc& d, const Precision& p, Layout l, bool residual,
+                                     bool relu) {
+  cuda::EpilogueConvProblem e;
+  cuda::GraphConvProblem& g = e.conv;
+  g.dir = cuda::ConvDirection::kForward;
+  g.data_type = cuda::cudnn_dtype(p.dtype);
+  g.nhwc = l == Layout::kNHWC;
+  g.allow_tf32 = p.tf32;
+  g.n = d.n, g.c = d.c, g.h = d.h, g.w = d.w, g.k = d.k, g.c_per_group = d.c, g.r = d.r, g.s = d.s;
+  g.out_h = d.out_h(), g.out_w = d.out_w();
+  g.pad_h = d.pad_top, g.pad_w = d.pad_left, g.stride_h = d.stride_h, g.stride_w = d.stride_w;
+  e.residual = residual;
+  e.relu = relu;
+  return e;
+}
+
+class CudaConvEpilogue : public CudaTest {
+ protected:
+  // relu?(conv(x, w) + b + z?) on the CPU, from the rounded inputs both sides see.
+  Tensor reference(const Conv2dDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
+                   const Tensor* z, bool relu) {
+    Tensor y = Tensor::host(d.output_shape());
+    cpu_->make_conv(d, {})->forward(x, w, b, y);
+    auto v = y.f32();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (z) v[i] += z->f32()[i];
+      if (relu) v[i] = std::max(v[i], 0.0f);
+    }
+    return y;
+  }
+};
+
+// Every graph shape (bias; bias + ReLU; bias + residual + ReLU) on a ResNet-like 3x3 and a strided
+// 1x1, run from each candidate plan cuDNN finalizes. fp16/bf16 NHWC must have an engine on a GPU
+// with tensor cores for bf16 (compute capability 8.0 and up): there the fused graph is what inference
+// asks for.
+TEST_F(CudaConvEpilogue, PlansMatchTheCpuReference) {
+  const Conv2dDesc shapes[] = {desc(2, 32, 12, 64, 3, 1, 1), desc(3, 64, 10, 32, 1, 2, 0)};
+  std::size_t ran = 0, half_nhwc_ran = 0;
+  for (const Precision& p : kAllPrecisions)
+    for (const Layout l : kAllLayouts) {
+      BackendOptions o;
+      o.device = Device{DeviceKind::kCuda, 0};
+      o.dtype = p.dtype;
+      o.allow_tf32 = p.tf32;
+      o.layout = l;
+      std::unique_ptr<Backend> g = gpu(p, l);
+      if (!g) continue;
+      cuda::CudaContext ctx(o);
+      for (const Conv2dDesc& d : shapes)
+        for (const auto& [residual, relu] : {std::pair{false, false}, {false, true}, {true, true}}) {
+          const std::string what = label(p, l) + " " + d.input_shape().str() + " k" + std::to_string(d.k) +
+                                   (residual ? " +z" : "") + (relu ? " relu" : "");
+          std::string why;
+          const auto plans = cuda::epilogue_conv_candidates(ctx.cudnn(), problem_of(d, p, l, residual, relu),
+                                                            std::size_t{256} << 20, 2, &why);
+          if (plans.empty()) {
+            std::printf("[  NOTE    ] %s: %s\n", what.c_str(), why.c_str());
+            continue;
+          }
+          const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+          const Tensor b = random(Shape{d.k}, p.dtype), z = random(d.output_shape(), p.dtype);
+          const Tensor want = reference(d, x, w, b, residual ? &z : nullptr, relu);
+          const Tensor xd = upload(*g, x, p.dtype, l), wd = upload(*g, w, p.dtype, l);
+          const Tensor bd = upload(*g, b, p.dtype, l), zd = upload(*g, z, p.dtype, l);
+          for (const auto& plan : plans) {
+            Tensor yd = g->alloc(d.output_shape(), p.dtype, l);
+            // The backend's tensors live on the same GPU; the plan runs on this context's stream.
+            auto ws = ctx.scratch(std::max<std::size_t>(plan->workspace_bytes(), 1));
+            cuda::EpilogueConvLaunch launch(plan);
+            ASSERT_EQ(launch.execute(ctx.cudnn(), {xd.raw(), wd.raw(), bd.raw(), residual ? zd.raw() : nullptr,
+                                                   yd.raw(), ws->data()}),
+                      CUDNN_STATUS_SUCCESS)
+                << what << " " << plan->engine();
+            ASSERT_EQ(cudaStreamSynchronize(ctx.stream()), cudaSuccess);
+            EXPECT_TRUE(close(download(*g, yd), want, p.tol, what + " " + plan->engine()));
+            ++ran;
+            half_nhwc_ran += p.dtype != DType::kF32 && l == Layout::kNHWC;
+          }
+        }
+    }
+  std::printf("[  NOTE    ] %zu fused plans ran\n", ran);
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major >= 8) {
+    EXPECT_GT(half_nhwc_ran, 0u) << "no fused plan ran in fp16/bf16 NHWC";
+  }
+}
+
+// Through the backend: with the offer on, a convolution with a bias (and its fused ReLU) gives the
+// reference's values whichever way the timing went, and says which way it went.
+TEST_F(CudaConvEpilogue, BackendOfferKeepsTheValues) {
+  for (const Precision& p : {kBf16, kFp32})
+    for (const Layout l : kAllLayouts)
+      for (const bool relu : {false, true}) {
+        BackendOptions o;
+        o.device = Device{DeviceKind::kCuda, 0};
+        o.dtype = p.dtype;
+        o.layout = l;
+        o.conv_epilogue_fusion = true;
+        o.workspace_limit_bytes = std::size_t{256} << 20;
+        std::unique_ptr<Backend> g = create_backend(o);
+        Conv2dDesc d = desc(8, 64, 28, 64, 3, 1, 1);
+        d.relu = relu;
+        const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+        const Tensor b = random(Shape{d.k}, p.dtype);
+        const Tensor want = reference(d, x, w, b, nullptr, relu);
+        auto conv = g->make_conv(d, {});
+        Tensor y = g->alloc(d.output_shape(), p.dtype, l);
+        conv->forward(upload(*g, x, p.dtype, l), upload(*g, w, p.dtype, l), upload(*g, b, p.dtype, l), y);
+        const std::string what = label(p, l) + (relu ? " relu" : "");
+        EXPECT_TRUE(close(download(*g, y), want, p.tol, what));
+        std::printf("[  NOTE    ] %s: %s\n", what.c_str(), conv->epilogue_fused() ? "fused" : "two passes");
+        // A second forward on the decided path gives the same values.
+        Tensor y2 = g->alloc(d.output_shape(), p.dtype, l);
+        conv->forward(upload(*g, x, p.dtype, l), upload(*g, w, p.dtype, l), upload(*g, b, p.dtype, l), y2);
+        EXPECT_TRUE(close(download(*g, y2), want, p.tol, what + " again"));
+      }
+}
+
+}  // namespace
+}  // namespace cnnergy::test
