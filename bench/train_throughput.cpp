@@ -128,6 +128,7 @@ struct Cell {
   std::string algo_cache_dir;    // the persistent algorithm cache ("" = off)
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
+  bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::string status = "ok";
@@ -150,6 +151,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   opt.conv_algo_policy = cell.algo;
   opt.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
   opt.algo_cache_dir = cell.algo_cache_dir;
+  opt.conv_epilogue_fusion = cell.fuse_epilogue;
   auto backend = create_backend(opt);
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
@@ -271,6 +273,8 @@ int main(int argc, char** argv) {
              {"off", "on", "both"});
     p.option("fuse-relu", "batch norms take the ReLU after them: on, off, or both (a cell each)", "on",
              {"off", "on", "both"});
+    p.option("fuse-epilogue", "a convolution with a bias runs as cuDNN's fused conv + bias (+ ReLU) graph where that "
+             "times faster (BackendOptions::conv_epilogue_fusion)", "off", {"off", "on"});
     p.flag("profile-range",
            "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
            "--profile-from-start off)");
@@ -302,6 +306,7 @@ int main(int argc, char** argv) {
             c.layout = p.get("layout") != "auto" ? p.get("layout") : (pr == "fp32" ? "nchw" : "nhwc");
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
+            c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.profile_range = p.get_flag("profile-range");
             c.host_layers = p.get_flag("host-layers");
             cells.push_back(c);
@@ -318,6 +323,7 @@ int main(int argc, char** argv) {
         out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
             << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"conv_candidates\": " << c.candidates << ", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
+            << ", \"fuse_epilogue\": " << (c.fuse_epilogue ? "true" : "false")
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms

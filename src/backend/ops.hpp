@@ -37,8 +37,9 @@ struct Conv2dDesc {
   std::int64_t dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
   bool bias = true;
-  // y = max(0, conv + b): the ReLU after a folded inference convolution, fused (set only where
-  // Backend::fuses_conv_relu(desc) holds; see net/executor.hpp).
+  // y = max(0, conv + b): the ReLU after a convolution with a bias, fused into its forward (set only
+  // where Backend::fuses_conv_relu(desc) holds; see net/executor.hpp). The backward passes stay the
+  // convolution's alone: the layer masks the output gradient by the output before calling them.
   bool relu = false;
   // y = relu?(conv + b + z): the residual add after a folded inference convolution, fused (set only
   // where Backend::fuses_conv_residual(desc) holds; the kernel then runs forward_residual).
@@ -282,6 +283,9 @@ class Backend {
   // Page-locked host memory for fast asynchronous uploads (plain host memory on the CPU backend).
   virtual std::shared_ptr<Buffer> alloc_pinned_host(std::size_t size_bytes) = 0;
   virtual MemoryStats memory_stats() const = 0;
+  // From now on memory_stats().peak_bytes counts from what is in use now (the CUDA allocator; a no-op
+  // where peaks are not tracked): a serving loop's own peak, without the setup and search before it.
+  virtual void reset_peak_memory() {}
 
   // Transfers and element-wise utilities. Host tensors must have the same dtype/layout as dst.
   // upload with async=true returns before the copy ends: keep `host` alive until synchronize().

@@ -235,6 +235,7 @@ int run_infer(const std::vector<std::string>& args) {
   std::size_t ran = 0;
   std::string last_failure;
   bool noted = false;
+  std::size_t process_peak_bytes = 0;  // the device allocator's peak over this whole run
   for (const std::int64_t b : batches) {
     Json row = Json::object();
     row["batch"] = b;
@@ -276,6 +277,11 @@ int run_infer(const std::vector<std::string>& args) {
         row["peak_power_w"] = opt_json(r.peak_power_w);
         row["idle_power_w"] = opt_json(r.idle_power_w);
         row["short_window"] = r.short_window;
+        // The allocator's peak is reset once the timed requests start (Backend::reset_peak_memory):
+        // the process peak so far keeps the setup's and the algorithm search's part.
+        process_peak_bytes = std::max(process_peak_bytes, r.setup_peak_bytes);
+        if (backend->device().is_cuda())
+          row["serving_peak_memory_mib"] = static_cast<double>(r.serving_peak_bytes) / 1048576.0;
       }
       row["cuda_graph"] = session.graphed();
       if (backend->name() == "cpu") {
@@ -289,7 +295,8 @@ int run_infer(const std::vector<std::string>& args) {
       const MemoryStats mem = backend->memory_stats();
       row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
       // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).
-      row["peak_memory_mib"] = static_cast<double>(mem.peak_bytes) / 1048576.0;
+      process_peak_bytes = std::max(process_peak_bytes, mem.peak_bytes);
+      row["peak_memory_mib"] = static_cast<double>(process_peak_bytes) / 1048576.0;
       ++ran;
     } catch (const OutOfMemory& e) {
       row["status"] = std::string("does not fit: ") + e.what();

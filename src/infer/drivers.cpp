@@ -56,6 +56,9 @@ ClosedLoopResult run_closed_loop(InferenceSession& session, Backend& backend, En
     if (auto idle = probe->end()) r.idle_power_w = idle->average_watts;
   }
   for (std::int64_t i = 0; i < spec.warmup + 2; ++i) session.run_host(host_images, host_logits);  // + recording
+  backend.synchronize();
+  r.setup_peak_bytes = backend.memory_stats().peak_bytes;
+  backend.reset_peak_memory();  // what serving itself holds, apart from setup and the algorithm search
   std::vector<double> e2e, dev;
   e2e.reserve(static_cast<std::size_t>(spec.requests));
   dev.reserve(static_cast<std::size_t>(spec.requests));
@@ -91,6 +94,7 @@ ClosedLoopResult run_closed_loop(InferenceSession& session, Backend& backend, En
   for (const auto& s : w.windows)
     if (s.energy) r.peak_power_w = std::max(r.peak_power_w.value_or(0.0), s.energy->peak_watts);
   r.short_window = w.any_short_window;
+  r.serving_peak_bytes = backend.memory_stats().peak_bytes;
   return r;
 }
 

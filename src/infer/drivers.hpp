@@ -41,6 +41,8 @@ struct ClosedLoopResult {
   std::optional<double> idle_power_w;
   double energy_uncertainty_j_per_image = 0;
   bool short_window = false;
+  std::size_t setup_peak_bytes = 0;    // the device allocator's peak before the timed requests (setup, search)
+  std::size_t serving_peak_bytes = 0;  // its peak from the timed requests on (where the backend tracks one)
 };
 
 // `host_images` (fp32 NCHW, the session's batch) are the request payload. `probe` may be null.

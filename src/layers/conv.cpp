@@ -45,16 +45,19 @@ class ConvLayer final : public Layer {
     refresh_working_copies();
   }
 
-  // Only a convolution with a folded batch norm (an inference executor: no backward) takes the ReLU
-  // after that batch norm (the executor offers it here; see net/executor.hpp).
+  // A convolution with a bias takes the ReLU after it (or after its folded batch norm) where the
+  // backend's kernel clamps in its bias pass or fused epilogue (the executor offers it here; see
+  // net/executor.hpp). In training, backward first masks the output gradient by the output, in place:
+  // that buffer is the fused ReLU's output gradient, which nothing else reads afterwards.
   bool fuse_relu(const Backend& backend) override {
     Conv2dDesc fused = desc_;
     fused.relu = true;
-    fused.bias = true;  // what bind() asks for: a folded batch norm gives the convolution a bias
-    if (bound() || folded_bn_ == nullptr || desc_.relu || !backend.fuses_conv_relu(fused)) return false;
+    if (folded_bn_ != nullptr) fused.bias = true;  // what bind() asks for: the batch norm's shift
+    if (bound() || !fused.bias || desc_.relu || desc_.residual || !backend.fuses_conv_relu(fused)) return false;
     desc_ = fused;
     return true;
   }
+  bool needs_outputs_in_backward() const override { return desc_.relu; }  // the fused ReLU's mask
 
   bool relu_fused() const override { return desc_.relu; }
 
@@ -119,12 +122,13 @@ class ConvLayer final : public Layer {
   std::size_t private_bytes() const override { return folded_weight_.size_bytes() + folded_bias_.size_bytes(); }
 
   void backward(const BackwardContext& ctx) override {
-    if (desc_.relu || desc_.residual)
-      throw InternalError("layer '" + name() + "': a convolution with a fused ReLU or residual add runs no backward");
-    kernel_->backward_filter(ctx.inputs[0], ctx.output_grads[0], parameters()[0].grad,
-                             spec_.bias ? parameters()[1].grad : Tensor{});
+    if (desc_.residual || folded_bn_ != nullptr)
+      throw InternalError("layer '" + name() + "': a folded convolution (inference) runs no backward");
+    const Tensor& dy = ctx.output_grads[0];
+    if (desc_.relu) backend().relu_backward(ctx.outputs[0], dy, dy, false);  // the fused ReLU's gradient
+    kernel_->backward_filter(ctx.inputs[0], dy, parameters()[0].grad, spec_.bias ? parameters()[1].grad : Tensor{});
     if (ctx.input_grads[0].defined())
-      kernel_->backward_data(ctx.output_grads[0], parameters()[0].value(), ctx.input_grads[0], ctx.accumulate[0]);
+      kernel_->backward_data(dy, parameters()[0].value(), ctx.input_grads[0], ctx.accumulate[0]);
   }
 
  protected:

@@ -151,6 +151,27 @@ TEST_F(MemoryPlan, FusedReluTrainsBitForBitAsSeparateLayers) {
   }
 }
 
+// A convolution with a bias takes the ReLU after it in training too: forward clamps in the
+// convolution's own pass, backward masks the output gradient by the output first; bit for bit what
+// the separate ReLU computes, with and without memory reuse.
+TEST_F(MemoryPlan, ConvolutionTakesTheReluAfterItAndTrainsBitForBit) {
+  auto backend = cpu_backend();
+  auto graph = small_graph(5);
+  for (const bool reuse : {true, false}) {
+    SCOPED_TRACE(reuse ? "reuse" : "no reuse");
+    ExecutorOptions o;
+    o.batch_size = 4;
+    o.dropout_seed = seed_;
+    o.reuse_memory = reuse;
+    Executor fused(*graph, *backend, o);
+    o.fuse_relu = false;
+    Executor separate(*graph, *backend, o);
+    EXPECT_EQ(fused.memory().fused_relus, 2u);  // relu1 into bn1, relu_a into conv_a
+    EXPECT_EQ(fused.layer(graph->layer_index("relu_a")).describe(), "relu (fused into conv_a)");
+    expect_same_training(*graph, *backend, 4, fused, separate);
+  }
+}
+
 TEST_F(MemoryPlan, InPlaceReluAndFlattenViewsShareStorage) {
   auto backend = cpu_backend();
   auto graph = small_graph(5);

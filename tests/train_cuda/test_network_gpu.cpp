@@ -131,46 +131,50 @@ TEST_F(GpuTraining, ImportedNetworkLayersGradientsMatchTheCpu) {
   for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) expect_graph_gradients_match(*graph, c, layout);
 }
 
-// Batch norms and adds that take the ReLU after them compute what separate layers compute on the
-// GPU too: one step of ResNet-34 (every batch-norm + ReLU and add + ReLU pattern) from the same
-// weights and batch, fused against unfused, per parameter gradient. (Not bit for bit: cuDNN's
-// weight-gradient kernels may add in any order.)
+// Batch norms, adds and convolutions with a bias that take the ReLU after them compute what separate
+// layers compute on the GPU too: one step of ResNet-34 (every batch-norm + ReLU and add + ReLU
+// pattern) and of VGG-16 (convolution + bias + ReLU) from the same weights and batch, fused against
+// unfused, per parameter gradient. (Not bit for bit: cuDNN's weight-gradient kernels may add in any
+// order.)
 TEST_F(GpuTraining, FusedReluStepMatchesSeparateLayers) {
-  auto graph = build_model("resnet34", Shape{3, 64, 64}, 10);
-  for (const auto& [dtype, layout, tol] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4},
-                                            std::tuple{DType::kBF16, Layout::kNHWC, 2e-2}}) {
-    auto gpu_backend = gpu(dtype, layout, "heuristic");
-    ExecutorOptions eo;
-    eo.batch_size = 8;
-    Executor fused(*graph, *gpu_backend, eo);
-    eo.fuse_relu = false;
-    Executor separate(*graph, *gpu_backend, eo);
-    EXPECT_GT(fused.memory().fused_relus, 30u);
-    const std::uint64_t seed = 77;
-    fused.initialize_parameters(seed);
-    separate.initialize_parameters(seed);
-    Rng rng(seed + 1);
-    Tensor images = Tensor::host(Shape{8, 3, 64, 64});
-    rng.fill_normal(images.f32(), 0, 1);
-    Tensor labels = Tensor::host(Shape{8}, DType::kI32);
-    for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
-    const Tensor gi = gpu_backend->alloc(images.shape(), DType::kF32), gl = gpu_backend->alloc(labels.shape(), DType::kI32);
-    gpu_backend->upload(images, gi);
-    gpu_backend->upload(labels, gl);
-    for (Executor* e : {&fused, &separate}) {
-      e->set_input(gi, gl);
-      e->forward(Phase::kTrain);
-      e->backward(1.0f);
-    }
-    const std::string what = std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
-    EXPECT_NEAR(fused.read_loss(), separate.read_loss(), 1e-5 * std::max(1.0f, std::abs(separate.read_loss()))) << what;
-    const auto pf = fused.parameters(), ps = separate.parameters();
-    ASSERT_EQ(pf.size(), ps.size());
-    int reported = 0;
-    for (std::size_t k = pf.size(); k-- > 0;) {  // backward order: the first to differ is the culprit
-      const double err = relative_norm_error(to_host_f32(*gpu_backend, pf[k]->grad), to_host_f32(*gpu_backend, ps[k]->grad));
-      if (err >= tol && reported++ < 8)
-        ADD_FAILURE() << what << ": " << pf[k]->name << " gradient " << err << " apart (tolerance " << tol << ")";
+  for (const auto& [model, fusable] : {std::pair{"resnet34", 30u}, {"vgg16", 13u}}) {
+    SCOPED_TRACE(model);
+    auto graph = build_model(model, Shape{3, 64, 64}, 10);
+    for (const auto& [dtype, layout, tol] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4},
+                                              std::tuple{DType::kBF16, Layout::kNHWC, 2e-2}}) {
+      auto gpu_backend = gpu(dtype, layout, "heuristic");
+      ExecutorOptions eo;
+      eo.batch_size = 8;
+      Executor fused(*graph, *gpu_backend, eo);
+      eo.fuse_relu = false;
+      Executor separate(*graph, *gpu_backend, eo);
+      EXPECT_GE(fused.memory().fused_relus, fusable);
+      const std::uint64_t seed = 77;
+      fused.initialize_parameters(seed);
+      separate.initialize_parameters(seed);
+      Rng rng(seed + 1);
+      Tensor images = Tensor::host(Shape{8, 3, 64, 64});
+      rng.fill_normal(images.f32(), 0, 1);
+      Tensor labels = Tensor::host(Shape{8}, DType::kI32);
+      for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
+      const Tensor gi = gpu_backend->alloc(images.shape(), DType::kF32), gl = gpu_backend->alloc(labels.shape(), DType::kI32);
+      gpu_backend->upload(images, gi);
+      gpu_backend->upload(labels, gl);
+      for (Executor* e : {&fused, &separate}) {
+        e->set_input(gi, gl);
+        e->forward(Phase::kTrain);
+        e->backward(1.0f);
+      }
+      const std::string what = std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
+      EXPECT_NEAR(fused.read_loss(), separate.read_loss(), 1e-5 * std::max(1.0f, std::abs(separate.read_loss()))) << what;
+      const auto pf = fused.parameters(), ps = separate.parameters();
+      ASSERT_EQ(pf.size(), ps.size());
+      int reported = 0;
+      for (std::size_t k = pf.size(); k-- > 0;) {  // backward order: the first to differ is the culprit
+        const double err = relative_norm_error(to_host_f32(*gpu_backend, pf[k]->grad), to_host_f32(*gpu_backend, ps[k]->grad));
+        if (err >= tol && reported++ < 8)
+          ADD_FAILURE() << what << ": " << pf[k]->name << " gradient " << err << " apart (tolerance " << tol << ")";
+      }
     }
   }
 }

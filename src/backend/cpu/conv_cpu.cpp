@@ -302,7 +302,6 @@ class ConvCpu final : public ConvKernel {
 
   void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx,
                      bool accumulate) override {
-    no_backward_with_relu();
     check_f32_shape(dy, kOp, "dy", desc_.output_shape());
     check_f32_shape(w, kOp, "w", desc_.weight_shape());
     check_f32_shape(dx, kOp, "dx", desc_.input_shape());
@@ -328,7 +327,6 @@ class ConvCpu final : public ConvKernel {
 
   void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw,
                        const Tensor& db) override {
-    no_backward_with_relu();
     check_f32_shape(x, kOp, "x", desc_.input_shape());
     check_f32_shape(dy, kOp, "dy", desc_.output_shape());
     check_f32_shape(dw, kOp, "dw", desc_.weight_shape());
@@ -403,11 +401,6 @@ class ConvCpu final : public ConvKernel {
       fwd_ = ConvAlgo::kIm2colGemm;
       notes_.push_back("oneDNN has no forward implementation for this problem; im2col_gemm runs it");
     }
-  }
-
-  void no_backward_with_relu() const {
-    if (desc_.relu)
-      throw InvalidArgument("conv2d: a convolution with a fused ReLU (Conv2dDesc::relu) is forward only");
   }
 
   Conv2dDesc desc_;

@@ -31,6 +31,11 @@ void CudnnConv::run_epilogue(const void* x, const void* w, const void* b, const 
 
 void CudnnConv::resolve_epilogue(const void* x, const void* w, const void* b, const void* z,
                                  void* y) const {
+  // Timing cannot run inside a CUDA graph capture: decided at the first forward outside one (the
+  // captured forward runs the unfused passes).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
   epilogue_resolved_ = true;
   EpilogueConvProblem problem;
   problem.conv = graph_problem(Dir::kForward, 0.0f);

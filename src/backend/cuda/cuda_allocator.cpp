@@ -152,6 +152,11 @@ AllocatorStats CachingAllocator::stats() const {
   return stats_;
 }
 
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_bytes = stats_.in_use_bytes;
+}
+
 std::shared_ptr<Buffer> allocate_pinned_host(std::size_t size_bytes) {
   if (size_bytes == 0) return std::make_shared<Buffer>(nullptr, 0, Device{}, nullptr);
   void* ptr = nullptr;

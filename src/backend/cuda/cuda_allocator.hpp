@@ -49,6 +49,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   std::vector<Block> end_retain();
   void release_retained(const std::vector<Block>& blocks) noexcept;
   AllocatorStats stats() const;
+  void reset_peak();  // peak_bytes = in_use_bytes
 
   // The size class a request is served from: multiples of 512 B up to 1 MiB, then steps of 1/8 of
   // the power of two below, at most 2 MiB (waste under 12.5 % and under 2 MiB). Throws OutOfMemory

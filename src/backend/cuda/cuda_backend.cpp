@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
     const AllocatorStats s = ctx_->allocator().stats();
     return {s.in_use_bytes, s.peak_bytes, ctx_->properties().totalGlobalMem};
   }
+  void reset_peak_memory() override { ctx_->allocator().reset_peak(); }
 
   void upload(const Tensor& host, const Tensor& dst, bool async) override {
     ctx_->activate();
