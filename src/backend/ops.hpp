@@ -222,7 +222,7 @@ struct BackendOptions {
   // CUDA: a forward convolution with a bias may run as one cuDNN fused graph (conv + bias, + the
   // fused ReLU), where an engine runs it and it measures faster than the convolution and its bias
   // pass (backend/cuda/conv_epilogue_plan.hpp). Off by default: the first plan of a shape can take
-  // a second to compile; inference turns it on (cnnergy infer --fuse-epilogue).
+  // a second to compile; `infer` and `train` turn it on (--fuse-epilogue).
   bool conv_epilogue_fusion = false;
   // CUDA: directory of the persistent algorithm cache (core/algo_cache.hpp); empty: none, every
   // process searches anew. Commands fill it from --algo-cache (resolve_algo_cache_dir).

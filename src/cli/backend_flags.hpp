@@ -18,6 +18,15 @@ inline constexpr const char* kAlgoCacheHelp =
     "persistent convolution algorithm cache: a directory, or off (default: $CNNERGY_ALGO_CACHE, "
     "else $XDG_CACHE_HOME/cnnergy, else ~/.cache/cnnergy); a second run searches nothing it has seen";
 
+// --fuse-epilogue (infer, train): BackendOptions::conv_epilogue_fusion, on by default there.
+inline void declare_fuse_epilogue_flag(ArgParser& p) {
+  p.option("fuse-epilogue",
+           "GPU: run a convolution with a bias (a folded batch norm's, or its own) and the ReLU it took as one "
+           "cuDNN fused graph where an engine runs it and it times faster than the convolution and its bias "
+           "pass (decided per layer on its first forward); off keeps the two passes",
+           "on", {"on", "off"});
+}
+
 // --algo-cache's directory ("" when the cache is off), after the environment and defaults.
 inline std::string algo_cache_dir_from_flags(const ArgParser& p) {
   return resolve_algo_cache_dir(p.get_optional("algo-cache").value_or(""));
@@ -42,6 +51,7 @@ inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   bo.conv_algo_policy = p.get("conv-algo");
   bo.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
   bo.algo_cache_dir = algo_cache_dir_from_flags(p);
+  if (p.has("fuse-epilogue")) bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   return bo;
 }
 

@@ -153,9 +153,7 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("fuse-relu", "let the layer before a ReLU compute it in its own pass (a batch norm's kernel, a folded "
                         "convolution's bias pass or oneDNN post-op); off runs every ReLU as its own layer",
            "on", {"on", "off"});
-  p.option("fuse-epilogue", "GPU: run a convolution with a bias (a folded batch norm) and its fused ReLU as one cuDNN "
-           "fused graph where an engine runs it and it measures faster than the convolution and its bias pass; "
-           "off keeps the two passes", "on", {"on", "off"});
+  declare_fuse_epilogue_flag(p);
   p.option("cpu-plan", "CPU with oneDNN: run the whole network as one oneDNN plan (blocked layouts end to end) "
            "when every layer maps onto it; off: the per-layer executor", "on", {"on", "off"});
   p.option("cpu-plan-chunk", "CPU plan: samples per run of the plan (a request runs in chunks; 0: as many as "
@@ -175,7 +173,6 @@ int run_infer(const std::vector<std::string>& args) {
   if (!p.parse(args)) return 0;
   OutputSink sink(p);
   BackendOptions bo = backend_options_from_flags(p);
-  bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   std::vector<std::int64_t> batches;
   for (const auto& b : split_list(p.get("batch"), "--batch")) {
     char* end = nullptr;

@@ -71,6 +71,23 @@ TEST(InferCli, FuseReluFlagDecidesWhereReluRuns) {
   fs::remove_all(dir);
 }
 
+// --fuse-epilogue is the GPU's (cuDNN's fused graphs): on the CPU it is accepted and fuses nothing,
+// and the row says so; a value other than on/off is refused by infer and train alike.
+TEST(InferCli, FuseEpilogueFlagIsTheGpusAndCountsWhatItFused) {
+  const auto dir = temp_dir("epilogue");
+  const auto r = run_cli("infer resnet34 --input 3x32x32 --device cpu --batch 1 --requests 2 --warmup 0 --windows 1 "
+                         "--window-s 0.05 --idle-s 0 --fuse-epilogue on --json " + (dir / "e.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json row = read_json(dir / "e.json").at("results").items().front();
+  EXPECT_EQ(row.at("fused_epilogues").as_number(), 0);
+  EXPECT_EQ(row.at("fused_residuals").as_number(), 0);
+  EXPECT_GT(row.at("fused_relus").as_number(), 0);
+  EXPECT_EQ(row.find("serving_peak_memory_mib"), nullptr);  // the GPU allocator's figure only
+  EXPECT_NE(run_cli("infer lenet5 --device cpu --fuse-epilogue maybe").exit_code, 0);
+  EXPECT_NE(run_cli("train lenet5 --device cpu --fuse-epilogue maybe").exit_code, 0);
+  fs::remove_all(dir);
+}
+
 TEST(InferCli, OpenLoopServesASustainableRate) {
   const auto dir = temp_dir("open");
   const auto r = run_cli("infer lenet5 --device cpu --batch 4 --qps 100 --max-wait-ms 1 --duration-s 0.5 --format json -o " +

@@ -17,12 +17,13 @@ namespace cnnergy::test {
 class GpuTraining : public ::testing::Test {
  public:
   static std::unique_ptr<Backend> gpu(DType dtype = DType::kF32, Layout layout = Layout::kNCHW,
-                                      const std::string& policy = "auto") {
+                                      const std::string& policy = "auto", bool fuse_epilogue = false) {
     BackendOptions o;
     o.device = Device{DeviceKind::kCuda, 0};
     o.dtype = dtype;
     o.layout = layout;
     o.conv_algo_policy = policy;
+    o.conv_epilogue_fusion = fuse_epilogue;
     return create_backend(o);
   }
 

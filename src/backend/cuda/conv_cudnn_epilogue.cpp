@@ -31,6 +31,13 @@ void CudnnConv::run_epilogue(const void* x, const void* w, const void* b, const 
 
 void CudnnConv::resolve_epilogue(const void* x, const void* w, const void* b, const void* z,
                                  void* y) const {
+  // Not on TF32: with TF32 engines a ResNet-50 session's second eager request came out 5 % off the
+  // training executor's forward (relative norm; the first request and the replays agreed), H200,
+  // cuDNN 9.19, not understood yet. fp32 (FMA engines), fp16 and bf16 pass the same test.
+  if (ctx_->options().dtype == DType::kF32 && ctx_->options().allow_tf32) {
+    epilogue_resolved_ = true;
+    return;
+  }
   // Timing cannot run inside a CUDA graph capture: decided at the first forward outside one (the
   // captured forward runs the unfused passes).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
