@@ -145,7 +145,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ConvKernel> make_conv(const Conv2dDesc& desc,
                                         const ConvAlgoChoice& algo) override {
     if (desc.residual)  // fuses_conv_residual is false here: the executor never asks
-      throw NotSupported("conv2d on cpu: a fused residual add (Conv2dDesc::residual) is not implemented");
+      throw NotSupported("conv2d on cpu: the CPU backend takes no residual add into a convolution "
+                         "(Conv2dDesc::residual; fuses_conv_residual answers no here)");
     return make_conv_kernel(desc, algo, default_conv_algo_, options_.workspace_limit_bytes,
                             workspace_, default_forward_algo_);
   }

@@ -208,28 +208,14 @@ std::vector<std::shared_ptr<const EpilogueConvPlan>> epilogue_conv_candidates(
 cudnnStatus_t EpilogueConvLaunch::execute(cudnnHandle_t handle, const EpilogueConvOperands& o) {
   const std::array<const void*, 6> addresses{o.x, o.w, o.b, o.z, o.y, o.workspace};
   if (!pack_ || addresses != pack_addresses_) {
-    const bool residual = o.z != nullptr;
-    for (const void* p : {o.x, o.w, o.b, static_cast<const void*>(o.y), o.z})
-      if (p && !aligned(p))
-        throw InternalError("fused-epilogue convolution: an operand at " +
-                            std::to_string(reinterpret_cast<std::uintptr_t>(p)) + " is not " +
-                            std::to_string(kAlignmentBytes) + "-byte aligned");
-    auto pack = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     std::vector<std::int64_t> uids{kUidX, kUidW, kUidB, kUidY};
     std::vector<void*> pointers{const_cast<void*>(o.x), const_cast<void*>(o.w),
                                 const_cast<void*>(o.b), o.y};
-    if (residual) {
+    if (o.z != nullptr) {  // a residual problem
       uids.push_back(kUidZ);
       pointers.push_back(const_cast<void*>(o.z));
     }
-    pack->set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-              static_cast<std::int64_t>(uids.size()), uids.data());
-    pack->set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-              static_cast<std::int64_t>(pointers.size()), pointers.data());
-    void* workspace = o.workspace;
-    pack->set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-    pack->finalize();
-    pack_ = std::move(pack);
+    pack_ = variant_pack(uids, pointers, o.workspace, "fused-epilogue convolution");
     pack_addresses_ = addresses;
   }
   return cudnnBackendExecute(handle, plan_->get(), pack_->get());

@@ -6,6 +6,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,10 @@ std::string engine_tag(const BackendDescriptor& config, const BackendDescriptor&
 std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph,
                                               cudnnBackendHeurMode_t mode);
 bool aligned(const void* p);
+// A finalized variant pack of `pointers` under `uids` and the workspace; InternalError naming `what`
+// for an operand that is not kAlignmentBytes-aligned (what every plan's tensors declare).
+std::unique_ptr<BackendDescriptor> variant_pack(const std::vector<std::int64_t>& uids,
+                                                const std::vector<void*>& pointers, void* workspace,
+                                                const char* what);
 
 }  // namespace cnnergy::cuda::graph_detail

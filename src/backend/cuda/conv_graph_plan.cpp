@@ -187,6 +187,24 @@ bool aligned(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(kAlignmentBytes) == 0;
 }
 
+std::unique_ptr<BackendDescriptor> variant_pack(const std::vector<std::int64_t>& uids,
+                                                const std::vector<void*>& pointers, void* workspace,
+                                                const char* what) {
+  for (const void* p : pointers)
+    if (!aligned(p))
+      throw InternalError(std::string(what) + ": an operand at " +
+                          std::to_string(reinterpret_cast<std::uintptr_t>(p)) + " is not " +
+                          std::to_string(kAlignmentBytes) + "-byte aligned");
+  auto pack = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack->set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<std::int64_t>(uids.size()),
+            uids.data());
+  pack->set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+            static_cast<std::int64_t>(pointers.size()), pointers.data());
+  pack->set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  pack->finalize();
+  return pack;
+}
+
 }  // namespace graph_detail
 
 using namespace graph_detail;
@@ -488,20 +506,7 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
 cudnnStatus_t GraphConvLaunch::execute(cudnnHandle_t handle, const GraphConvOperands& o) {
   const std::array<void*, 4> addresses{o.x, o.w, o.y, o.workspace};
   if (!pack_ || addresses != pack_addresses_) {
-    for (const void* p : {o.x, o.w, o.y})
-      if (!aligned(p))
-        throw InternalError("graph-API convolution: an operand at " +
-                            std::to_string(reinterpret_cast<std::uintptr_t>(p)) + " is not " +
-                            std::to_string(kAlignmentBytes) + "-byte aligned");
-    auto pack = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    const std::int64_t uids[] = {kUidX, kUidW, kUidY};
-    void* pointers[] = {o.x, o.w, o.y};
-    pack->set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-    pack->set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
-    void* workspace = o.workspace;
-    pack->set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-    pack->finalize();
-    pack_ = std::move(pack);
+    pack_ = variant_pack({kUidX, kUidW, kUidY}, {o.x, o.w, o.y}, o.workspace, "graph-API convolution");
     pack_addresses_ = addresses;
   }
   return cudnnBackendExecute(handle, plan_->get(), pack_->get());
