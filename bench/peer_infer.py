@@ -28,6 +28,7 @@ import time
 import traceback
 
 import torch
+import torch.cuda.profiler  # start()/stop() for --profile-range
 import torchvision
 
 COMPILE_MODES = {"compile": "default", "reduce-overhead": "reduce-overhead", "max-autotune": "max-autotune"}
@@ -90,6 +91,11 @@ def measure(call, sync, batch, energy, args):
     for _ in range(args.warmup):
         call()
     sync()
+    if getattr(args, "profile_range", False) and torch.cuda.is_available():  # ncu --profile-from-start off
+        torch.cuda.profiler.start()
+        call()
+        sync()
+        torch.cuda.profiler.stop()
     lat = []
     t_end = time.perf_counter() + args.latency_s
     while len(lat) < args.requests and (len(lat) < 20 or time.perf_counter() < t_end):
@@ -237,7 +243,7 @@ def run_compile_child(engine, model_name, batches, precision, device, args):
     """All batches of one compile mode in one child (one process, one compile cache); returns rows."""
     spec = dict(engine=engine, model=model_name, batches=batches, precision=precision, device=device,
                 requests=args.requests, latency_s=args.latency_s, warmup=args.warmup, windows=args.windows,
-                window_s=args.window_s)
+                window_s=args.window_s, profile_range=args.profile_range)
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     CHILDREN.append(proc)
@@ -273,7 +279,8 @@ def on_term(signum, frame):
 
 def child_main(spec_text):
     spec = json.loads(spec_text)
-    args = argparse.Namespace(**{k: spec[k] for k in ("requests", "latency_s", "warmup", "windows", "window_s")})
+    args = argparse.Namespace(**{k: spec[k] for k in ("requests", "latency_s", "warmup", "windows", "window_s")},
+                              profile_range=spec.get("profile_range", False))
     energy = Energy(spec["device"])
     for b in spec["batches"]:
         try:
@@ -318,6 +325,9 @@ def main():
     ap.add_argument("--window-s", type=float, default=1.0, help="energy window length, >= 1 s for NVML")
     ap.add_argument("--compile-timeout", type=float, default=150, help="seconds per torch.compile mode (all batches)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (torch and ONNX Runtime); 0: their default")
+    ap.add_argument("--profile-range", action="store_true",
+                    help="one call after each cell's warm-up inside torch.cuda.profiler.start()/stop() (for ncu "
+                         "--profile-from-start off)")
     ap.add_argument("--out", help="JSON file")
     args = ap.parse_args()
     engines = [e for e in args.engines.split(",") if e]

@@ -148,6 +148,8 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("windows", "energy windows per batch size (median and spread)", "3");
   p.option("window-s", "minimum seconds of each energy window (>= 1 s for an honest counter reading)", "1.0");
   p.option("idle-s", "seconds of idle-power measurement before each batch size (0: none)", "1.0");
+  p.flag("profile-range", "closed loop: run one device request after the warm-up inside cudaProfilerStart/Stop "
+                          "(for Nsight Compute's --profile-from-start off: that request's kernels alone)");
   p.option("cuda-graph", "replay each request as one recorded CUDA graph", "on", {"on", "off"});
   p.option("fold-bn", "fold each batch norm into the convolution before it", "on", {"on", "off"});
   p.option("fuse-relu", "let the layer before a ReLU compute it in its own pass (a batch norm's kernel, a folded "
@@ -192,6 +194,7 @@ int run_infer(const std::vector<std::string>& args) {
   cl.windows = static_cast<int>(p.get_int("windows", 1, 1000));
   cl.window_s = p.get_double("window-s", 0.001, 3600.0);
   cl.idle_s = p.get_double("idle-s", 0.0, 3600.0);
+  cl.profile_range = p.get_flag("profile-range");
   const auto qps = p.get_optional("qps");
   OpenLoopSpec ol;
   if (qps) {

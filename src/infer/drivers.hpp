@@ -27,6 +27,7 @@ struct ClosedLoopSpec {
   double window_s = 1.0;        // energy windows: at least this long (DESIGN.md: >= 1 s)
   int windows = 3;
   double idle_s = 1.0;          // idle-power window before the measurement (0: none)
+  bool profile_range = false;   // one device request after the warm-up inside the profiler range (ncu)
 };
 
 struct ClosedLoopResult {
