@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -278,6 +278,33 @@ run_onnx_trained() {
   timeout "$limit" "$py" "$gc" --build "$CARRY" --data /tmp/fmnist ${ONNX_TRAINED_MODELS:+--models "$ONNX_TRAINED_MODELS"} \
     --train-s "${ONNX_TRAINED_TRAIN_S:-10}" --budget-s "${ONNX_TRAINED_BUDGET_S:-400}" --hard-s "$((limit - 15))" \
     --work /tmp/onnx_trained --json "$OUT/onnx_trained_check.json" 2>&1 | tee "$OUT/onnx_trained_check.log"
+}
+
+# ---- infer-profile: where does one inference request's GPU time go, ours against PyTorch? ------------
+# Nsight Compute (clocks left alone, caches as the request left them) over one request after the
+# warm-up (`cnnergy infer --profile-range`, `peer_infer.py --profile-range`): ours with the fused
+# epilogue on and off, PyTorch's eager graph and torch.compile reduce-overhead; then the same cells
+# unprofiled for their throughput. PROFILE_MODEL (alexnet), PROFILE_BATCH (256), PROFILE_PRECISION (bf16).
+run_infer_profile() {
+  gpu_info
+  NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
+  [ -n "$NCU" ] || NCU=/usr/local/cuda/bin/ncu
+  "$NCU" --version | tail -1 | tee "$OUT/ncu_version.txt"
+  local m=${PROFILE_MODEL:-alexnet} b=${PROFILE_BATCH:-256} p=${PROFILE_PRECISION:-bf16} layout=nchw
+  case $p in bf16|fp16) layout=nhwc ;; esac
+  local pi="$CARRY/peer_infer.py"; [ -f "$pi" ] || pi=bench/peer_infer.py
+  local one="--requests 3 --warmup 3 --windows 1 --window-s 0.2 --idle-s 0 --profile-range"
+  kprof ours 90 cnnergy infer "$m" --precision "$p" --layout "$layout" --batch "$b" $one --json "$OUT/kprof_ours.json"
+  kprof ours_unfused 90 cnnergy infer "$m" --precision "$p" --layout "$layout" --batch "$b" $one \
+    --fuse-epilogue off --json "$OUT/kprof_ours_unfused.json"
+  kprof graph 90 python3 "$pi" --models "$m" --precisions "$p" --batches "$b" --engines graph --requests 3 \
+    --latency-s 0 --windows 1 --window-s 0.2 --profile-range --out "$OUT/kprof_graph.json"
+  kprof reduce 200 python3 "$pi" --models "$m" --precisions "$p" --batches "$b" --engines reduce-overhead \
+    --requests 3 --latency-s 0 --windows 1 --window-s 0.2 --profile-range --compile-timeout 180 \
+    --out "$OUT/kprof_reduce.json"
+  kprof_summary ours_vs_reduce ours reduce
+  kprof_summary ours_vs_graph ours graph
+  kprof_summary fused_vs_unfused ours ours_unfused
 }
 
 "run_${mode//-/_}"

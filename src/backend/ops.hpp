@@ -224,6 +224,11 @@ struct BackendOptions {
   // pass (backend/cuda/conv_epilogue_plan.hpp). Off by default: the first plan of a shape can take
   // a second to compile; `infer` and `train` turn it on (--fuse-epilogue).
   bool conv_epilogue_fusion = false;
+  // CUDA, NHWC: a strided forward convolution over few channels (a network's first layer: AlexNet's
+  // 11x11/4 over 3 channels, ResNet's 7x7/2) may run as a stride-1 convolution over C*S*S channels
+  // of its input rearranged space-to-depth, where that measures faster (conv_space_to_depth.hpp).
+  // Off by default; `infer` turns it on (--space-to-depth).
+  bool conv_space_to_depth = false;
   // CUDA: directory of the persistent algorithm cache (core/algo_cache.hpp); empty: none, every
   // process searches anew. Commands fill it from --algo-cache (resolve_algo_cache_dir).
   std::string algo_cache_dir;

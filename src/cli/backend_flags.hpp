@@ -27,6 +27,15 @@ inline void declare_fuse_epilogue_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
+// --space-to-depth (infer): BackendOptions::conv_space_to_depth, on by default there.
+inline void declare_space_to_depth_flag(ArgParser& p) {
+  p.option("space-to-depth",
+           "GPU, nhwc: run a strided convolution over few channels (a network's first layer) as a stride-1 "
+           "convolution over its input's S x S blocks taken as channels, where that times faster (decided per "
+           "layer on its first forward); off runs it as it is",
+           "on", {"on", "off"});
+}
+
 // --algo-cache's directory ("" when the cache is off), after the environment and defaults.
 inline std::string algo_cache_dir_from_flags(const ArgParser& p) {
   return resolve_algo_cache_dir(p.get_optional("algo-cache").value_or(""));
@@ -52,6 +61,7 @@ inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   bo.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
   bo.algo_cache_dir = algo_cache_dir_from_flags(p);
   if (p.has("fuse-epilogue")) bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
+  if (p.has("space-to-depth")) bo.conv_space_to_depth = p.get("space-to-depth") == "on";
   return bo;
 }
 

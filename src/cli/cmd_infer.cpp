@@ -156,6 +156,7 @@ int run_infer(const std::vector<std::string>& args) {
                         "convolution's bias pass or oneDNN post-op); off runs every ReLU as its own layer",
            "on", {"on", "off"});
   declare_fuse_epilogue_flag(p);
+  declare_space_to_depth_flag(p);
   p.option("cpu-plan", "CPU with oneDNN: run the whole network as one oneDNN plan (blocked layouts end to end) "
            "when every layer maps onto it; off: the per-layer executor", "on", {"on", "off"});
   p.option("cpu-plan-chunk", "CPU plan: samples per run of the plan (a request runs in chunks; 0: as many as "

@@ -179,20 +179,31 @@ TEST_F(CudaBackend, OutOfMemorySaysWhatWasAskedAndWhatIsFree) {
 TEST_F(CudaBackend, TransfersAndConvertingCopiesInEveryDtypeAndLayout) {
   auto b = gpu(kFp32, Layout::kNCHW);
   ASSERT_TRUE(b);
+  // A layout change is a per-sample transpose with three kernels: few channels (3, a network's
+  // input), few pixels (1x3), and 32x32 tiles (40 channels, 9x7 and 33x35 pixels: partial tiles).
+  for (const Shape& each : {Shape{2, 5, 3, 7}, Shape{3, 3, 9, 11}, Shape{2, 40, 1, 3}, Shape{2, 40, 9, 7},
+                            Shape{1, 33, 33, 35}}) {
+    const Tensor each_src = exact_in_every_dtype(each);
+    for (const DType from : {DType::kF32, DType::kF16, DType::kBF16})
+      for (const Layout from_layout : kAllLayouts) {
+        const Tensor dev = upload(*b, each_src, from, from_layout);
+        for (const DType to : {DType::kF32, DType::kF16, DType::kBF16})
+          for (const Layout to_layout : kAllLayouts) {
+            Tensor dst = b->alloc(each, to, to_layout);
+            b->copy(dev, dst);
+            EXPECT_TRUE(all_close(download(*b, dst), each_src, 0.0, 0.0))
+                << each.str() << " " << dtype_name(from) << "/" << layout_name(from_layout) << " -> "
+                << dtype_name(to) << "/" << layout_name(to_layout);
+            // Accumulating into a tensor of the other layout adds the same values once more.
+            b->accumulate(dev, dst);
+            Tensor twice = clone(each_src);
+            for (float& v : twice.f32()) v *= 2.0f;
+            EXPECT_TRUE(all_close(download(*b, dst), twice, 0.0, 0.0)) << "accumulate " << each.str();
+          }
+      }
+  }
   const Shape shape{2, 5, 3, 7};
   const Tensor src = exact_in_every_dtype(shape);
-  for (const DType from : {DType::kF32, DType::kF16, DType::kBF16})
-    for (const Layout from_layout : kAllLayouts) {
-      const Tensor dev = upload(*b, src, from, from_layout);
-      for (const DType to : {DType::kF32, DType::kF16, DType::kBF16})
-        for (const Layout to_layout : kAllLayouts) {
-          Tensor dst = b->alloc(shape, to, to_layout);
-          b->copy(dev, dst);
-          EXPECT_TRUE(all_close(download(*b, dst), src, 0.0, 0.0))
-              << dtype_name(from) << "/" << layout_name(from_layout) << " -> " << dtype_name(to)
-              << "/" << layout_name(to_layout);
-        }
-    }
   // 2-D tensors and int32 (exact beyond 2^24).
   Tensor ints = Tensor::host({3, 4}, DType::kI32);
   for (int i = 0; i < 12; ++i) ints.data<std::int32_t>()[i] = (1 << 25) + 2 * i + 1;

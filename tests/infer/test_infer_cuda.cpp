@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "layers/layer.hpp"
@@ -26,12 +27,14 @@ double relative_norm_error(const Tensor& a, const Tensor& b) {
   return ref == 0 ? (diff == 0 ? 0 : INFINITY) : std::sqrt(diff / ref);
 }
 
-std::unique_ptr<Backend> backend_for(const std::string& precision, Layout layout, bool fuse_epilogue = false) {
+std::unique_ptr<Backend> backend_for(const std::string& precision, Layout layout, bool fuse_epilogue = false,
+                                     bool space_to_depth = false) {
   BackendOptions o;
   o.device = Device{DeviceKind::kCuda, 0};
   apply_precision(parse_precision(precision), o);
   o.layout = layout;
   o.conv_epilogue_fusion = fuse_epilogue;
+  o.conv_space_to_depth = space_to_depth;
   return create_backend(o);
 }
 
@@ -72,15 +75,20 @@ TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
   SCOPED_TRACE("CNNERGY_SEED=" + std::to_string(seed));
   // The fused epilogue (cuDNN graphs of conv + bias + residual + ReLU, compiled per shape) on the
   // ResNets only: the other models add compilation time and no new pattern.
-  for (const auto& [model, fuse_epilogue] : {std::pair{"resnet50", false}, {"resnet34", false}, {"googlenet", false},
-                                             {"vgg16", false}, {"resnet50", true}, {"resnet34", true}}) {
-    SCOPED_TRACE(std::string(model) + (fuse_epilogue ? " with the fused epilogue" : ""));
+  // Space-to-depth (the 7x7/2 first convolution over 3 channels, NHWC): the reference is then the
+  // eval forward on a backend without it.
+  for (const auto& [model, fuse_epilogue, space_to_depth] :
+       {std::tuple{"resnet50", false, false}, {"resnet34", false, false}, {"googlenet", false, false},
+        {"vgg16", false, false}, {"resnet50", true, false}, {"resnet34", true, false}, {"resnet50", true, true}}) {
+    SCOPED_TRACE(std::string(model) + (fuse_epilogue ? " with the fused epilogue" : "") +
+                 (space_to_depth ? " and space-to-depth" : ""));
     const auto graph = build_model(model, Shape{3, 64, 64});
     constexpr std::int64_t kBatch = 4;
     Rng rng(seed);
     const Tensor images = test::random_tensor(graph->tensor(0).shape.with_batch(kBatch), rng);
-    auto backend = backend_for(c.precision, c.layout, fuse_epilogue);
-    const Tensor expected = reference_logits(*graph, *backend, images, seed + 1);
+    auto backend = backend_for(c.precision, c.layout, fuse_epilogue, space_to_depth);
+    auto plain = space_to_depth ? backend_for(c.precision, c.layout, fuse_epilogue) : nullptr;
+    const Tensor expected = reference_logits(*graph, space_to_depth ? *plain : *backend, images, seed + 1);
     for (float v : expected.f32())
       ASSERT_TRUE(std::isfinite(v)) << "the reference (the training executor's eval forward in " << c.precision
                                     << ") is not finite: the random model overflows this precision's range";

@@ -278,6 +278,96 @@ __global__ void __launch_bounds__(kBlock)
   if (bad) *flag = 1;  // every writer writes 1: the race is benign
 }
 
+// ---- layout-changing conversion of floating tensors: a batched transpose ------------------------
+// NCHW -> NHWC is, per sample, the matrix [C][H*W] transposed to [H*W][C]; NHWC -> NCHW the
+// reverse. Rows: the source's outer dimension, cols: its inner one.
+//
+// Few rows (a network's 3-channel input): a thread per column walks the rows, so the reads of a
+// warp are consecutive per row and each thread writes its rows side by side.
+template <typename S, typename D>
+__global__ void __launch_bounds__(kBlock)
+    transpose_few_rows_kernel(const S* src, D* dst, std::int64_t samples, int rows, std::int64_t cols,
+                              bool accumulate) {
+  const std::int64_t count = samples * cols;
+  CNNERGY_GRID_STRIDE(j, count) {
+    const std::int64_t n = j / cols, col = j - n * cols;
+    const S* in = src + n * rows * cols + col;
+    D* out = dst + j * rows;
+    for (int r = 0; r < rows; ++r) {
+      const float v = to_float(in[r * cols]);
+      out[r] = from_float<D>(accumulate ? v + to_float(out[r]) : v);
+    }
+  }
+}
+
+// Few columns (a 3-channel NHWC tensor back to NCHW): a thread per row reads its columns side
+// by side and writes each to its own plane.
+template <typename S, typename D>
+__global__ void __launch_bounds__(kBlock)
+    transpose_few_cols_kernel(const S* src, D* dst, std::int64_t samples, std::int64_t rows, int cols,
+                              bool accumulate) {
+  const std::int64_t count = samples * rows;
+  CNNERGY_GRID_STRIDE(j, count) {
+    const std::int64_t n = j / rows, row = j - n * rows;
+    const S* in = src + j * cols;
+    D* out = dst + n * rows * cols + row;
+    for (int c = 0; c < cols; ++c) {
+      const float v = to_float(in[c]);
+      out[c * rows] = from_float<D>(accumulate ? v + to_float(out[c * rows]) : v);
+    }
+  }
+}
+
+// Otherwise 32 x 32 tiles through shared memory (a block of 32 x 8 threads per tile, tiles taken
+// grid-stride): reads and writes are both consecutive across a warp.
+constexpr int kTile = 32;
+template <typename S, typename D>
+__global__ void __launch_bounds__(kTile * 8)
+    transpose_tiled_kernel(const S* src, D* dst, std::int64_t samples, std::int64_t rows, std::int64_t cols,
+                           bool accumulate) {
+  __shared__ float tile[kTile][kTile + 1];
+  const std::int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const std::int64_t tiles = samples * row_tiles * col_tiles;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const std::int64_t n = t / (row_tiles * col_tiles), rest = t - n * row_tiles * col_tiles;
+    const std::int64_t r0 = (rest / col_tiles) * kTile, c0 = (rest % col_tiles) * kTile;
+    const S* in = src + n * rows * cols;
+    D* out = dst + n * rows * cols;
+    for (int k = ty; k < kTile; k += 8) {
+      const std::int64_t r = r0 + k, c = c0 + tx;
+      if (r < rows && c < cols) tile[k][tx] = to_float(in[r * cols + c]);
+    }
+    __syncthreads();
+    for (int k = ty; k < kTile; k += 8) {
+      const std::int64_t c = c0 + k, r = r0 + tx;  // out is [cols][rows]
+      if (r < rows && c < cols) {
+        const float v = tile[tx][k];
+        D* o = out + c * rows + r;
+        *o = from_float<D>(accumulate ? v + to_float(*o) : v);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename S, typename D>
+void launch_transpose(const S* src, D* dst, std::int64_t samples, std::int64_t rows, std::int64_t cols,
+                      bool accumulate, cudaStream_t stream) {
+  constexpr int kFew = 8;
+  if (rows <= kFew) {
+    transpose_few_rows_kernel<S, D><<<grid_for(samples * cols), kBlock, 0, stream>>>(
+        src, dst, samples, static_cast<int>(rows), cols, accumulate);
+  } else if (cols <= kFew) {
+    transpose_few_cols_kernel<S, D><<<grid_for(samples * rows), kBlock, 0, stream>>>(
+        src, dst, samples, rows, static_cast<int>(cols), accumulate);
+  } else {
+    const std::int64_t tiles = samples * ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+    const auto grid = static_cast<unsigned>(std::min<std::int64_t>(tiles, std::int64_t{1} << 20));
+    transpose_tiled_kernel<S, D><<<grid, dim3(kTile, 8), 0, stream>>>(src, dst, samples, rows, cols, accumulate);
+  }
+}
+
 // ---- generic kernels of the rare paths ----------------------------------------------------------
 __global__ void pad_2d_kernel(const void* x, Dims xd, void* xp, Dims pd, std::int64_t pad_top,
                               std::int64_t pad_left, DType dt, std::int64_t count) {
@@ -320,6 +410,20 @@ void convert(const void* src, DType src_dtype, bool src_nhwc, void* dst, DType d
       });
     });
     CNNERGY_CUDA_LAUNCH_CHECK("convert");
+    return;
+  }
+  if (floating) {  // a layout change: per sample, [C][H*W] <-> [H*W][C]
+    const std::int64_t plane = dst_dims.h * dst_dims.w;
+    const std::int64_t rows = src_nhwc ? plane : dst_dims.c, cols = src_nhwc ? dst_dims.c : plane;
+    dispatch_float(src_dtype, "convert", [&](auto s_tag) {
+      using S = typename decltype(s_tag)::type;
+      dispatch_float(dst_dtype, "convert", [&](auto d_tag) {
+        using D = typename decltype(d_tag)::type;
+        launch_transpose(static_cast<const S*>(src), static_cast<D*>(dst), dst_dims.n, rows, cols, accumulate,
+                         stream);
+      });
+    });
+    CNNERGY_CUDA_LAUNCH_CHECK("convert (layout)");
     return;
   }
   convert_generic_kernel<<<grid_for(count), kBlock, 0, stream>>>(

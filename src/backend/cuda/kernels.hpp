@@ -155,4 +155,17 @@ void lrn_forward(const void* x, void* y, const Dims& dims, DType dtype, const Lr
 void lrn_backward(const void* x, const void* y, const void* dy, void* dx, const Dims& dims,
                   DType dtype, const LrnParams& p, bool accumulate, cudaStream_t stream);
 
+// ---- space-to-depth (space_to_depth.cu): a stride-S convolution's input and weights rearranged so
+// it runs as a stride-1 convolution over cs >= C*S*S channels (conv_space_to_depth.hpp).
+struct SpaceToDepthGeom {
+  std::int64_t n = 1, c = 1, h = 1, w = 1;  // the original input (NHWC)
+  std::int64_t k = 1, r = 1, s = 1;         // output channels, the original kernel
+  std::int64_t stride = 2, pad_top = 0, pad_left = 0;
+  std::int64_t cs = 1, hs = 1, ws = 1;      // the rearranged input: channels (padded), blocks
+  std::int64_t rs = 1, ss = 1;              // the rearranged kernel: ceil(R / S) x ceil(Sk / S)
+};
+void space_to_depth_input(const void* x, void* xs, DType dtype, const SpaceToDepthGeom& g, cudaStream_t stream);
+void space_to_depth_weights(const void* w, void* ws, DType dtype, bool nhwc, const SpaceToDepthGeom& g,
+                            cudaStream_t stream);
+
 }  // namespace cnnergy::cuda::kernels

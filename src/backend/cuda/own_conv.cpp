@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/conv_cudnn.hpp"
+#include "backend/cuda/conv_space_to_depth.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "core/errors.hpp"
 
@@ -199,7 +200,17 @@ std::unique_ptr<ConvKernel> make_cuda_conv(std::shared_ptr<CudaContext> ctx, con
   const bool any_own = has_own_prefix(choice.forward) || has_own_prefix(choice.backward_data) ||
                        has_own_prefix(choice.backward_filter) ||
                        has_own_prefix(ctx->options().conv_algo_policy);
-  if (!any_own) return std::make_unique<CudnnConv>(std::move(ctx), desc, choice);
+  if (!any_own) {
+    if (ctx->options().conv_space_to_depth) {
+      if (const auto g = space_to_depth_geometry(desc, ctx->layout())) {
+        auto rearranged = std::make_unique<CudnnConv>(ctx, space_to_depth_desc(desc, *g),
+                                                      ConvAlgoChoice{choice.forward, "heuristic", "heuristic"});
+        auto plain = std::make_unique<CudnnConv>(ctx, desc, choice);
+        return make_space_to_depth_conv(std::move(ctx), desc, *g, std::move(plain), std::move(rearranged));
+      }
+    }
+    return std::make_unique<CudnnConv>(std::move(ctx), desc, choice);
+  }
   return std::make_unique<OwnConvKernel>(std::move(ctx), desc, choice);
 }
 

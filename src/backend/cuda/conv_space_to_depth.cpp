@@ -1,0 +1,153 @@
+// A strided convolution over few channels run space-to-depth where that measures faster
+// (conv_space_to_depth.hpp): the plain kernel and the rearranged one side by side, one chosen per
+// layer on its first forward.
+#include "backend/cuda/conv_space_to_depth.hpp"
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "backend/cuda/conv_graph_plan.hpp"
+#include "backend/cuda/cuda_check.hpp"
+#include "core/errors.hpp"
+
+namespace cnnergy::cuda {
+
+std::optional<kernels::SpaceToDepthGeom> space_to_depth_geometry(const Conv2dDesc& d, Layout layout) {
+  const std::int64_t stride = d.stride_h;
+  if (layout != Layout::kNHWC || d.groups != 1 || d.dilation_h != 1 || d.dilation_w != 1 || d.residual ||
+      d.stride_w != stride || stride < 2 || d.c % 8 == 0 || d.c * stride * stride > 64 || d.r < stride ||
+      d.s < stride)
+    return std::nullopt;
+  kernels::SpaceToDepthGeom g;
+  g.n = d.n, g.c = d.c, g.h = d.h, g.w = d.w;
+  g.k = d.k, g.r = d.r, g.s = d.s;
+  g.stride = stride, g.pad_top = d.pad_top, g.pad_left = d.pad_left;
+  g.cs = (d.c * stride * stride + 7) / 8 * 8;
+  g.rs = (d.r + stride - 1) / stride;
+  g.ss = (d.s + stride - 1) / stride;
+  // Output row o reads padded rows o*S + r, r < R: blocks o .. o + rs - 1.
+  g.hs = d.out_h() + g.rs - 1;
+  g.ws = d.out_w() + g.ss - 1;
+  return g;
+}
+
+Conv2dDesc space_to_depth_desc(const Conv2dDesc& d, const kernels::SpaceToDepthGeom& g) {
+  Conv2dDesc r = d;
+  r.c = g.cs, r.h = g.hs, r.w = g.ws;
+  r.r = g.rs, r.s = g.ss;
+  r.stride_h = r.stride_w = 1;
+  r.pad_top = r.pad_bottom = r.pad_left = r.pad_right = 0;
+  return r;
+}
+
+namespace {
+
+std::string ms_text(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f ms", ms);
+  return buf;
+}
+
+class SpaceToDepthConv final : public ConvKernel {
+ public:
+  SpaceToDepthConv(std::shared_ptr<CudaContext> ctx, const Conv2dDesc& d, const kernels::SpaceToDepthGeom& g,
+                   std::unique_ptr<ConvKernel> plain, std::unique_ptr<ConvKernel> rearranged)
+      : ctx_(std::move(ctx)), d_(d), inner_d_(space_to_depth_desc(d, g)), g_(g), plain_(std::move(plain)),
+        rearranged_(std::move(rearranged)) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override {
+    ctx_->activate();
+    if (!resolved_) resolve(x, w, b, y);
+    if (chosen_) {
+      run_rearranged(x, w, b, y);
+      return;
+    }
+    plain_->forward(x, w, b, y);
+  }
+  void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) override {
+    plain_->backward_data(dy, w, dx, accumulate);
+  }
+  void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override {
+    plain_->backward_filter(x, dy, dw, db);
+  }
+  ConvAlgoInfo info() const override {
+    ConvAlgoInfo i = plain_->info();
+    if (chosen_) {
+      const ConvAlgoInfo r = rearranged_->info();
+      i.forward = "space_to_depth+" + r.forward;
+      i.workspace_bytes = std::max(i.workspace_bytes, r.workspace_bytes);
+    }
+    i.notes.insert(i.notes.end(), notes_.begin(), notes_.end());
+    return i;
+  }
+  void hold_weights() override {
+    held_ = true;
+    weights_current_ = false;  // new values: rearranged again at the next forward
+    plain_->hold_weights();
+    rearranged_->hold_weights();
+  }
+  bool epilogue_fused() const override {
+    return chosen_ ? rearranged_->epilogue_fused() : plain_->epilogue_fused();
+  }
+
+ private:
+  void run_rearranged(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+    const DType dt = ctx_->dtype();
+    const std::size_t elem = dtype_size_bytes(dt);
+    if (!weights_ || !weights_current_) {
+      if (!weights_) weights_ = ctx_->scratch(static_cast<std::size_t>(g_.k * g_.cs * g_.rs * g_.ss) * elem);
+      kernels::space_to_depth_weights(w.raw(), weights_->data(), dt, /*nhwc=*/true, g_, ctx_->stream());
+      weights_current_ = held_;  // training weights change between calls: rearranged every forward
+    }
+    auto xs = ctx_->scratch(static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * elem);
+    kernels::space_to_depth_input(x.raw(), xs->data(), dt, g_, ctx_->stream());
+    const Tensor xs_t(inner_d_.input_shape(), dt, Layout::kNHWC, xs);
+    const Tensor ws_t(inner_d_.weight_shape(), dt, Layout::kNHWC, weights_);
+    rearranged_->forward(xs_t, ws_t, b, y);
+  }
+
+  void resolve(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+    // Timing cannot run inside a CUDA-graph capture: decided at the first forward outside one.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
+    resolved_ = true;
+    plain_->forward(x, w, b, y);  // each resolves its algorithm (and fused epilogue) first
+    run_rearranged(x, w, b, y);
+    const LaunchCost plain = launch_cost(ctx_->stream(), [&] {
+      plain_->forward(x, w, b, y);
+      return CUDNN_STATUS_SUCCESS;
+    });
+    const LaunchCost rearranged = launch_cost(ctx_->stream(), [&] {
+      run_rearranged(x, w, b, y);
+      return CUDNN_STATUS_SUCCESS;
+    });
+    chosen_ = rearranged.device_ms < plain.device_ms;
+    const std::string verdict = std::to_string(g_.cs) + " channels, " + std::to_string(g_.rs) + "x" +
+                                std::to_string(g_.ss) + " stride 1: " + ms_text(rearranged.device_ms) +
+                                " against the plain convolution's " + ms_text(plain.device_ms);
+    notes_.push_back(std::string("forward: ") + (chosen_ ? "space-to-depth (" : "plain; space-to-depth slower (") +
+                     verdict + ")");
+  }
+
+  std::shared_ptr<CudaContext> ctx_;
+  Conv2dDesc d_, inner_d_;
+  kernels::SpaceToDepthGeom g_;
+  std::unique_ptr<ConvKernel> plain_, rearranged_;
+  std::shared_ptr<Buffer> weights_;  // the rearranged weights
+  bool held_ = false, weights_current_ = false;
+  bool resolved_ = false, chosen_ = false;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvKernel> make_space_to_depth_conv(std::shared_ptr<CudaContext> ctx, const Conv2dDesc& d,
+                                                     const kernels::SpaceToDepthGeom& g,
+                                                     std::unique_ptr<ConvKernel> plain,
+                                                     std::unique_ptr<ConvKernel> rearranged) {
+  return std::make_unique<SpaceToDepthConv>(std::move(ctx), d, g, std::move(plain), std::move(rearranged));
+}
+
+}  // namespace cnnergy::cuda

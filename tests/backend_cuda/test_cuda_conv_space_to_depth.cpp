@@ -1,0 +1,135 @@
+// Space-to-depth convolution (conv_space_to_depth.hpp): a strided convolution over few channels run
+// as a stride-1 convolution over the rearranged input and weights, against the CPU reference of the
+// original convolution on fresh random inputs, in every precision (NHWC), directly and through the
+// backend's offer (BackendOptions::conv_space_to_depth).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/conv_space_to_depth.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "backend_cuda/cuda_fixture.hpp"
+
+namespace cnnergy::test {
+namespace {
+
+Conv2dDesc desc(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t k, std::int64_t r,
+                std::int64_t stride, std::int64_t pad, bool relu) {
+  Conv2dDesc d;
+  d.n = n, d.c = c, d.h = h, d.w = w, d.k = k, d.r = d.s = r;
+  d.stride_h = d.stride_w = stride;
+  d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = pad;
+  d.bias = true;
+  d.relu = relu;
+  return d;
+}
+
+// AlexNet's first layer (11x11/4, pad 2), ResNet's (7x7/2, pad 3, odd size), a 3x3/2 over 5 channels
+// (45 of 48 rearranged channels used), and a 5x5/3 without padding on a non-square image.
+const Conv2dDesc kShapes[] = {desc(2, 3, 39, 39, 16, 11, 4, 2, true), desc(3, 3, 29, 29, 8, 7, 2, 3, false),
+                              desc(2, 5, 16, 16, 24, 3, 3, 1, true), desc(2, 3, 23, 17, 8, 5, 3, 0, false)};
+
+class CudaConvSpaceToDepth : public CudaTest {
+ protected:
+  Tensor reference(const Conv2dDesc& d, const Tensor& x, const Tensor& w, const Tensor& b) {
+    Conv2dDesc plain = d;
+    plain.relu = false;
+    Tensor y = Tensor::host(d.output_shape());
+    cpu_->make_conv(plain, {})->forward(x, w, b, y);
+    if (d.relu)
+      for (float& v : y.f32()) v = std::max(v, 0.0f);
+    return y;
+  }
+};
+
+// Host-only: runs in CI without a GPU.
+TEST(SpaceToDepthGeometry, AppliesOnlyWhereItShould) {
+  EXPECT_TRUE(cuda::space_to_depth_geometry(kShapes[0], Layout::kNHWC));
+  EXPECT_FALSE(cuda::space_to_depth_geometry(kShapes[0], Layout::kNCHW));
+  const auto g = *cuda::space_to_depth_geometry(kShapes[0], Layout::kNHWC);
+  EXPECT_EQ(g.cs, 48);  // 3 x 4 x 4
+  EXPECT_EQ(g.rs, 3);   // ceil(11 / 4)
+  EXPECT_EQ(g.hs, kShapes[0].out_h() + 2);
+  EXPECT_EQ(cuda::space_to_depth_geometry(kShapes[1], Layout::kNHWC)->cs, 16);  // 12 padded to 16
+  Conv2dDesc wide = kShapes[0];
+  wide.c = 8;  // aligned channels: nothing to gain
+  EXPECT_FALSE(cuda::space_to_depth_geometry(wide, Layout::kNHWC));
+  Conv2dDesc unit = kShapes[0];
+  unit.stride_h = unit.stride_w = 1;
+  EXPECT_FALSE(cuda::space_to_depth_geometry(unit, Layout::kNHWC));
+  Conv2dDesc grouped = kShapes[2];
+  grouped.groups = 5, grouped.k = 25;
+  EXPECT_FALSE(cuda::space_to_depth_geometry(grouped, Layout::kNHWC));
+}
+
+// The rearranged input and weights through a plain stride-1 convolution give the original's values.
+TEST_F(CudaConvSpaceToDepth, RearrangedConvolutionMatchesTheCpuReference) {
+  for (const Precision& p : kAllPrecisions) {
+    std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    for (const Conv2dDesc& d : kShapes) {
+      const auto geom = cuda::space_to_depth_geometry(d, Layout::kNHWC);
+      ASSERT_TRUE(geom);
+      const Conv2dDesc inner = cuda::space_to_depth_desc(d, *geom);
+      ASSERT_EQ(inner.output_shape(), d.output_shape());
+      const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+      const Tensor b = random(Shape{d.k}, p.dtype);
+      const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC), wd = upload(*g, w, p.dtype, Layout::kNHWC);
+      Tensor xs = g->alloc(inner.input_shape(), p.dtype, Layout::kNHWC);
+      Tensor ws = g->alloc(inner.weight_shape(), p.dtype, Layout::kNHWC);
+      g->synchronize();
+      cuda::kernels::space_to_depth_input(xd.raw(), xs.raw(), p.dtype, *geom, nullptr);
+      cuda::kernels::space_to_depth_weights(wd.raw(), ws.raw(), p.dtype, true, *geom, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      Tensor y = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+      g->make_conv(inner, {})->forward(xs, ws, upload(*g, b, p.dtype, Layout::kNHWC), y);
+      const std::string what = std::string(p.name) + " " + d.input_shape().str() + " " + std::to_string(d.r) +
+                               "x" + std::to_string(d.s) + "/" + std::to_string(d.stride_h);
+      EXPECT_TRUE(close(download(*g, y), reference(d, x, w, b), p.tol, what));
+    }
+  }
+}
+
+// Through the backend: whichever way the timing went the values are the reference's, the kernel
+// says which way it went, and weights held and then changed are rearranged again.
+TEST_F(CudaConvSpaceToDepth, BackendOfferKeepsTheValues) {
+  for (const Precision& p : {kBf16, kFp32}) {
+    BackendOptions o;
+    o.device = Device{DeviceKind::kCuda, 0};
+    o.dtype = p.dtype;
+    o.layout = Layout::kNHWC;
+    o.conv_space_to_depth = true;
+    o.conv_epilogue_fusion = true;
+    o.workspace_limit_bytes = std::size_t{256} << 20;
+    std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    g = create_backend(o);
+    const Conv2dDesc d = desc(16, 3, 111, 111, 64, 11, 4, 2, true);
+    const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+    const Tensor b = random(Shape{d.k}, p.dtype), w2 = random(d.weight_shape(), p.dtype);
+    auto conv = g->make_conv(d, {});
+    const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC), bd = upload(*g, b, p.dtype, Layout::kNHWC);
+    Tensor wd = upload(*g, w, p.dtype, Layout::kNHWC);
+    conv->hold_weights();
+    Tensor y = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+    conv->forward(xd, wd, bd, y);
+    const Tensor want = reference(d, x, w, b);
+    EXPECT_TRUE(close(download(*g, y), want, p.tol, std::string(p.name) + " first"));
+    const ConvAlgoInfo info = conv->info();
+    const bool said = std::any_of(info.notes.begin(), info.notes.end(),
+                                  [](const std::string& n) { return n.find("space-to-depth") != std::string::npos; });
+    EXPECT_TRUE(said) << "no note on the space-to-depth verdict";
+    std::printf("[  NOTE    ] %s: forward %s\n", p.name, info.forward.c_str());
+    conv->forward(xd, wd, bd, y);
+    EXPECT_TRUE(close(download(*g, y), want, p.tol, std::string(p.name) + " again"));
+    g->upload(from_f32_nchw(w2, p.dtype, Layout::kNHWC), wd);  // new values, held again (a refold)
+    conv->hold_weights();
+    conv->forward(xd, wd, bd, y);
+    EXPECT_TRUE(close(download(*g, y), reference(d, x, w2, b), p.tol, std::string(p.name) + " new weights"));
+  }
+}
+
+}  // namespace
+}  // namespace cnnergy::test
