@@ -293,6 +293,13 @@ int run_infer(const std::vector<std::string>& args) {
       row["fused_relus"] = session.executor().memory().fused_relus;
       row["fused_residuals"] = session.executor().memory().fused_residuals;
       row["fused_epilogues"] = static_cast<double>(count_fused_epilogues(session.executor()));
+      // Where the memory in use goes: parameters (fp32 masters, which refolding and checkpoint loads
+      // read, and the working copies), the activation arena, layer state, the fp32 request buffers.
+      const MemoryReport& held = session.executor().memory();
+      row["parameter_memory_mib"] = static_cast<double>(held.parameter_bytes) / 1048576.0;
+      row["activation_memory_mib"] = static_cast<double>(held.activation_bytes) / 1048576.0;
+      row["layer_state_memory_mib"] = static_cast<double>(held.layer_state_bytes) / 1048576.0;
+      row["request_buffer_memory_mib"] = static_cast<double>(session.request_buffer_bytes()) / 1048576.0;
       const MemoryStats mem = backend->memory_stats();
       row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
       // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).

@@ -61,6 +61,8 @@ class InferenceSession {
   // The device-side request buffers: fp32 NCHW images (batch x C x H x W) and fp32 logits
   // (batch x classes), both on the backend's device.
   const Tensor& device_images() const { return images_f32_; }
+  // The request's fp32 images and logits in device memory (where run() reads and writes them).
+  std::size_t request_buffer_bytes() const { return images_f32_.size_bytes() + logits_f32_.size_bytes(); }
   const Tensor& device_logits() const { return logits_f32_; }
 
   // Enqueues one request on the device images: conversion into the backend's dtype and layout,

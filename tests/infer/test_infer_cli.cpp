@@ -88,6 +88,25 @@ TEST(InferCli, FuseEpilogueFlagIsTheGpusAndCountsWhatItFused) {
   fs::remove_all(dir);
 }
 
+// --space-to-depth is the GPU's too (a strided first convolution over few channels, NHWC): the CPU
+// accepts it and runs as before; --profile-range is a no-op without a profiler; the row says where
+// the memory in use goes, and the parts add up to no more than the whole.
+TEST(InferCli, SpaceToDepthAndProfileRangeFlagsAndTheMemoryBreakdown) {
+  const auto dir = temp_dir("s2d");
+  const auto r = run_cli("infer alexnet --device cpu --batch 2 --requests 2 --warmup 0 --windows 1 --window-s 0.05 "
+                         "--idle-s 0 --space-to-depth on --profile-range --json " + (dir / "s.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json row = read_json(dir / "s.json").at("results").items().front();
+  const double params = row.at("parameter_memory_mib").as_number();
+  EXPECT_NEAR(params, 61100840.0 * 4 / 1048576.0, 1.0);  // AlexNet's fp32 parameters (no working copy on the CPU)
+  const double parts = params + row.at("activation_memory_mib").as_number() +
+                       row.at("layer_state_memory_mib").as_number() + row.at("request_buffer_memory_mib").as_number();
+  EXPECT_GT(row.at("request_buffer_memory_mib").as_number(), 0.0);
+  EXPECT_LE(parts, row.at("peak_memory_mib").as_number() + 1e-6);
+  EXPECT_NE(run_cli("infer lenet5 --device cpu --space-to-depth maybe").exit_code, 0);
+  fs::remove_all(dir);
+}
+
 TEST(InferCli, OpenLoopServesASustainableRate) {
   const auto dir = temp_dir("open");
   const auto r = run_cli("infer lenet5 --device cpu --batch 4 --qps 100 --max-wait-ms 1 --duration-s 0.5 --format json -o " +

@@ -53,6 +53,8 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
     bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
     bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
     bo.algo_cache_dir = workload.algo_cache_dir;
+    bo.conv_epilogue_fusion = true;  // as `infer` runs by default (--fuse-epilogue, --space-to-depth)
+    bo.conv_space_to_depth = true;
     const auto graph = build_model(workload.model, workload.input, workload.classes);
     auto backend = create_backend(bo);
     TrialMeasurement m;
