@@ -34,6 +34,9 @@ struct ClosedLoopResult {
   std::int64_t batch = 0;
   LatencySummary end_to_end;  // host images -> host logits, copies included
   LatencySummary device;      // the request on device-resident data (run + synchronize)
+  // End to end with two requests in flight (InferenceSession::run_host_pipelined: the next
+  // request's upload on the copy stream overlaps this one's compute), host images to host logits.
+  double end_to_end_pipelined_images_per_s = 0;
   Summary ms_per_batch;       // back-to-back requests in the energy windows
   double images_per_s = 0;    // batch / median ms_per_batch
   std::optional<Summary> joules_per_image;

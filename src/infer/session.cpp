@@ -2,6 +2,7 @@
 #include "infer/session.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/errors.hpp"
@@ -107,16 +108,82 @@ void InferenceSession::run() {
   }
 }
 
-void InferenceSession::run_host(const Tensor& host_images, Tensor& host_logits) {
+void InferenceSession::check_host_images(const Tensor& host_images) const {
   if (host_images.dtype() != DType::kF32 || !(host_images.shape() == images_f32_.shape()))
     throw ShapeError("inference at batch " + std::to_string(options_.batch) + " takes fp32 images " +
                      images_f32_.shape().str() + ", got " + host_images.describe());
+}
+
+void InferenceSession::run_host(const Tensor& host_images, Tensor& host_logits) {
+  check_host_images(host_images);
   if (!host_logits.defined()) host_logits = Tensor::host(logits_f32_.shape());
   std::memcpy(pinned_images_.raw(), host_images.raw(), host_images.size_bytes());
   backend_.upload(pinned_images_, images_f32_, /*async=*/true);
   run();
   backend_.download(logits_f32_, pinned_logits_);
   std::memcpy(host_logits.raw(), pinned_logits_.raw(), pinned_logits_.size_bytes());
+}
+
+double InferenceSession::run_host_pipelined(const std::vector<Tensor>& host_images,
+                                            std::vector<Tensor>& host_logits) {
+  if (host_images.empty()) throw InvalidArgument("run_host_pipelined: no requests");
+  for (const Tensor& t : host_images) check_host_images(t);
+  const std::size_t requests = host_images.size();
+  host_logits.resize(requests);
+  for (Tensor& t : host_logits)
+    if (!t.defined()) t = Tensor::host(logits_f32_.shape());
+  using Clock = std::chrono::steady_clock;
+  if (plan_ || !backend_.device().is_cuda()) {  // no copy stream to overlap: one after another
+    const auto t0 = Clock::now();
+    for (std::size_t i = 0; i < requests; ++i) run_host(host_images[i], host_logits[i]);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  while (!warmed_up_ || (options_.cuda_graph && !captured_)) run_host(host_images[0], host_logits[0]);
+  backend_.synchronize();
+  executor_->set_input(images_f32_, Tensor{});  // the executor's input view, before recording
+  if (options_.cuda_graph && !captured_forward_) {
+    captured_forward_ = backend_.capture([this] {
+      executor_->forward(Phase::kEval);
+      backend_.copy(executor_->logits(), logits_f32_);
+    });
+  }
+  if (!second_pinned_images_.defined()) second_pinned_images_ = pinned(backend_, images_f32_.shape());
+  // Where the input is converted into the executor's own copy, the device images are free once the
+  // conversion ran; otherwise the whole forward reads them.
+  const bool converts = executor_->input().raw() != images_f32_.raw();
+  const Tensor pins[2] = {pinned_images_, second_pinned_images_};
+  std::unique_ptr<DeviceEvent> images_read;  // the previous request's last read of the device images
+  auto fetch_logits = [&](std::size_t i) {
+    backend_.download(logits_f32_, pinned_logits_);
+    std::memcpy(host_logits[i].raw(), pinned_logits_.raw(), pinned_logits_.size_bytes());
+  };
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < requests; ++i) {
+    // The upload that read this pinned buffer (request i - 2) finished before request i - 2
+    // computed, which the download of its logits waited for.
+    const Tensor& pin = pins[i % 2];
+    std::memcpy(pin.raw(), host_images[i].raw(), host_images[i].size_bytes());
+    const auto uploaded = backend_.upload_on_copy_stream(pin, images_f32_, images_read.get());
+    if (i > 0) fetch_logits(i - 1);  // while request i's images go up
+    backend_.wait_event(*uploaded);
+    executor_->set_input(images_f32_, Tensor{});  // the conversion, enqueued
+    if (converts) {
+      images_read = backend_.make_event();
+      images_read->record();
+    }
+    if (captured_forward_) {
+      captured_forward_->replay();
+    } else {
+      executor_->forward(Phase::kEval);
+      backend_.copy(executor_->logits(), logits_f32_);
+    }
+    if (!converts) {
+      images_read = backend_.make_event();
+      images_read->record();
+    }
+  }
+  fetch_logits(requests - 1);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 }  // namespace cnnergy

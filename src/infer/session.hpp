@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/onednn_plan.hpp"
 #include "backend/ops.hpp"
@@ -74,14 +75,25 @@ class InferenceSession {
   // batch x classes; allocated when undefined). Waits for the result.
   void run_host(const Tensor& host_images, Tensor& host_logits);
 
+  // End to end with two requests in flight: request i runs host_images[i] into host_logits[i]
+  // (resized to match; each allocated when undefined), its images going up on the backend's copy
+  // stream while request i - 1 computes (the upload waits only until that request's input conversion
+  // has read the device images; the forward and the logits' copy replay as a second recorded graph).
+  // Returns the seconds from the first copy into pinned memory to the last logits on the host. The
+  // CPU runs the requests one by one.
+  double run_host_pipelined(const std::vector<Tensor>& host_images, std::vector<Tensor>& host_logits);
+
  private:
   void enqueue();
+  void check_host_images(const Tensor& host_images) const;
 
   InferenceOptions options_;
   Backend& backend_;
   std::unique_ptr<Executor> executor_;
   Tensor images_f32_, logits_f32_, pinned_images_, pinned_logits_;
   std::unique_ptr<CapturedWork> captured_;
+  std::unique_ptr<CapturedWork> captured_forward_;  // forward + logits copy alone (run_host_pipelined)
+  Tensor second_pinned_images_;                     // run_host_pipelined's other upload buffer
   std::unique_ptr<cpu::OnednnPlan> plan_, plan_tail_;  // chunks of chunk_ samples; the rest
   std::int64_t chunk_ = 0;
   std::string plan_reason_;

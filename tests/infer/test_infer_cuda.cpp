@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "layers/layer.hpp"
@@ -104,6 +105,15 @@ TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
       EXPECT_LT(relative_norm_error(logits, expected), c.tolerance) << "request " << i;
     }
     EXPECT_TRUE(session.graphed());
+    {  // Two requests in flight, each with its own images: each gets its own logits, as one by one.
+      std::vector<Tensor> batches, piped, want(3);
+      for (int i = 0; i < 3; ++i) batches.push_back(test::random_tensor(images.shape(), rng));
+      for (std::size_t i = 0; i < batches.size(); ++i) session.run_host(batches[i], want[i]);
+      EXPECT_GT(session.run_host_pipelined(batches, piped), 0.0);
+      for (std::size_t i = 0; i < batches.size(); ++i)
+        EXPECT_LT(relative_norm_error(piped[i], want[i]), 1e-6) << "pipelined request " << i;
+      EXPECT_GT(relative_norm_error(want[2], want[1]), 1e-3) << "the requests must differ for this to mean anything";
+    }
     // The ReLUs after folded batch norms ride the convolutions' bias pass (Backend::fuses_conv_relu):
     // the logits above are with them.
     std::size_t relus_into_convs = 0;

@@ -4,6 +4,8 @@
 // folded layers run nothing and the executor holds no gradients; latency percentiles; bad input.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <chrono>
 #include <algorithm>
 #include <cmath>
@@ -122,6 +124,18 @@ TEST(InferSession, UnfoldedSessionNeedsNoFoldAndFoldedWeightsMustBeFolded) {
   InferenceSession session(*graph, *backend, io);
   Tensor logits;
   EXPECT_THROW(session.run_host(Tensor::host(Shape{1, 3, 32, 32}), logits), ShapeError);
+  // Two requests in flight (one by one on the CPU): each request's logits are its own images'.
+  Rng rng(default_seed());
+  std::vector<Tensor> batches, piped(1);
+  for (int i = 0; i < 3; ++i) batches.push_back(test::random_tensor(Shape{2, 3, 32, 32}, rng));
+  std::vector<Tensor> want(batches.size());
+  for (std::size_t i = 0; i < batches.size(); ++i) session.run_host(batches[i], want[i]);
+  EXPECT_GT(session.run_host_pipelined(batches, piped), 0.0);
+  ASSERT_EQ(piped.size(), batches.size());
+  for (std::size_t i = 0; i < batches.size(); ++i)
+    EXPECT_EQ(std::memcmp(piped[i].raw(), want[i].raw(), want[i].size_bytes()), 0) << "request " << i;
+  EXPECT_THROW(session.run_host_pipelined({}, piped), InvalidArgument);
+  EXPECT_THROW(session.run_host_pipelined({Tensor::host(Shape{1, 3, 32, 32})}, piped), ShapeError);
 }
 
 TEST(InferLatency, NearestRankPercentiles) {
