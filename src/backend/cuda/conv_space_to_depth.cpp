@@ -100,9 +100,11 @@ class SpaceToDepthConv final : public ConvKernel {
       kernels::space_to_depth_weights(w.raw(), weights_->data(), dt, /*nhwc=*/true, g_, ctx_->stream());
       weights_current_ = held_;  // training weights change between calls: rearranged every forward
     }
-    auto xs = ctx_->scratch(static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * elem);
-    kernels::space_to_depth_input(x.raw(), xs->data(), dt, g_, ctx_->stream());
-    const Tensor xs_t(inner_d_.input_shape(), dt, Layout::kNHWC, xs);
+    // One buffer for the kernel's life: per-call scratch would be held once by every recorded graph
+    // (an inference session records two).
+    if (!input_) input_ = ctx_->scratch(static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * elem);
+    kernels::space_to_depth_input(x.raw(), input_->data(), dt, g_, ctx_->stream());
+    const Tensor xs_t(inner_d_.input_shape(), dt, Layout::kNHWC, input_);
     const Tensor ws_t(inner_d_.weight_shape(), dt, Layout::kNHWC, weights_);
     rearranged_->forward(xs_t, ws_t, b, y);
   }
@@ -136,6 +138,7 @@ class SpaceToDepthConv final : public ConvKernel {
   kernels::SpaceToDepthGeom g_;
   std::unique_ptr<ConvKernel> plain_, rearranged_;
   std::shared_ptr<Buffer> weights_;  // the rearranged weights
+  std::shared_ptr<Buffer> input_;    // the rearranged input
   bool held_ = false, weights_current_ = false;
   bool resolved_ = false, chosen_ = false;
   std::vector<std::string> notes_;
