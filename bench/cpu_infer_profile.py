@@ -126,12 +126,29 @@ def aggregate_ours(per_req):
     return cats, counts, impls, items
 
 
-def run_ours(a, model, batch, requests, profiled, workdir):
+def split_variant(spec):
+    """'LABEL=TOKENS': (label, extra infer flags, environment settings); NAME=VALUE tokens are the latter."""
+    label, _, rest = spec.partition("=")
+    flags, env = [], {}
+    for t in shlex.split(rest):
+        m = re.match(r"^([A-Z_][A-Z0-9_]*)=(.*)$", t)
+        if m:
+            env[m.group(1)] = m.group(2)
+        else:
+            flags.append(t)
+    return label, flags, env
+
+
+def run_ours(a, model, batch, requests, profiled, workdir, variant=None):
     jpath = os.path.join(workdir, "ours_b%d_%s.json" % (batch, "prof" if profiled else "clean"))
     cmd = [a.cnnergy, "infer", model, "--device", "cpu", "--batch", str(batch), "--requests", str(requests),
            "--warmup", str(a.warmup), "--windows", "1", "--window-s", "0.2", "--idle-s", "0", "--json", jpath]
     cmd += shlex.split(a.ours_args)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    if variant:
+        _, flags, venv = split_variant(variant)
+        cmd += flags
+        env.update(venv)
     env.pop("ONEDNN_VERBOSE", None)
     if profiled:
         cmd.append("--mark-requests")
@@ -363,6 +380,9 @@ def main():
     ap.add_argument("--cnnergy", default=shutil.which("cnnergy") or os.path.join(HERE, "..", "build", "release", "bin",
                                                                                 "cnnergy"))
     ap.add_argument("--ours-args", default="", help="more flags for cnnergy infer (e.g. '--cpu-plan-chunk 4')")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="LABEL='FLAGS VAR=VALUE': one more clean run of ours per round with these infer flags and "
+                         "environment (e.g. chunk32='--cpu-plan-chunk 32', active=OMP_WAIT_POLICY=ACTIVE); repeatable")
     ap.add_argument("--ort", choices=["auto", "python", "node", "none"], default="auto",
                     help="ONNX Runtime's runner (auto: Python's onnxruntime, else onnxruntime-node, else none)")
     ap.add_argument("--ort-profile", help="read this ORT profile JSON (made elsewhere) instead of running ORT; "
@@ -414,6 +434,9 @@ def main():
                     one = {"load": load, "profiled": run_ort(a, runner, model, b, chw, n, True, workdir),
                            "clean": run_ort(a, runner, model, b, chw, n, False, workdir)}
                 one["round"] = r
+                if side == "ours":
+                    for v in a.variant:
+                        one.setdefault("variants", {})[v.partition("=")[0]] = run_ours(a, model, b, n, False, workdir, v)
                 entry[side].append(one)
                 print("batch %d round %d %s: load %.2f, clean p50 %.2f ms, profiled: operators %.2f of %.2f ms"
                       % (b, r, side, load, one["clean"]["p50_ms"], one["profiled"]["operator_ms"],
@@ -433,6 +456,10 @@ def main():
                                                    sorted(res["ops_in_ort_optimized_model"].items())))
     for e in res["batches"]:
         print_table(a.model, e["batch"], e["summary"], a.rounds)
+        for r in e["ours"]:
+            for label, v in r.get("variants", {}).items():
+                print("  round %d, ours %-20s p50 %9.3f ms, mean %9.3f ms (default: p50 %9.3f, mean %9.3f)"
+                      % (r["round"], label, v["p50_ms"], v["mean_ms"], r["clean"]["p50_ms"], r["clean"]["mean_ms"]))
         for side in ("ours", "ort"):
             if e[side]:
                 print("  most expensive, %s (ms per request, round 0):" % side)
