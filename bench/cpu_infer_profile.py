@@ -227,9 +227,9 @@ def ort_runner(a):
     return None
 
 
-def run_ort(a, runner, model, batch, chw, requests, profiled, workdir):
+def run_ort(a, runner, model, batch, chw, requests, profiled, workdir, save_optimized=False):
     prefix = os.path.join(workdir, "ort_b%d" % batch) if profiled else None
-    optimized = os.path.join(workdir, "ort_optimized.onnx") if profiled else None
+    optimized = os.path.join(workdir, "ort_optimized.onnx") if save_optimized else None
     if runner == "node":
         cmd = ["node", os.path.join(HERE, "ort_cpu_profile.js"), model, str(batch), "x".join(map(str, chw)),
                str(requests), str(a.warmup + 2), str(a.threads), prefix or "-", optimized or "-"]
@@ -246,6 +246,7 @@ def run_ort(a, runner, model, batch, chw, requests, profiled, workdir):
         if profiled:
             so.enable_profiling = True
             so.profile_file_prefix = prefix
+        if optimized:
             so.optimized_model_filepath = optimized
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         x = np.random.default_rng(1).standard_normal((batch,) + tuple(chw), dtype=np.float32)
@@ -389,6 +390,8 @@ def main():
                     "one batch size")
     ap.add_argument("--ort-skip-runs", type=int, default=1, help="with --ort-profile: untimed model_runs first")
     ap.add_argument("--out-dir", help="profiles, exported and optimised models (default: a temporary folder)")
+    ap.add_argument("--budget-s", type=float, help="start no further round once this many seconds are spent "
+                    "(a round's share: a second round starts before budget/2, a third before 2/3 of it...)")
     ap.add_argument("--top", type=int, default=12, help="the most expensive primitives / nodes listed per side")
     ap.add_argument("--json", help="write everything to this file")
     ap.add_argument("--check", action="store_true", help="exit 1 unless the profiles parse and add up (the smoke test)")
@@ -413,9 +416,13 @@ def main():
            "cnnergy": a.cnnergy, "ort_runner": runner or ("profile file" if a.ort_profile else None),
            "ops_in_model": graph["ops"], "batches": []}
     started = time.time()
-    for b, n in zip(batches, reqs):
-        entry = {"batch": b, "requests": n, "ours": [], "ort": []}
-        for r in range(a.rounds):
+    entries = [{"batch": b, "requests": n, "ours": [], "ort": []} for b, n in zip(batches, reqs)]
+    for r in range(a.rounds):  # rounds outside, so that --budget-s leaves whole rounds of every batch size
+        if r > 0 and a.budget_s is not None and time.time() - started > a.budget_s * r / (r + 1):
+            print("--budget-s %g: stopping after %d round(s)" % (a.budget_s, r), file=sys.stderr)
+            break
+        for entry in entries:
+            b, n = entry["batch"], entry["requests"]
             for side in ("ours", "ort"):
                 if side == "ort" and runner is None and not a.ort_profile:
                     continue
@@ -431,16 +438,17 @@ def main():
                     one = {"load": None, "profiled": prof, "clean": {"p50_ms": prof["wall_ms_profiled"],
                                                                      "mean_ms": prof["wall_ms_profiled"]}}
                 else:
-                    one = {"load": load, "profiled": run_ort(a, runner, model, b, chw, n, True, workdir),
+                    one = {"load": load, "profiled": run_ort(a, runner, model, b, chw, n, True, workdir, r == 0),
                            "clean": run_ort(a, runner, model, b, chw, n, False, workdir)}
                 one["round"] = r
-                if side == "ours":
+                if side == "ours" and r == 0:  # the variants once, beside the default's first round
                     for v in a.variant:
                         one.setdefault("variants", {})[v.partition("=")[0]] = run_ours(a, model, b, n, False, workdir, v)
                 entry[side].append(one)
                 print("batch %d round %d %s: load %.2f, clean p50 %.2f ms, profiled: operators %.2f of %.2f ms"
                       % (b, r, side, load, one["clean"]["p50_ms"], one["profiled"]["operator_ms"],
                          one["profiled"]["wall_ms_profiled"]), file=sys.stderr)
+    for entry in entries:
         entry["summary"] = summarize(entry["ours"], entry["ort"])
         res["batches"].append(entry)
     opt = os.path.join(workdir, "ort_optimized.onnx")
@@ -455,10 +463,16 @@ def main():
         print("ORT's optimised graph: " + ", ".join("%s x%d" % kv for kv in
                                                    sorted(res["ops_in_ort_optimized_model"].items())))
     for e in res["batches"]:
-        print_table(a.model, e["batch"], e["summary"], a.rounds)
+        print_table(a.model, e["batch"], e["summary"], max(len(e["ours"]), len(e["ort"])))
+        for r in range(max(len(e["ours"]), len(e["ort"]))):
+            o = e["ours"][r] if r < len(e["ours"]) else None
+            t = e["ort"][r] if r < len(e["ort"]) else None
+            print("  round %d: ours clean p50 %s ms (load %s), ORT clean p50 %s ms (load %s)" % (
+                r, "%.3f" % o["clean"]["p50_ms"] if o else "-", "%.2f" % o["load"] if o else "-",
+                "%.3f" % t["clean"]["p50_ms"] if t else "-", "%.2f" % t["load"] if t and t["load"] is not None else "-"))
         for r in e["ours"]:
             for label, v in r.get("variants", {}).items():
-                print("  round %d, ours %-20s p50 %9.3f ms, mean %9.3f ms (default: p50 %9.3f, mean %9.3f)"
+                print("  round %d, ours %-16s p50 %9.3f ms, mean %9.3f ms (default: p50 %9.3f, mean %9.3f)"
                       % (r["round"], label, v["p50_ms"], v["mean_ms"], r["clean"]["p50_ms"], r["clean"]["mean_ms"]))
         for side in ("ours", "ort"):
             if e[side]:
