@@ -111,11 +111,26 @@ def parse_ours(stdout):
     return info, req_ms, per_req
 
 
+def conv_shape(c, h, w, k, oh, ow, r, s_):
+    """The same convolution on both sides: the batch left out (a request's convolutions of this shape
+    summed), channels rounded up to 16 (ORT's NCHWc tensors carry their channels padded to its block)."""
+    up = lambda v: (v + 15) // 16 * 16  # noqa: E731
+    return "%dx%dx%d -> %dx%dx%d %dx%d" % (up(c), h, w, up(k), oh, ow, r, s_)
+
+
+def ours_conv_shape(prob):
+    g = lambda k: _int(k + r"(\d+)", prob, 0)  # noqa: E731
+    return conv_shape(g("ic"), g("ih"), g("iw"), g("oc"), g("oh"), g("ow"), g("kh"), g("kw"))
+
+
 def aggregate_ours(per_req):
     n = len(per_req)
-    cats, counts, impls, items = {}, {}, {}, {}
+    cats, counts, impls, items, shapes = {}, {}, {}, {}, {}
     for req in per_req:
         for kind, impl, attrs, prob, ms in req:
+            if kind == "convolution":
+                k = ours_conv_shape(prob)
+                shapes[k] = shapes.get(k, 0.0) + ms / n
             c = ours_category(kind, attrs, prob)
             cats[c] = cats.get(c, 0.0) + ms / n
             counts[c] = counts.get(c, 0.0) + 1.0 / n
@@ -123,7 +138,7 @@ def aggregate_ours(per_req):
             impls[k] = impls.get(k, 0.0) + ms / n
             key = "%s %s %s %s" % (kind, impl, prob, attrs.strip(", "))
             items[key] = items.get(key, 0.0) + ms / n
-    return cats, counts, impls, items
+    return cats, counts, impls, items, shapes
 
 
 def split_variant(spec):
@@ -165,8 +180,9 @@ def run_ours(a, model, batch, requests, profiled, workdir, variant=None):
     if not profiled:
         return out
     info, req_ms, per_req = parse_ours(p.stdout)
-    cats, counts, impls, items = aggregate_ours(per_req)
+    cats, counts, impls, items, shapes = aggregate_ours(per_req)
     out.update(info)
+    out["conv_shapes"] = shapes
     out.update(requests_profiled=len(per_req), wall_ms_profiled=statistics.mean(req_ms),
                primitives_per_request=statistics.mean(len(r) for r in per_req),
                operator_ms=sum(cats.values()), categories=cats, counts=counts, impls=impls,
@@ -185,7 +201,7 @@ def parse_ort_profile(events, skip_runs):
     if not timed:
         raise SystemExit("the ONNX Runtime profile has %d model_run events, %d skipped" % (len(runs), skip_runs))
     n = len(timed)
-    cats, counts, items, in_run = {}, {}, {}, [0.0] * n
+    cats, counts, items, conv, in_run = {}, {}, {}, {}, [0.0] * n
     threads = None
     for e in nodes:
         idx = next((i for i, r in enumerate(timed) if r["ts"] <= e["ts"] <= r["ts"] + r["dur"]), None)
@@ -201,13 +217,18 @@ def parse_ort_profile(events, skip_runs):
         counts[c] = counts.get(c, 0.0) + 1.0 / n
         key = "%s %s" % (op, " ".join("x".join(map(str, s)) for s in shapes))
         items[key] = items.get(key, 0.0) + ms / n
+        outs = [list(s.values())[0] for s in args.get("output_type_shape", []) if s]
+        if op in ("Conv", "FusedConv") and len(shapes) >= 2 and len(shapes[0]) == 4 and outs and len(outs[0]) == 4:
+            x, w, y = shapes[0], shapes[1], outs[0]
+            k = conv_shape(x[1], x[2], x[3], y[1], y[2], y[3], w[-2], w[-1])
+            conv[k] = conv.get(k, 0.0) + ms / n
         ts = args.get("thread_scheduling_stats", {})
         if "sub_threads" in ts and threads is None and ts["sub_threads"]:
             threads = len(ts["sub_threads"]) + 1
     run_ms = [r["dur"] / 1000.0 for r in timed]
     return {"requests_profiled": n, "wall_ms_profiled": statistics.mean(run_ms), "operator_ms": sum(cats.values()),
             "ort_overhead_ms": statistics.mean(r - k for r, k in zip(run_ms, in_run)), "categories": cats,
-            "counts": counts, "threads_seen": threads, "top": sorted(items.items(), key=lambda kv: -kv[1])}
+            "counts": counts, "conv_shapes": conv, "threads_seen": threads, "top": sorted(items.items(), key=lambda kv: -kv[1])}
 
 
 def ort_runner(a):
@@ -308,6 +329,7 @@ def summarize(rounds_ours, rounds_ort):
         clean = [r["clean"] for r in rounds]
         s[side] = {"categories": median_dict([p["categories"] for p in prof]),
                    "counts": median_dict([p["counts"] for p in prof]),
+                   "conv_shapes": median_dict([p.get("conv_shapes", {}) for p in prof]),
                    "operator_ms": statistics.median(p["operator_ms"] for p in prof),
                    "wall_ms_profiled": statistics.median(p["wall_ms_profiled"] for p in prof),
                    "clean_p50_ms": statistics.median(c["p50_ms"] for c in clean),
@@ -339,6 +361,13 @@ def print_table(model, batch, s, nrounds):
             ort["wall_ms_profiled"] - ort["operator_ms"])
     row("wall, clean run, mean", g(ours, "clean_mean_ms"), g(ort, "clean_mean_ms"))
     row("wall, clean run, p50", g(ours, "clean_p50_ms"), g(ort, "clean_p50_ms"))
+    if ours and ort and ours["conv_shapes"] and ort["conv_shapes"]:
+        oc, rc = ours["conv_shapes"], ort["conv_shapes"]
+        print("  the same convolutions (C x H x W -> K x OH x OW, R x S, channels rounded up to 16; "
+              "ms per request, median of rounds):")
+        for k in sorted(set(oc) | set(rc), key=lambda k: -max(oc.get(k, 0), rc.get(k, 0)))[:12]:
+            print("    %-32s %9.3f %9.3f  ours/ORT %s" % (k, oc.get(k, 0), rc.get(k, 0),
+                                                    "%.2f" % (oc[k] / rc[k]) if oc.get(k) and rc.get(k) else "-"))
     if ours and ort:
         print("ours / ORT (clean p50): %.2f; img/s by clean mean: ours %.1f, ORT %.1f"
               % (ours["clean_p50_ms"] / ort["clean_p50_ms"], batch * 1000 / ours["clean_mean_ms"],
