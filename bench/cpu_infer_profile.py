@@ -411,8 +411,9 @@ def main():
                                                                                 "cnnergy"))
     ap.add_argument("--ours-args", default="", help="more flags for cnnergy infer (e.g. '--cpu-plan-chunk 4')")
     ap.add_argument("--variant", action="append", default=[],
-                    help="LABEL='FLAGS VAR=VALUE': one more clean run of ours per round with these infer flags and "
-                         "environment (e.g. chunk32='--cpu-plan-chunk 32', active=OMP_WAIT_POLICY=ACTIVE); repeatable")
+                    help="LABEL[@B+B...]='FLAGS VAR=VALUE': one more clean run of ours (in the first round; only at "
+                         "the batch sizes after @, if given) with these infer flags and environment (e.g. "
+                         "chunk32@32='--cpu-plan-chunk 32', active=OMP_WAIT_POLICY=ACTIVE); repeatable")
     ap.add_argument("--ort", choices=["auto", "python", "node", "none"], default="auto",
                     help="ONNX Runtime's runner (auto: Python's onnxruntime, else onnxruntime-node, else none)")
     ap.add_argument("--ort-profile", help="read this ORT profile JSON (made elsewhere) instead of running ORT; "
@@ -472,14 +473,17 @@ def main():
                 one["round"] = r
                 if side == "ours" and r == 0:  # the variants once, beside the default's first round
                     for v in a.variant:
-                        one.setdefault("variants", {})[v.partition("=")[0]] = run_ours(a, model, b, n, False, workdir, v)
+                        label, _, only = v.partition("=")[0].partition("@")
+                        if not only or b in [int(x) for x in only.split("+")]:
+                            one.setdefault("variants", {})[label] = run_ours(a, model, b, n, False, workdir, v)
                 entry[side].append(one)
                 print("batch %d round %d %s: load %.2f, clean p50 %.2f ms, profiled: operators %.2f of %.2f ms"
                       % (b, r, side, load, one["clean"]["p50_ms"], one["profiled"]["operator_ms"],
                          one["profiled"]["wall_ms_profiled"]), file=sys.stderr)
-    for entry in entries:
-        entry["summary"] = summarize(entry["ours"], entry["ort"])
-        res["batches"].append(entry)
+        res["batches"] = [dict(e, summary=summarize(e["ours"], e["ort"])) for e in entries]
+        if a.json:  # after every round: a run cut short keeps the rounds it finished
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
     opt = os.path.join(workdir, "ort_optimized.onnx")
     if os.path.exists(opt):
         res["ops_in_ort_optimized_model"] = ogs.read_model(opt)["ops"]
