@@ -235,7 +235,8 @@ def parse_ort_profile(events, skip_runs):
     run_ms = [r["dur"] / 1000.0 for r in timed]
     return {"requests_profiled": n, "wall_ms_profiled": statistics.mean(run_ms), "operator_ms": sum(cats.values()),
             "ort_overhead_ms": statistics.mean(r - k for r, k in zip(run_ms, in_run)), "categories": cats,
-            "counts": counts, "conv_shapes": conv, "threads_seen": threads, "top": sorted(items.items(), key=lambda kv: -kv[1])}
+            "counts": counts, "conv_shapes": conv, "threads_seen": threads,
+            "top": sorted(items.items(), key=lambda kv: -kv[1])}
 
 
 def ort_runner(a):
@@ -358,7 +359,8 @@ def print_table(model, batch, s, nrounds):
         print("%-24s %s %s %s" % (name, fa, fb, fd))
     for c in cats:
         oc, rc = ours.get("categories", {}).get(c), ort.get("categories", {}).get(c)
-        label = "%s (x%g/x%g)" % (c, round(ours.get("counts", {}).get(c, 0), 1), round(ort.get("counts", {}).get(c, 0), 1))
+        label = "%s (x%g/x%g)" % (c, round(ours.get("counts", {}).get(c, 0), 1),
+                                  round(ort.get("counts", {}).get(c, 0), 1))
         row(label[:24] if len(label) <= 24 else c, oc if ours else None, rc if ort else None)
     g = lambda d, k: d.get(k) if d else None  # noqa: E731
     row("= operators", g(ours, "operator_ms"), g(ort, "operator_ms"))
@@ -511,7 +513,8 @@ def main():
             t = e["ort"][r] if r < len(e["ort"]) else None
             print("  round %d: ours clean p50 %s ms (load %s), ORT clean p50 %s ms (load %s)" % (
                 r, "%.3f" % o["clean"]["p50_ms"] if o else "-", "%.2f" % o["load"] if o else "-",
-                "%.3f" % t["clean"]["p50_ms"] if t else "-", "%.2f" % t["load"] if t and t["load"] is not None else "-"))
+                "%.3f" % t["clean"]["p50_ms"] if t else "-",
+                "%.2f" % t["load"] if t and t["load"] is not None else "-"))
         for r in e["ours"]:
             for label, v in r.get("variants", {}).items():
                 print("  round %d, ours %-16s p50 %9.3f ms, mean %9.3f ms (default: p50 %9.3f, mean %9.3f)"

@@ -260,7 +260,8 @@ void Plan::build() {
   const memory::dims dims = out.md.dims();
   const tag plain = dims.size() == 4 ? tag::nchw : tag::nc;
   const memory::desc plain_md(dims, kF32, plain);
-  const auto sharing = std::count_if(values_.begin(), values_.end(), [&](const Value& v) { return v.slot == out.slot; });
+  const auto sharing =
+      std::count_if(values_.begin(), values_.end(), [&](const Value& v) { return v.slot == out.slot; });
   if (out.md == plain_md && out.slot != input_slot_ && slots_[out.slot].buffer >= 0 && sharing == 1) {
     logits_slot_ = out.slot;
     slots_[out.slot].buffer = -1;
