@@ -190,6 +190,8 @@ def run_ours(a, model, batch, requests, profiled, workdir, variant=None):
     cats, counts, impls, items, shapes = aggregate_ours(per_req)
     out.update(info)
     out["conv_shapes"] = shapes
+    if not any(per_req):
+        print("ours: no oneDNN primitive ran in the timed requests (cpu path: %s)" % out["cpu_path"], file=sys.stderr)
     out.update(requests_profiled=len(per_req), wall_ms_profiled=statistics.mean(req_ms),
                primitives_per_request=statistics.mean(len(r) for r in per_req),
                operator_ms=sum(cats.values()), categories=cats, counts=counts, impls=impls,
