@@ -150,6 +150,9 @@ int run_infer(const std::vector<std::string>& args) {
   p.option("idle-s", "seconds of idle-power measurement before each batch size (0: none)", "1.0");
   p.flag("profile-range", "closed loop: run one device request after the warm-up inside cudaProfilerStart/Stop "
                           "(for Nsight Compute's --profile-from-start off: that request's kernels alone)");
+  p.flag("mark-requests", "closed loop: print 'cnnergy_request,I,MS' to stdout after each timed end-to-end request "
+                          "(between 'cnnergy_request,begin' and ',end'), in the stream oneDNN's verbose lines go to "
+                          "(bench/cpu_infer_profile.py attributes them to the timed requests)");
   p.option("cuda-graph", "replay each request as one recorded CUDA graph", "on", {"on", "off"});
   p.option("fold-bn", "fold each batch norm into the convolution before it", "on", {"on", "off"});
   p.option("fuse-relu", "let the layer before a ReLU compute it in its own pass (a batch norm's kernel, a folded "
@@ -196,6 +199,7 @@ int run_infer(const std::vector<std::string>& args) {
   cl.window_s = p.get_double("window-s", 0.001, 3600.0);
   cl.idle_s = p.get_double("idle-s", 0.0, 3600.0);
   cl.profile_range = p.get_flag("profile-range");
+  cl.mark_requests = p.get_flag("mark-requests");
   const auto qps = p.get_optional("qps");
   OpenLoopSpec ol;
   if (qps) {

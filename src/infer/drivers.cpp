@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <random>
 #include <thread>
@@ -68,10 +69,16 @@ ClosedLoopResult run_closed_loop(InferenceSession& session, Backend& backend, En
   std::vector<double> e2e, dev;
   e2e.reserve(static_cast<std::size_t>(spec.requests));
   dev.reserve(static_cast<std::size_t>(spec.requests));
+  if (spec.mark_requests) std::printf("cnnergy_request,begin\n");
   for (std::int64_t i = 0; i < spec.requests; ++i) {
     const auto t0 = Clock::now();
     session.run_host(host_images, host_logits);
     e2e.push_back(ms_since(t0, Clock::now()));
+    if (spec.mark_requests) std::printf("cnnergy_request,%lld,%.6f\n", static_cast<long long>(i), e2e.back());
+  }
+  if (spec.mark_requests) {
+    std::printf("cnnergy_request,end\n");
+    std::fflush(stdout);
   }
   {
     const std::vector<Tensor> images(static_cast<std::size_t>(std::min<std::int64_t>(spec.requests, 50)), host_images);

@@ -28,6 +28,10 @@ struct ClosedLoopSpec {
   int windows = 3;
   double idle_s = 1.0;          // idle-power window before the measurement (0: none)
   bool profile_range = false;   // one device request after the warm-up inside the profiler range (ncu)
+  // Print "cnnergy_request,begin" / "cnnergy_request,I,MS" after each timed end-to-end request /
+  // "cnnergy_request,end" to stdout (C stdio, the stream oneDNN's verbose lines go to), so that a
+  // profile's lines can be attributed to the timed requests (bench/cpu_infer_profile.py).
+  bool mark_requests = false;
 };
 
 struct ClosedLoopResult {

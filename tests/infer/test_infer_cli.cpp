@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "core/json.hpp"
 #include "data/npy.hpp"
@@ -68,6 +69,33 @@ TEST(InferCli, FuseReluFlagDecidesWhereReluRuns) {
   EXPECT_GT(fused["on"], 0);
   EXPECT_EQ(fused["off"], 0);
   EXPECT_NE(run_cli("infer lenet5 --device cpu --fuse-relu maybe").exit_code, 0);
+  fs::remove_all(dir);
+}
+
+// --mark-requests: one "cnnergy_request,I,MS" line per timed end-to-end request, in order, between
+// "cnnergy_request,begin" and ",end" (what bench/cpu_infer_profile.py lines oneDNN's verbose output up with).
+TEST(InferCli, MarkRequestsPrintsOneLinePerTimedRequest) {
+  const auto dir = temp_dir("marks");
+  const std::string base = "infer lenet5 --device cpu --batch 2 --requests 4 --warmup 1 --windows 1 --window-s 0.05 "
+                           "--idle-s 0 --json " + (dir / "r.json").string();
+  const auto r = run_cli(base + " --mark-requests");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream in(r.output);
+  std::string line;
+  std::vector<std::string> marks;
+  while (std::getline(in, line))
+    if (line.rfind("cnnergy_request,", 0) == 0) marks.push_back(line.substr(16));
+  ASSERT_EQ(marks.size(), 6u) << r.output;
+  EXPECT_EQ(marks.front(), "begin");
+  EXPECT_EQ(marks.back(), "end");
+  for (int i = 0; i < 4; ++i) {
+    const std::string& m = marks[static_cast<std::size_t>(i) + 1];
+    ASSERT_EQ(m.substr(0, m.find(',')), std::to_string(i)) << m;
+    EXPECT_GT(std::stod(m.substr(m.find(',') + 1)), 0.0) << m;
+  }
+  const auto plain = run_cli(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("cnnergy_request,"), std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -252,15 +252,26 @@ void Plan::build() {
       if (readers_[static_cast<std::size_t>(v)].back() == i) release(val.buffer);
     }
   }
-  // The one reorder out: the logits value to plain (N, everything else) fp32.
+  // The one reorder out: the logits value to plain (N, everything else) fp32. Where its producer
+  // writes that layout already (the classifier's inner product: plain (N, classes)) and no other
+  // value shares its slot, the producer writes into the caller's logits instead (no copy a run).
   const Value& out = values_[static_cast<std::size_t>(logits)];
   if (out.slot < 0) throw std::runtime_error("the logits are produced by no step");
   const memory::dims dims = out.md.dims();
   const tag plain = dims.size() == 4 ? tag::nchw : tag::nc;
-  logits_slot_ = new_slot(Slot{memory::desc(dims, kF32, plain), -1, -1, nullptr, false, true});
-  const dnnl::engine& eng = onednn_cpu_engine();
-  add_exec(dnnl::reorder(dnnl::reorder::primitive_desc(eng, out.md, eng, slots_[logits_slot_].md)),
-           {{DNNL_ARG_FROM, out.slot}, {DNNL_ARG_TO, logits_slot_}});
+  const memory::desc plain_md(dims, kF32, plain);
+  const auto sharing =
+      std::count_if(values_.begin(), values_.end(), [&](const Value& v) { return v.slot == out.slot; });
+  if (out.md == plain_md && out.slot != input_slot_ && slots_[out.slot].buffer >= 0 && sharing == 1) {
+    logits_slot_ = out.slot;
+    slots_[out.slot].buffer = -1;
+    slots_[out.slot].is_logits = true;
+  } else {
+    logits_slot_ = new_slot(Slot{plain_md, -1, -1, nullptr, false, true});
+    const dnnl::engine& eng = onednn_cpu_engine();
+    add_exec(dnnl::reorder(dnnl::reorder::primitive_desc(eng, out.md, eng, plain_md)),
+             {{DNNL_ARG_FROM, out.slot}, {DNNL_ARG_TO, logits_slot_}});
+  }
   // Storage, memory objects, bound argument maps; then the weights.
   for (std::size_t c : capacity_) buffers_.emplace_back(static_cast<char*>(std::aligned_alloc(kAlign, c)));
   for (const Slot& s : slots_) {

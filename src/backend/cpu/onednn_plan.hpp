@@ -1,6 +1,6 @@
 // A whole-network oneDNN inference plan for the CPU: a list of steps over numbered values, run with
-// the activations in oneDNN's blocked layouts from the first layer to the last (one reorder in, one
-// out), residual adds fused into the convolution before them as a `sum` post-op where liveness allows.
+// the activations in oneDNN's blocked layouts from the first layer to the last (at most one reorder
+// in and one out), residual adds fused into the convolution before them as a `sum` post-op where liveness allows.
 #pragma once
 
 #include <cstdint>
