@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Joins `cnnergy infer --json` documents (ours) and bench/peer_infer.py's JSON (the peers, same call)
 into markdown: per cell (device, model, precision, batch) our latency p50/p99, throughput, energy per
-image and peak memory beside the BEST peer's in each column, with the ratio ours / best (latency and
-mJ/img: lower is better, img/s: higher is better; peak memory against PyTorch eager, the issue's bar).
+image and memory beside the BEST peer's in each column, with the ratio ours / best (latency and
+mJ/img: lower is better, img/s: higher is better; memory against PyTorch eager, the issue's bar: our
+serving peak (the allocator's peak from the timed requests on) and our process peak (the algorithm
+search's scratch included), each against eager's max_memory_allocated after its warm-up).
 Latency is the device-resident request on both sides (input already on the device, call + synchronize).
 Usage: infer_compare.py --ours a.json [b.json ...] --peer p.json [q.json ...] [--detail] > table.md
 --detail adds one table with every engine of every cell (failures with their error)."""
@@ -56,26 +58,30 @@ def metric(r, name):
     if name == "mj_per_image":
         j = r.get("joules_per_image")
         return None if j is None else j * 1e3
+    if name == "serving_memory_mib":  # ours: the allocator's peak from the timed requests on; a peer's
+        return r.get("serving_peak_memory_mib", r.get("peak_memory_mib"))  # max_memory_allocated
     return r.get(name)
 
 
 COLUMNS = [  # (metric, header, lower is better)
     ("p50_ms", "p50 ms", True), ("p99_ms", "p99 ms", True), ("images_per_s", "img/s", False),
-    ("mj_per_image", "mJ/img", True), ("peak_memory_mib", "peak MiB", True)]
-VS = {"peak_memory_mib": "eager"}  # the column's peer: the best, or PyTorch eager's for peak memory
+    ("mj_per_image", "mJ/img", True), ("serving_memory_mib", "serving MiB", True),
+    ("peak_memory_mib", "process peak MiB", True)]
+MEMORY = ("serving_memory_mib", "peak_memory_mib")
+VS = {n: "eager" for n in MEMORY}  # the column's peer: the best, or PyTorch eager's for memory
 
 
 def fmt(v, name):
     if v is None:
         return "–"
-    if name == "images_per_s" or name == "peak_memory_mib":
+    if name == "images_per_s" or name in MEMORY:
         return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
     return f"{v:.3f}" if v < 10 else f"{v:.2f}"
 
 
 def best_peer(peers, name, lower):
-    """(value, engine) of the best measured peer in this column; peak memory: PyTorch eager's."""
-    if name == "peak_memory_mib":
+    """(value, engine) of the best measured peer in this column; memory: PyTorch eager's."""
+    if name in MEMORY:
         peers = [p for p in peers if p["engine"] == "pytorch-eager"]
     vals = [(metric(p, name), p["engine"]) for p in peers if metric(p, name) is not None]
     if not vals:
