@@ -14,8 +14,9 @@ namespace {
 // xs[n, bh, bw, (sy*S + sx)*C + c] = x[n, bh*S + sy - pad_top, bw*S + sx - pad_left, c], zero outside
 // the image and in the channels past C*S*S. Both NHWC. A thread per output element, so a warp's
 // writes are consecutive and its reads run along S*C consecutive inputs at a time; unsigned 32-bit
-// index math within a sample (64-bit division made the kernel 6x slower than its memory traffic; a
-// thread per row segment, with its strided writes, slower still).
+// index math within a sample. AlexNet's batch 256 on an H200: 0.254 ms, still about 4x what its
+// memory traffic needs (with 64-bit division 0.354 ms; a thread per row segment, whose writes are
+// strided, 0.501 ms).
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
     space_to_depth_input_kernel(const T* x, T* xs, SpaceToDepthGeom g, unsigned per_sample, unsigned samples) {
