@@ -1,7 +1,6 @@
 // The cuDNN convolution kernel's fused epilogue (conv_cudnn.hpp, conv_epilogue_plan.hpp): a forward
 // with a bias runs as one fused graph where that measures faster than the unfused pair.
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "backend/cuda/conv_cudnn.hpp"
@@ -15,12 +14,6 @@ namespace {
 // Fused candidates timed per problem: each may compile a kernel when its plan is built (hundreds of
 // milliseconds), and cuDNN's first choice is nearly always the fastest of them.
 constexpr std::size_t kEpilogueCandidates = 2;
-
-std::string ms_text(double ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", ms);
-  return buf;
-}
 }  // namespace
 
 void CudnnConv::run_epilogue(const void* x, const void* w, const void* b, const void* z,

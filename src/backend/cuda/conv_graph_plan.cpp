@@ -412,6 +412,12 @@ GraphConvOperands operands_by_role(ConvDirection dir, const void* in1, const voi
   return {a, out, b, workspace};  // (x, dy) -> dw
 }
 
+std::string ms_text(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f ms", ms);
+  return buf;
+}
+
 LaunchCost launch_cost(cudaStream_t stream, const std::function<cudnnStatus_t()>& launch_once) {
   LaunchCost cost;
   if (launch_once() != CUDNN_STATUS_SUCCESS) return cost;

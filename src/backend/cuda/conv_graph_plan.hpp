@@ -136,6 +136,8 @@ struct LaunchCost {
   double total_ms() const { return device_ms + host_ms; }
 };
 LaunchCost launch_cost(cudaStream_t stream, const std::function<cudnnStatus_t()>& launch_once);
+// "0.123 ms": how the searches' verdicts and notes print a timing.
+std::string ms_text(double ms);
 
 // The fastest candidate on these operands (which it overwrites or accumulates into), timed on
 // `stream`; null when none runs.

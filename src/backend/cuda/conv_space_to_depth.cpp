@@ -3,7 +3,6 @@
 // layer on its first forward.
 #include "backend/cuda/conv_space_to_depth.hpp"
 
-#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -42,12 +41,6 @@ Conv2dDesc space_to_depth_desc(const Conv2dDesc& d, const kernels::SpaceToDepthG
 }
 
 namespace {
-
-std::string ms_text(double ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", ms);
-  return buf;
-}
 
 class SpaceToDepthConv final : public ConvKernel {
  public:
