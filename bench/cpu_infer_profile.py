@@ -155,7 +155,10 @@ def split_variant(spec):
 
 
 def run_ours(a, model, batch, requests, profiled, workdir, variant=None):
-    jpath = os.path.join(workdir, "ours_b%d_%s.json" % (batch, "prof" if profiled else "clean"))
+    tag = "prof" if profiled else "clean"
+    if variant:  # each variant its own files: the default's are kept
+        tag += "_" + re.sub(r"[^A-Za-z0-9_.-]", "_", variant.partition("=")[0])
+    jpath = os.path.join(workdir, "ours_b%d_%s.json" % (batch, tag))
     cmd = [a.cnnergy, "infer", model, "--device", "cpu", "--batch", str(batch), "--requests", str(requests),
            "--warmup", str(a.warmup), "--windows", "1", "--window-s", "0.2", "--idle-s", "0", "--json", jpath]
     cmd += shlex.split(a.ours_args)
@@ -172,7 +175,7 @@ def run_ours(a, model, batch, requests, profiled, workdir, variant=None):
         env.pop("DNNL_VERBOSE", None)
     # stdout (oneDNN's verbose lines, ~0.5 MB a ResNet-50 request at batch 32) to a file, not a pipe: a
     # reader process would take CPU time from oneDNN's threads while they run.
-    log = os.path.join(workdir, "ours_b%d_%s.out" % (batch, "prof" if profiled else "clean"))
+    log = os.path.join(workdir, "ours_b%d_%s.out" % (batch, tag))
     with open(log, "w") as fh:
         p = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
@@ -183,7 +186,8 @@ def run_ours(a, model, batch, requests, profiled, workdir, variant=None):
     row = json.load(open(jpath))["results"][0]
     m = re.search(r"cpu path: (.*)", p.stderr)
     out = {"cpu_path": m.group(1) if m else row.get("cpu_path"), "p50_ms": row["end_to_end"]["p50_ms"],
-           "mean_ms": row["end_to_end"]["mean_ms"]}
+           "mean_ms": row["end_to_end"]["mean_ms"], "openmp_wait": row.get("openmp_wait"),
+           "cpu_plan_chunk": row.get("cpu_plan_chunk"), "cpu_plan_chunk_choice": row.get("cpu_plan_chunk_choice")}
     if not profiled:
         return out
     info, req_ms, per_req = parse_ours(stdout)

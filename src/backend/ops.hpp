@@ -267,6 +267,7 @@ struct MemoryStats {
   std::size_t in_use_bytes = 0;
   std::size_t peak_bytes = 0;
   std::size_t total_bytes = 0;  // device capacity (0 where unknown)
+  std::size_t conv_workspace_bytes = 0;  // the convolutions' shared workspace, part of in_use (GPU)
 };
 
 class Backend {

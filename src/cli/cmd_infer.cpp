@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -83,8 +84,11 @@ std::size_t count_fused_epilogues(const Executor& executor) {
 void note_cpu_path(const Backend& backend, const InferenceSession& session) {
   if (backend.name() != "cpu") return;
   if (session.forward_path() == "onednn-plan")
-    std::fprintf(stderr, "cnnergy infer: cpu path: onednn-plan in chunks of %lld (%s)\n",
-                 static_cast<long long>(session.plan_chunk()), session.plan_description().c_str());
+    std::fprintf(stderr, "cnnergy infer: cpu path: onednn-plan in chunks of %lld (%s; %s)\n",
+                 static_cast<long long>(session.plan_chunk()), session.plan_chunk_choice().c_str(),
+                 session.plan_description().c_str());
+  if (const char* wait = std::getenv("CNNERGY_OMP_WAIT"))
+    std::fprintf(stderr, "cnnergy infer: OpenMP threads wait: %s\n", wait);
   else
     std::fprintf(stderr, "cnnergy infer: cpu path: per-layer (%s)\n", session.plan_fallback_reason().c_str());
 }
@@ -292,21 +296,29 @@ int run_infer(const std::vector<std::string>& args) {
       row["cuda_graph"] = session.graphed();
       if (backend->name() == "cpu") {
         row["cpu_path"] = session.forward_path();
+        if (!session.plan_chunk_choice().empty()) row["cpu_plan_chunk_choice"] = session.plan_chunk_choice();
+        if (session.plan()) row["cpu_plan_chunk"] = static_cast<double>(session.plan_chunk());
+        if (const char* wait = std::getenv("CNNERGY_OMP_WAIT")) row["openmp_wait"] = std::string(wait);
         if (!session.plan_fallback_reason().empty()) row["cpu_path_fallback"] = session.plan_fallback_reason();
       }
       row["folded_batch_norms"] = session.executor().memory().folded_batch_norms;
       row["fused_relus"] = session.executor().memory().fused_relus;
       row["fused_residuals"] = session.executor().memory().fused_residuals;
       row["fused_epilogues"] = static_cast<double>(count_fused_epilogues(session.executor()));
-      // Where the memory in use goes: parameters (fp32 masters, which refolding and checkpoint loads
-      // read, and the working copies), the activation arena, layer state, the fp32 request buffers.
+      // Where the memory in use goes: parameters (the working copies, and fp32 masters where they are
+      // not parked in host memory), the activation arena, layer state, the request buffers, the
+      // convolutions' shared workspace.
       const MemoryReport& held = session.executor().memory();
       row["parameter_memory_mib"] = static_cast<double>(held.parameter_bytes) / 1048576.0;
+      row["masters_in_host_memory_mib"] = static_cast<double>(held.parked_master_bytes) / 1048576.0;
+      row["request_dtype"] = std::string(dtype_name(session.request_dtype()));
       row["activation_memory_mib"] = static_cast<double>(held.activation_bytes) / 1048576.0;
       row["layer_state_memory_mib"] = static_cast<double>(held.layer_state_bytes) / 1048576.0;
       row["request_buffer_memory_mib"] = static_cast<double>(session.request_buffer_bytes()) / 1048576.0;
       const MemoryStats mem = backend->memory_stats();
       row["device_memory_in_use_mib"] = static_cast<double>(mem.in_use_bytes) / 1048576.0;
+      if (backend->device().is_cuda())
+        row["conv_workspace_memory_mib"] = static_cast<double>(mem.conv_workspace_bytes) / 1048576.0;
       // The process's peak so far: with batches in ascending order, the peak of this batch (and smaller).
       process_peak_bytes = std::max(process_peak_bytes, mem.peak_bytes);
       row["peak_memory_mib"] = static_cast<double>(process_peak_bytes) / 1048576.0;

@@ -29,32 +29,67 @@ void print_usage() {
 }
 
 // oneDNN's threads (libgomp's OpenMP) spin for milliseconds after each parallel region unless
-// OMP_WAIT_POLICY says otherwise; on a CPU shared with other processes a spinning thread takes the
-// core its partner waits for, and ResNet-50's CPU inference ran 10x slower (1.27 s against 0.13 s a
-// request on this project's 2-core machine with a neighbour busy; docs/benchmarks/2026-11-26-cpu-dev).
-// libgomp reads the variable once, when it loads, so the CLI sets it to PASSIVE and executes itself
-// again; the re-executed process removes it again so that commands it starts (sweep, monitor) do
-// not inherit it. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone.
-void passive_openmp_wait(char** argv) {
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT says otherwise. On a CPU shared with other processes a spinning
+// thread takes the core its partner waits for: ResNet-50's CPU inference ran 10x slower with libgomp's
+// default (1.27 s against 0.13 s a request on this project's 2-core machine with a neighbour busy;
+// docs/benchmarks/2026-11-26-cpu-dev), and 2x slower spinning even briefly (GOMP_SPINCOUNT=30000: 198
+// against 103 ms at batch 1). On a machine with cores to spare, sleeping at once costs a wake-up per
+// primitive instead: on a lent 16-core Xeon, ResNet-50 at batch 1 took 10.2-12.5 ms sleeping against
+// 7.3-10.0 ms spinning (OMP_WAIT_POLICY=ACTIVE), and at batch 32 241-307 against 163-295 ms, ONNX
+// Runtime (which spins too) 8.9-11.9 and 205-321 ms in the same runs (docs/benchmarks/2026-11-27-h200).
+// So: on a machine of 8 or more hardware threads where fewer than a quarter of them have another
+// runnable task now (the kernel's count in /proc/loadavg; not the 1-minute load average, which a
+// benchmark's own previous run keeps high for a minute), threads spin GOMP_SPINCOUNT=30000000 turns
+// (by libgomp's own estimate of 100,000 a millisecond, 0.3 s: the whole of a request, not the idle
+// time between far-apart ones); elsewhere OMP_WAIT_POLICY=PASSIVE. libgomp reads the variables once,
+// when it loads, so the CLI sets them and executes itself again; the re-executed process removes them
+// again so that commands it starts (sweep, monitor) choose afresh, and keeps the choice in
+// CNNERGY_OMP_WAIT (`infer` reports it). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone.
+// Tasks runnable now, this one included (the fourth field of /proc/loadavg: "R/T"); -1 where unknown.
+long runnable_tasks() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return -1;
+  double a = 0, b = 0, c = 0;
+  long running = -1, total = 0;
+  if (std::fscanf(f, "%lf %lf %lf %ld/%ld", &a, &b, &c, &running, &total) != 5) running = -1;
+  std::fclose(f);
+  return running;
+}
+
+void choose_openmp_wait(char** argv) {
   if (!cnnergy::cpu::onednn_available()) return;
   if (const char* marker = std::getenv("CNNERGY_OMP_REEXEC")) {
-    if (std::string(marker) == "set") unsetenv("OMP_WAIT_POLICY");
+    if (std::string(marker) == "passive") unsetenv("OMP_WAIT_POLICY");
+    if (std::string(marker) == "spin") unsetenv("GOMP_SPINCOUNT");
     unsetenv("CNNERGY_OMP_REEXEC");
     return;
   }
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  setenv("CNNERGY_OMP_REEXEC", "set", 1);
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) {
+    setenv("CNNERGY_OMP_WAIT", "the caller's OMP_WAIT_POLICY / GOMP_SPINCOUNT", 1);
+    return;
+  }
+  const long threads = sysconf(_SC_NPROCESSORS_ONLN);
+  const long others = runnable_tasks() - 1;  // this process's one thread is running
+  const bool spin = threads >= 8 && others >= 0 && others < threads / 4;
+  if (spin) {
+    setenv("GOMP_SPINCOUNT", "30000000", 1);
+    setenv("CNNERGY_OMP_WAIT", "spin (GOMP_SPINCOUNT=30000000: 8+ hardware threads, under a quarter of them busy)", 1);
+  } else {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    setenv("CNNERGY_OMP_WAIT", "passive (OMP_WAIT_POLICY=PASSIVE: under 8 hardware threads or a busy machine)", 1);
+  }
+  setenv("CNNERGY_OMP_REEXEC", spin ? "spin" : "passive", 1);
   execv("/proc/self/exe", argv);
-  unsetenv("OMP_WAIT_POLICY");  // exec failed: run on with libgomp's default
+  unsetenv(spin ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY");  // exec failed: run on with libgomp's default
   unsetenv("CNNERGY_OMP_REEXEC");
+  setenv("CNNERGY_OMP_WAIT", "libgomp's default (re-executing the CLI failed)", 1);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace cnnergy;
-  passive_openmp_wait(argv);
+  choose_openmp_wait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (const char* lvl = std::getenv("CNNERGY_LOG"); lvl && *lvl) set_log_level(parse_log_level(lvl));

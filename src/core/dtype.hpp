@@ -35,4 +35,8 @@ float half_bits_to_float(std::uint16_t h);
 std::uint16_t float_to_bf16_bits(float f);
 float bf16_bits_to_float(std::uint16_t b);
 
+// Converts n fp32 values into `to` (fp32, fp16 or bf16) at dst, rounding as the conversions above;
+// large arrays in a few threads (an inference request's images on their way to pinned memory).
+void convert_from_f32(const float* src, void* dst, DType to, std::size_t n);
+
 }  // namespace cnnergy

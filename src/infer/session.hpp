@@ -4,7 +4,9 @@
 // backend can (on the fp32 CPU with oneDNN: the whole network as one oneDNN plan where every layer
 // maps onto it, see infer/cpu_plan.hpp), and the whole request — input conversion, forward, logits
 // to fp32 — is replayed as one recorded CUDA graph where the backend records graphs. Requests come
-// in as fp32 NCHW images.
+// in as fp32 NCHW images; a GPU in 16 bits keeps them in device memory in that dtype (rounded on the
+// host, on their way into pinned memory), and its fp32 masters in host memory
+// (ExecutorOptions::masters_on_host).
 #pragma once
 
 #include <cstdint>
@@ -54,16 +56,22 @@ class InferenceSession {
   std::string forward_path() const { return plan_ ? "onednn-plan" : "per-layer"; }
   const std::string& plan_fallback_reason() const { return plan_reason_; }
   std::string plan_description() const { return plan_ ? plan_->describe() : std::string(); }
+  // How the chunk was chosen (given, or both candidates' measured times); "" without a plan.
+  const std::string& plan_chunk_choice() const { return chunk_choice_; }
   const cpu::OnednnPlan* plan() const { return plan_.get(); }
   std::int64_t plan_chunk() const { return plan_ ? chunk_ : 0; }
   const Executor& executor() const { return *executor_; }
   Executor& executor() { return *executor_; }
 
-  // The device-side request buffers: fp32 NCHW images (batch x C x H x W) and fp32 logits
-  // (batch x classes), both on the backend's device.
-  const Tensor& device_images() const { return images_f32_; }
-  // The request's fp32 images and logits in device memory (where run() reads and writes them).
-  std::size_t request_buffer_bytes() const { return images_f32_.size_bytes() + logits_f32_.size_bytes(); }
+  // The device-side request buffers: NCHW images (batch x C x H x W) in request_dtype() and fp32
+  // logits (batch x classes), both on the backend's device.
+  const Tensor& device_images() const { return images_; }
+  // fp32, or the backend's dtype on a GPU in 16 bits.
+  DType request_dtype() const { return request_dtype_; }
+  // Host fp32 NCHW images into device_images() (rounded to request_dtype()); waits for the copy.
+  void upload_images(const Tensor& host_images);
+  // The request's images and logits in device memory (where run() reads and writes them).
+  std::size_t request_buffer_bytes() const { return images_.size_bytes() + logits_f32_.size_bytes(); }
   const Tensor& device_logits() const { return logits_f32_; }
 
   // Enqueues one request on the device images: conversion into the backend's dtype and layout,
@@ -84,18 +92,30 @@ class InferenceSession {
   double run_host_pipelined(const std::vector<Tensor>& host_images, std::vector<Tensor>& host_logits);
 
  private:
+  struct CpuPlans {
+    std::unique_ptr<cpu::OnednnPlan> plan, tail;  // chunks of `chunk` samples; the rest
+    std::int64_t chunk = 0;
+    std::string reason;  // why plan is null
+  };
+  void make_cpu_plans(const Graph& graph);
+  CpuPlans build_cpu_plans(std::int64_t chunk) const;
+  double time_cpu_plans(const CpuPlans& plans);
+  void run_cpu_plans(cpu::OnednnPlan* plan, cpu::OnednnPlan* tail, std::int64_t chunk);
   void enqueue();
   void check_host_images(const Tensor& host_images) const;
+  void to_pinned(const Tensor& host_images, const Tensor& pin) const;
 
   InferenceOptions options_;
   Backend& backend_;
   std::unique_ptr<Executor> executor_;
-  Tensor images_f32_, logits_f32_, pinned_images_, pinned_logits_;
+  DType request_dtype_ = DType::kF32;
+  Tensor images_, logits_f32_, pinned_images_, pinned_logits_;
   std::unique_ptr<CapturedWork> captured_;
   std::unique_ptr<CapturedWork> captured_forward_;  // forward + logits copy alone (run_host_pipelined)
   Tensor second_pinned_images_;                     // run_host_pipelined's other upload buffer
   std::unique_ptr<cpu::OnednnPlan> plan_, plan_tail_;  // chunks of chunk_ samples; the rest
   std::int64_t chunk_ = 0;
+  std::string chunk_choice_;
   std::string plan_reason_;
   std::uint64_t plan_folds_ = 0;  // the executor's fold_count() the plan's weights were copied at
   bool warmed_up_ = false;

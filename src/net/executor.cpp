@@ -172,9 +172,35 @@ void Executor::fold_batch_norms() {
 }
 
 void Executor::fold_parameters() {
+  restore_masters();  // folding reads them
   for (auto& l : layers_) l->fold_absorbed();
   folds_pending_ = false;
   ++folds_;
+  if (options_.masters_on_host && !options_.training) park_masters();
+}
+
+void Executor::park_masters() {
+  if (masters_parked()) return;
+  for (auto& l : layers_)
+    for (auto& p : l->parameters()) {
+      if (!p.working.defined() || !p.master.defined()) continue;  // the forward reads this master
+      Tensor host = Tensor::host(p.master.shape(), DType::kF32, p.master.layout());
+      backend_.download(p.master, host);
+      memory_.parameter_bytes -= p.master.size_bytes();
+      memory_.parked_master_bytes += p.master.size_bytes();
+      parked_.push_back({&p, std::move(host)});
+      p.master = Tensor{};  // its device memory goes back to the allocator
+    }
+}
+
+void Executor::restore_masters() {
+  for (ParkedMaster& m : parked_) {
+    m.parameter->master = backend_.alloc(m.host.shape(), DType::kF32, m.host.layout());
+    backend_.upload(m.host, m.parameter->master);
+    memory_.parameter_bytes += m.host.size_bytes();
+    memory_.parked_master_bytes -= m.host.size_bytes();
+  }
+  parked_.clear();
 }
 
 // A ReLU whose input is the only output of a layer and read by nothing else is offered to that layer.
@@ -434,6 +460,7 @@ void Executor::refresh_views() {
 }
 
 void Executor::initialize_parameters(std::uint64_t seed) {
+  restore_masters();  // drawn into the masters
   Rng rng(seed);
   for (auto& l : layers_) l->init_parameters(rng);
   // Imported weights (ONNX initialisers) replace the drawn ones, converted to each tensor's layout.
@@ -563,6 +590,7 @@ void Executor::backward(float loss_scale) {
 }
 
 std::vector<Parameter*> Executor::parameters() {
+  restore_masters();  // callers read or write the masters (checkpoints, optimisers, export)
   std::vector<Parameter*> out;
   for (auto& l : layers_)
     for (auto& p : l->parameters()) out.push_back(&p);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -136,6 +137,80 @@ TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
       EXPECT_LT(relative_norm_error(logits, cpu_logits), 1e-4);
     }
   }
+}
+
+// In 16 bits the forward reads only the working copies, so the session parks the fp32 masters in
+// host memory (ExecutorOptions::masters_on_host; on a GPU that frees their device memory). New weights
+// bring them back and park them again; the logits equal an executor's that keeps its masters, bit for
+// bit, before and after.
+TEST(InferSession, MastersWaitInHostMemoryAndComeBackForNewWeights) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  auto backend = backend_for("bf16", Layout::kNHWC);
+  const auto graph = build_model("resnet34", Shape{3, 32, 32});
+  constexpr std::int64_t kBatch = 2;
+  Rng rng(default_seed());
+  const Tensor images = test::random_tensor(graph->tensor(0).shape.with_batch(kBatch), rng);
+  auto kept_masters_logits = [&](std::uint64_t seed) {
+    ExecutorOptions eo;
+    eo.batch_size = kBatch;
+    eo.training = false;
+    eo.fold_batch_norm = true;
+    Executor ex(*graph, *backend, eo);
+    ex.initialize_parameters(seed);
+    EXPECT_FALSE(ex.masters_parked());
+    const Tensor dev = backend->alloc(images.shape(), DType::kF32);
+    backend->upload(images, dev);
+    ex.set_input(dev, Tensor{});
+    ex.forward(Phase::kEval);
+    const Tensor f32 = backend->alloc(ex.logits().shape(), DType::kF32);
+    backend->copy(ex.logits(), f32);
+    Tensor host = Tensor::host(f32.shape());
+    backend->download(f32, host);
+    return host;
+  };
+  InferenceOptions io;
+  io.batch = kBatch;
+  io.seed = 7;
+  InferenceSession session(*graph, *backend, io);
+  Executor& ex = session.executor();
+  std::size_t working = 0, masters = 0;
+  for (const Parameter* p : ex.parameters()) {  // parameters() brings the masters back
+    EXPECT_TRUE(p->master.defined()) << p->name;
+    if (p->working.defined()) masters += p->master.size_bytes();
+    working += p->working.size_bytes();
+  }
+  EXPECT_FALSE(ex.masters_parked());
+  EXPECT_EQ(ex.memory().parked_master_bytes, 0u);
+  const std::size_t all_bytes = ex.memory().parameter_bytes;
+  ex.fold_parameters();  // and parks them again
+  ASSERT_TRUE(ex.masters_parked());
+  EXPECT_GT(working, 0u);
+  EXPECT_EQ(ex.memory().parked_master_bytes, masters);
+  EXPECT_EQ(ex.memory().parameter_bytes, all_bytes - masters);
+
+  Tensor logits;
+  session.run_host(images, logits);
+  const Tensor seven = kept_masters_logits(7);
+  EXPECT_EQ(std::memcmp(logits.raw(), seven.raw(), seven.size_bytes()), 0);
+  ex.initialize_parameters(9);  // new weights: drawn into the masters, folded, parked
+  EXPECT_TRUE(ex.masters_parked());
+  session.run_host(images, logits);
+  const Tensor nine = kept_masters_logits(9);
+  EXPECT_EQ(std::memcmp(logits.raw(), nine.raw(), nine.size_bytes()), 0);
+  EXPECT_NE(std::memcmp(seven.raw(), nine.raw(), nine.size_bytes()), 0);
+  // The request travels in bf16, rounded on the host as the device's conversion rounds.
+  ASSERT_EQ(session.request_dtype(), DType::kBF16);
+  session.upload_images(images);
+  Tensor uploaded = Tensor::host(images.shape(), DType::kBF16);
+  backend->download(session.device_images(), uploaded);
+  const Tensor on_device = backend->alloc(images.shape(), DType::kBF16, Layout::kNCHW);
+  const Tensor f32 = backend->alloc(images.shape(), DType::kF32, Layout::kNCHW);
+  backend->upload(images, f32);
+  backend->copy(f32, on_device);
+  Tensor rounded_there = Tensor::host(images.shape(), DType::kBF16);
+  backend->download(on_device, rounded_there);
+  EXPECT_EQ(std::memcmp(uploaded.raw(), rounded_there.raw(), uploaded.size_bytes()), 0);
+  EXPECT_EQ(session.request_buffer_bytes(), images.size_bytes() / 2 + seven.size_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -126,7 +126,9 @@ class CudaBackend final : public Backend {
   }
   MemoryStats memory_stats() const override {
     const AllocatorStats s = ctx_->allocator().stats();
-    return {s.in_use_bytes, s.peak_bytes, ctx_->properties().totalGlobalMem};
+    const auto workspace = ctx_->conv_workspace_buffer();
+    return {s.in_use_bytes, s.peak_bytes, ctx_->properties().totalGlobalMem,
+            workspace ? CachingAllocator::size_class(workspace->size_bytes()) : 0};
   }
   void reset_peak_memory() override { ctx_->allocator().reset_peak(); }
 

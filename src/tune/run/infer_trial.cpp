@@ -64,7 +64,7 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
       Tensor host = Tensor::host(graph->tensor(graph->input_tensor()).shape.with_batch(io.batch));
       Rng rng(1);
       rng.fill_normal(host.f32(), 0.0f, 1.0f);
-      backend->upload(host, session.device_images());
+      session.upload_images(host);
     }
     for (int i = 0; i < std::max(2, settings.warmup_iterations); ++i) session.run();  // + recording the graph
     backend->synchronize();
