@@ -100,6 +100,10 @@ void to_bf16(const float* src, std::uint16_t* out, std::size_t begin, std::size_
   }
 }
 
+void to_half(const float* src, std::uint16_t* out, std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) out[i] = float_to_half_bits(src[i]);
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // The F16C instruction rounds to nearest even like float_to_half_bits (a NaN keeps more of its
 // payload: still a NaN); used where the CPU has it, 8 values at a time.
@@ -110,9 +114,8 @@ __attribute__((target("avx,f16c"))) void to_half_f16c(const float* src, std::uin
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
   }
-  for (; i < end; ++i) out[i] = float_to_half_bits(src[i]);
+  to_half(src, out, i, end);
 }
-const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
 
 // to_bf16, 8 values at a time, where the CPU has AVX2.
 __attribute__((target("avx2"))) void to_bf16_avx2(const float* src, std::uint16_t* out, std::size_t begin,
@@ -132,7 +135,16 @@ __attribute__((target("avx2"))) void to_bf16_avx2(const float* src, std::uint16_
   }
   to_bf16(src, out, i, end);
 }
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+#endif
+
+// The vectorised conversions where the CPU has the instructions.
+using Converter = void (*)(const float*, std::uint16_t*, std::size_t, std::size_t);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+const Converter kToBf16 = __builtin_cpu_supports("avx2") ? to_bf16_avx2 : to_bf16;
+const Converter kToHalf = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") ? to_half_f16c : to_half;
+#else
+const Converter kToBf16 = to_bf16;
+const Converter kToHalf = to_half;
 #endif
 
 void convert_range(const float* src, void* dst, DType to, std::size_t begin, std::size_t end) {
@@ -142,22 +154,10 @@ void convert_range(const float* src, void* dst, DType to, std::size_t begin, std
       std::memcpy(static_cast<float*>(dst) + begin, src + begin, (end - begin) * sizeof(float));
       return;
     case DType::kBF16:
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-      if (kHaveAvx2) {
-        to_bf16_avx2(src, out, begin, end);
-        return;
-      }
-#endif
-      to_bf16(src, out, begin, end);
+      kToBf16(src, out, begin, end);
       return;
     case DType::kF16:
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-      if (kHaveF16c) {
-        to_half_f16c(src, out, begin, end);
-        return;
-      }
-#endif
-      for (std::size_t i = begin; i < end; ++i) out[i] = float_to_half_bits(src[i]);
+      kToHalf(src, out, begin, end);
       return;
     default:
       return;  // convert_from_f32 refused it before any thread started
