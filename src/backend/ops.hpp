@@ -292,6 +292,10 @@ class Backend {
   // From now on memory_stats().peak_bytes counts from what is in use now (the CUDA allocator; a no-op
   // where peaks are not tracked): a serving loop's own peak, without the setup and search before it.
   virtual void reset_peak_memory() {}
+  // Drops the convolutions' shared workspace (a captured graph keeps its own reference); the next
+  // convolution grows a new one to what it asks. After the algorithm searches, so that the workspace
+  // is what the chosen algorithms need, not the largest any candidate asked for. A no-op on the CPU.
+  virtual void release_conv_workspace() {}
 
   // Transfers and element-wise utilities. Host tensors must have the same dtype/layout as dst.
   // upload with async=true returns before the copy ends: keep `host` alive until synchronize().

@@ -119,6 +119,7 @@ class InferenceSession {
   std::string plan_reason_;
   std::uint64_t plan_folds_ = 0;  // the executor's fold_count() the plan's weights were copied at
   bool warmed_up_ = false;
+  bool workspace_trimmed_ = false;
 };
 
 }  // namespace cnnergy

@@ -131,6 +131,7 @@ class CudaBackend final : public Backend {
             workspace ? CachingAllocator::size_class(workspace->size_bytes()) : 0};
   }
   void reset_peak_memory() override { ctx_->allocator().reset_peak(); }
+  void release_conv_workspace() override { ctx_->release_conv_workspace(); }
 
   void upload(const Tensor& host, const Tensor& dst, bool async) override {
     ctx_->activate();

@@ -109,6 +109,8 @@ class CudaContext {
   // The shared convolution workspace, grown to at least `bytes` (callers never ask beyond the cap).
   // Valid until the next call; safe to share because every kernel runs on the one stream.
   void* conv_workspace(std::size_t bytes);
+  // Drops the workspace (back to the allocator once no captured graph holds it).
+  void release_conv_workspace() { workspace_.reset(); }
   // The workspace buffer itself (a captured CUDA graph keeps it alive after the context grows it).
   std::shared_ptr<Buffer> conv_workspace_buffer() const { return workspace_; }
 
