@@ -14,6 +14,17 @@ void ConvKernel::forward_residual(const Tensor&, const Tensor&, const Tensor&, c
   throw NotSupported("conv2d: this backend's convolution takes no fused residual add (Backend::fuses_conv_residual)");
 }
 
+void BatchNormKernel::forward_training_residual(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&) {
+  throw NotSupported("batch_norm: this backend's batch norm takes no fused residual add (Backend::fuses_batch_norm_residual)");
+}
+
+void BatchNormKernel::forward_inference_residual(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&, const Tensor&, const Tensor&) {
+  throw NotSupported("batch_norm: this backend's batch norm takes no fused residual add (Backend::fuses_batch_norm_residual)");
+}
+
 bool cuda_backend_built() {
 #ifdef CNNERGY_HAVE_CUDA
   return true;

@@ -166,6 +166,13 @@ struct BatchNormDesc {
   // latest forward_training, so no activation more is kept. Only where
   // Backend::fuses_batch_norm_relu(desc) says so.
   bool relu = false;
+  // The residual add after the batch norm fused into its output (training, and evaluation without
+  // folding; the executor offers it where Backend::fuses_batch_norm_residual holds):
+  // forward_training_residual / forward_inference_residual write y = act(bn(x) + z), act the add's
+  // fused ReLU where relu is also set, rounding bn(x) to the activation dtype before the add exactly
+  // as the separate pair does. Backward stays the plain batch norm's (relu ignored): its dy is the
+  // gradient of bn(x), which the add's own backward, still run, masks and hands on.
+  bool residual = false;
 };
 
 class BatchNormKernel {
@@ -182,6 +189,13 @@ class BatchNormKernel {
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                         const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
                         const Tensor& dgamma, const Tensor& dbeta, bool accumulate) = 0;
+  // BatchNormDesc::residual: as forward_training / forward_inference, then y = act(y + z) in the
+  // same pass (z: x's shape, dtype and layout). Kernels that cannot throw NotSupported.
+  virtual void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                                         const Tensor& saved_mean, const Tensor& saved_inv_std);
+  virtual void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y);
 };
 
 // ---- softmax + cross-entropy loss -----------------------------------------------------------------
@@ -369,6 +383,12 @@ class Backend {
   // Whether make_batch_norm takes desc with relu = true (the executor fuses a ReLU that is a batch
   // norm's sole consumer into it where this holds; see net/executor.hpp).
   virtual bool fuses_batch_norm_relu(const BatchNormDesc& desc) const {
+    (void)desc;
+    return false;
+  }
+  // Whether make_batch_norm takes desc with residual = true (BatchNormDesc::residual; the executor
+  // offers a batch norm the residual add that is its output's sole consumer where this holds).
+  virtual bool fuses_batch_norm_residual(const BatchNormDesc& desc) const {
     (void)desc;
     return false;
   }

@@ -1,7 +1,9 @@
 // Batch normalisation per channel (4-D) or per feature (2-D): gamma and beta are trained fp32
 // parameters (no weight decay by default); running mean/variance are fp32 buffers saved in
 // checkpoints; the batch statistics saved for backward are private to the layer. A ReLU that is
-// the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu).
+// the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu), and so may
+// the residual add that is (Layer::fuse_residual: forward then reads the add's other input as its
+// second input and writes the add's output; backward is unchanged, the add's still runs).
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -22,13 +24,26 @@ class BatchNormLayer final : public Layer {
   std::size_t private_bytes() const override { return saved_mean_.size_bytes() + saved_inv_std_.size_bytes(); }
   std::string describe() const override {
     if (absorbed()) return "batch_norm (folded into " + absorbed_into() + ")";
-    return desc_.relu ? "batch_norm + relu" : "batch_norm";
+    std::string what = "batch_norm";
+    if (desc_.residual) what += " + add";
+    return desc_.relu ? what + " + relu" : what;
   }
 
   bool fuse_relu(const Backend& backend) override {
     BatchNormDesc fused = desc_;
     fused.relu = true;
     if (bound() || !backend.fuses_batch_norm_relu(fused)) return false;
+    desc_ = fused;
+    return true;
+  }
+
+  // The add after this batch norm (its output's sole consumer), and that add's fused ReLU where
+  // relu: forward then writes relu?(bn(x) + z) in one pass (Backend::fuses_batch_norm_residual).
+  bool fuse_residual(const Backend& backend, bool relu) override {
+    BatchNormDesc fused = desc_;
+    fused.residual = true;
+    fused.relu = relu;
+    if (bound() || desc_.relu || desc_.residual || !backend.fuses_batch_norm_residual(fused)) return false;
     desc_ = fused;
     return true;
   }
@@ -69,10 +84,19 @@ class BatchNormLayer final : public Layer {
     const Tensor& beta = parameters()[1].master;
     const Tensor& mean = buffers()[0].tensor;
     const Tensor& var = buffers()[1].tensor;
-    if (ctx.phase == Phase::kTrain)
+    const bool train = ctx.phase == Phase::kTrain;
+    if (desc_.residual) {  // the fused add's other input comes second (Executor)
+      CNNERGY_CHECK(ctx.inputs.size() == 2, "batch norm with a fused residual add run without its second input");
+      if (train)
+        kernel_->forward_training_residual(ctx.inputs[0], ctx.inputs[1], gamma, beta, mean, var, ctx.outputs[0],
+                                           saved_mean_, saved_inv_std_);
+      else
+        kernel_->forward_inference_residual(ctx.inputs[0], ctx.inputs[1], gamma, beta, mean, var, ctx.outputs[0]);
+    } else if (train) {
       kernel_->forward_training(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0], saved_mean_, saved_inv_std_);
-    else
+    } else {
       kernel_->forward_inference(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0]);
+    }
   }
 
   // The kernel always writes dgamma/dbeta; with no data gradient wanted (BN on the network

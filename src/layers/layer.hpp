@@ -136,10 +136,11 @@ class Layer {
   }
   // Whether this layer took the ReLU after it (fuse_relu returned true).
   virtual bool relu_fused() const { return false; }
-  // Residual fusion, for inference executors (after batch-norm folding and ReLU fusion): a
-  // convolution with a folded batch norm whose output only an add reads takes that add, and the add's
-  // fused ReLU where `relu`: it then computes y = relu?(conv + b + z) with the add's other input z as
-  // its second forward input, and the add is absorbed (its output is this layer's output).
+  // Residual fusion (after batch-norm folding and ReLU fusion). Inference executors: a convolution
+  // with a folded batch norm whose output only an add reads takes that add, and the add's fused ReLU
+  // where `relu`: it then computes y = relu?(conv + b + z) with the add's other input z as its second
+  // forward input, and the add is absorbed (its output is this layer's output). Without folding
+  // (training): a batch norm takes the add likewise in forward, and the add's backward still runs.
   virtual bool fuse_residual(const Backend& backend, bool relu) {
     (void)backend;
     (void)relu;

@@ -91,7 +91,9 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   if (options_.fuse_relu) fuse_relus();
   absorbed_output_of_.assign(layers_.size(), -1);
   residual_input_.assign(layers_.size(), -1);
+  forward_taken_output_of_.assign(layers_.size(), -1);
   if (options_.fold_batch_norm && options_.fuse_residual) fuse_residuals();
+  if (!options_.fold_batch_norm && options_.fuse_residual) fuse_batch_norm_residuals();
   if (backend_.device().is_cpu()) {
     host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
     host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
@@ -261,6 +263,33 @@ void Executor::fuse_residuals() {
   }
 }
 
+// An add reading a batch norm's only output, read by nothing else, is offered to that batch norm
+// when the add's other input is computed before it (the batch norm then reads it in forward).
+void Executor::fuse_batch_norm_residuals() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& add = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (add.type() != "add" || add.absorbed() || ins.size() != 2 || ins[0] == ins[1]) continue;
+    for (std::size_t j = 0; j < 2; ++j) {
+      const int t = ins[j], z = ins[1 - j];
+      const GraphTensor& tt = graph_.tensor(t);
+      if (t == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1 ||
+          graph_.layer_outputs(static_cast<std::size_t>(tt.producer)).size() != 1)
+        continue;
+      const int bn = tt.producer;
+      Layer& norm = *layers_[static_cast<std::size_t>(bn)];
+      if (norm.type() != "batch_norm" || norm.absorbed() || graph_.layer_inputs(static_cast<std::size_t>(bn)).size() != 1)
+        continue;
+      if (graph_.tensor(z).producer >= bn) continue;  // z must exist when the batch norm runs (-1: the input)
+      if (!norm.fuse_residual(backend_, add.relu_fused())) continue;
+      forward_taken_output_of_[i] = t;
+      residual_input_[static_cast<std::size_t>(bn)] = z;
+      ++memory_.fused_residuals;
+      break;
+    }
+  }
+}
+
 void Executor::plan_and_allocate() {
   const auto num_layers = static_cast<int>(layers_.size());
   const auto num_tensors = graph_.num_tensors();
@@ -280,6 +309,10 @@ void Executor::plan_and_allocate() {
     if (l.absorbed()) {  // the producer's output, fused: one tensor in every plan
       const int via = absorbed_output_of_[static_cast<std::size_t>(i)];  // an add: the convolution's input
       group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(via >= 0 ? via : ins[0])];
+      continue;
+    }
+    if (const int t = forward_taken_output_of_[static_cast<std::size_t>(i)]; t >= 0) {  // a batch norm writes it
+      group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(t)];
       continue;
     }
     if (!reuse || outs.size() != 1 || ins.size() != 1 || ins[0] == graph_.input_tensor()) continue;
@@ -312,7 +345,8 @@ void Executor::plan_and_allocate() {
       end = std::max(end, bwd_step(gt.producer));
     if (static_cast<int>(t) == graph_.logits_tensor()) end = 2 * num_layers;  // readable after the iteration
     const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
-    if (!layers_[static_cast<std::size_t>(gt.producer)]->absorbed()) naive += bytes;  // else the producer's
+    const auto producer = static_cast<std::size_t>(gt.producer);
+    if (!layers_[producer]->absorbed() && forward_taken_output_of_[producer] < 0) naive += bytes;  // else the producer's
     const auto g = static_cast<std::size_t>(group[t]);
     if (group_item[g] < 0) {
       group_item[g] = static_cast<int>(items.size());
@@ -448,7 +482,7 @@ void Executor::refresh_views() {
       io.bwd_in.push_back(l.needs_inputs_in_backward() ? activations_[ti] : Tensor{});
       io.in_grads.push_back(graph_.tensor(t).needs_grad ? gradients_[ti] : Tensor{});
     }
-    if (residual_input_[i] >= 0)  // a fused residual add's other input (forward only)
+    if (residual_input_[i] >= 0)  // a fused residual add's other input (forward only, after the layer's own)
       io.fwd_in.push_back(activations_[static_cast<std::size_t>(residual_input_[i])]);
     for (int t : graph_.layer_outputs(i)) {
       const auto ti = static_cast<std::size_t>(t);
@@ -537,6 +571,7 @@ void Executor::run_forward_layer(std::size_t i, Phase phase) {
     if (phase == Phase::kTrain) throw InvalidArgument("training forward without labels (set_input)");
     return;  // inference without labels: no loss
   }
+  if (forward_taken_output_of_[i] >= 0) return;  // an add whose forward the batch norm before it ran
   LayerIo& io = io_[i];
   ForwardContext ctx;
   ctx.inputs = io.fwd_in;

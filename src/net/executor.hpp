@@ -32,6 +32,13 @@
 //   convolution computes relu?(conv + b + z) with z as its second input, the add (and the ReLU it
 //   took) runs nothing, and its output is the convolution's output (one group). The values differ
 //   from the unfused chain by rounding only (the sum is rounded once).
+//   Without folding (training, or evaluation with batch norms kept), an add whose input is a batch
+//   norm's only output, read by nothing else, and whose other input z is computed before that batch
+//   norm, is offered to the batch norm (Layer::fuse_residual, where Backend::fuses_batch_norm_residual
+//   holds): if taken, the batch norm's forward writes relu?(bn(x) + z) into the add's output (one
+//   group with the batch norm's output) and the add's forward runs nothing; backward is unchanged
+//   (the add's backward masks and hands on its output gradient, the batch norm's reads it). The
+//   values equal the unfused chain's bit for bit (bn(x) is rounded to the dtype before the add).
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
 // 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
@@ -64,7 +71,7 @@ struct ExecutorOptions {
   bool reuse_memory = true;   // liveness-based buffer sharing (see above)
   std::uint64_t dropout_seed = 0;  // base seed of dropout masks (mixed with layer and iteration)
   bool fuse_relu = true;      // let layers take the ReLU after them (see above)
-  bool fuse_residual = true;  // folded convolutions take the residual add after them (see above)
+  bool fuse_residual = true;  // folded convolutions, or else batch norms, take the residual add after them (see above)
   // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
   // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
   // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
@@ -87,7 +94,7 @@ struct ExecutorOptions {
 struct MemoryReport {
   std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
   std::size_t folded_batch_norms = 0; // batch norms folded into the convolution before them
-  std::size_t fused_residuals = 0;    // residual adds absorbed by the convolution before them
+  std::size_t fused_residuals = 0;    // residual adds taken by the folded convolution or batch norm before them
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -172,6 +179,7 @@ class Executor {
  private:
   void fuse_relus();
   void fuse_residuals();
+  void fuse_batch_norm_residuals();
   void fold_batch_norms();
   void park_masters();
   void plan_and_allocate();
@@ -204,6 +212,9 @@ class Executor {
   // it consumed; -1 otherwise), and the extra forward input of a convolution that took an add (z).
   std::vector<int> absorbed_output_of_;
   std::vector<int> residual_input_;
+  // Per layer: an add whose forward a batch norm took (fuse_batch_norm_residuals): the batch norm's
+  // output, which is then the add's output too; -1 otherwise. The add's forward runs nothing.
+  std::vector<int> forward_taken_output_of_;
   bool folds_pending_ = false;
   std::uint64_t folds_ = 0;  // folded batch norms whose weights were not computed yet
   struct ParkedMaster {

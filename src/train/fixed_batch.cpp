@@ -29,10 +29,11 @@ void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t s
 }
 
 FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
-                                       bool cuda_graph, bool fuse_relu) {
+                                       bool cuda_graph, bool fuse_relu, bool fuse_residual) {
   ExecutorOptions eo;
   eo.batch_size = batch;
   eo.fuse_relu = fuse_relu;
+  eo.fuse_residual = fuse_residual;
   executor_ = std::make_unique<Executor>(graph, backend, eo);
   executor_->initialize_parameters(seed);
   SolverOptions so;

@@ -24,10 +24,11 @@ class FixedBatchWorkload {
   // Allocates the executor (OutOfMemory here is a batch that does not fit), initialises weights
   // from `seed`, uploads normal(0, 1) images and uniform labels, and sets them as the input.
   // Loss scaling follows the backend dtype (dynamic for fp16). With cuda_graph the steps after the
-  // first replay one recorded CUDA graph (TrainStep; NotSupported where it cannot). fuse_relu:
-  // ExecutorOptions::fuse_relu (off only to measure what the fusion brings).
+  // first replay one recorded CUDA graph (TrainStep; NotSupported where it cannot). fuse_relu,
+  // fuse_residual: ExecutorOptions::fuse_relu, ::fuse_residual (off only to measure what the
+  // fusions bring).
   FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1,
-                     bool cuda_graph = false, bool fuse_relu = true);
+                     bool cuda_graph = false, bool fuse_relu = true, bool fuse_residual = true);
 
   Executor& executor() { return *executor_; }
   SgdSolver& solver() { return *solver_; }

@@ -411,6 +411,97 @@ TEST_F(CudaLayers, BatchNormFusedReluIsThePairBitForBit) {
   }
 }
 
+// A fused residual add on the GPU is exactly the GPU's batch norm followed by its add (+ ReLU):
+// training and inference outputs and the statistics bit for bit, the backward the plain batch
+// norm's bit for bit; and the CPU's fused kernel within the dtype's tolerance. Tiled path (NHWC,
+// packs filled), generic path (bf16 NCHW), 2-D; where cuDNN normalises the backend declines.
+TEST_F(CudaLayers, BatchNormFusedResidualAddIsThePairBitForBit) {
+  const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16},
+                          Shape{8, 512, 2, 2}};
+  int fused_cases = 0;
+  for (const Shape& s : shapes) {
+    const bool flat = s.rank() == 2;
+    BatchNormDesc d;
+    d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3];
+    for (const Precision& p : {kFp32, kFp16, kBf16}) {
+      for (const Layout l : kAllLayouts) {
+        for (const bool relu : {false, true}) {
+          auto g = gpu(p, l);
+          if (!g) continue;
+          BatchNormDesc df = d;
+          df.residual = true;
+          df.relu = relu;
+          const std::string what = std::string("batch_norm + add") + (relu ? " + relu " : " ") + s.str() + " " + label(p, l);
+          if (!g->fuses_batch_norm_residual(df)) {
+            EXPECT_THROW(g->make_batch_norm(df), NotSupported) << what;
+            continue;
+          }
+          ++fused_cases;
+          const Tensor x = random(s, p.dtype, -1.0f, 2.0f), z = random(s, p.dtype), dy = random(s, p.dtype);
+          const Tensor dx0 = random(s, p.dtype);
+          const Tensor gamma = random({d.c}, DType::kF32, -1.0f, 1.5f), beta = random({d.c}, DType::kF32);
+          const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
+          auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+          const Tensor xd = upload(*g, x, p.dtype, l), zd = upload(*g, z, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
+          const Tensor gd = up32(gamma), bd = up32(beta);
+          auto plain = g->make_batch_norm(d), fused = g->make_batch_norm(df);
+          auto stats = [&] {
+            std::vector<Tensor> t;
+            for (int i = 0; i < 4; ++i) t.push_back(up32(Tensor::host({d.c})));
+            g->fill(t[1], 1.0f);
+            return t;
+          };
+          auto sp = stats(), sf = stats();
+          auto pair = [&](const Tensor& t, const Tensor& out) {
+            if (relu)
+              g->add_relu_forward(t, zd, out);
+            else
+              g->add_forward(t, zd, out);
+          };
+          Tensor t = g->alloc(s, p.dtype, l), y = g->alloc(s, p.dtype, l), yf = g->alloc(s, p.dtype, l);
+          plain->forward_training(xd, gd, bd, sp[0], sp[1], t, sp[2], sp[3]);
+          pair(t, y);
+          fused->forward_training_residual(xd, zd, gd, bd, sf[0], sf[1], yf, sf[2], sf[3]);
+          EXPECT_TRUE(all_close(download(*g, yf), download(*g, y), 0.0, 0.0)) << what << " training y";
+          for (int i = 0; i < 4; ++i)
+            EXPECT_TRUE(all_close(download(*g, sf[i]), download(*g, sp[i]), 0.0, 0.0)) << what << " statistics " << i;
+          Tensor ti = g->alloc(s, p.dtype, l), yi = g->alloc(s, p.dtype, l), yif = g->alloc(s, p.dtype, l);
+          plain->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), ti);
+          pair(ti, yi);
+          fused->forward_inference_residual(xd, zd, gd, bd, up32(rm0), up32(rv0), yif);
+          EXPECT_TRUE(all_close(download(*g, yif), download(*g, yi), 0.0, 0.0)) << what << " inference y";
+          // Each entry point refuses the other kind of call.
+          EXPECT_THROW(fused->forward_training(xd, gd, bd, sf[0], sf[1], yf, sf[2], sf[3]), InvalidArgument) << what;
+          EXPECT_THROW(plain->forward_training_residual(xd, zd, gd, bd, sp[0], sp[1], y, sp[2], sp[3]), InvalidArgument)
+              << what;
+          // Backward is the plain batch norm's: dy is the gradient of bn(x) (the add masks and hands it on).
+          for (const bool accumulate : {false, true}) {
+            Tensor dxp = upload(*g, dx0, p.dtype, l), dxf = upload(*g, dx0, p.dtype, l);
+            Tensor dgp = g->alloc({d.c}, DType::kF32), dbp = g->alloc({d.c}, DType::kF32);
+            Tensor dgf = g->alloc({d.c}, DType::kF32), dbf = g->alloc({d.c}, DType::kF32);
+            plain->backward(xd, dyd, gd, bd, sp[2], sp[3], dxp, dgp, dbp, accumulate);
+            fused->backward(xd, dyd, gd, bd, sf[2], sf[3], dxf, dgf, dbf, accumulate);
+            const std::string how = what + (accumulate ? " accumulate" : "");
+            EXPECT_TRUE(all_close(download(*g, dxf), download(*g, dxp), 0.0, 0.0)) << how << " dx";
+            EXPECT_TRUE(all_close(download(*g, dgf), download(*g, dgp), 0.0, 0.0)) << how << " dgamma";
+            EXPECT_TRUE(all_close(download(*g, dbf), download(*g, dbp), 0.0, 0.0)) << how << " dbeta";
+          }
+          // And the CPU's fused kernel on the same data (fp32 reference; x and z hold dtype values).
+          auto ref = cpu_->make_batch_norm(df);
+          Tensor y_r = Tensor::host(s), st_r[4] = {Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c}),
+                                                   Tensor::host({d.c})};
+          cpu_->fill(st_r[1], 1.0f);
+          ref->forward_training_residual(x, z, gamma, beta, st_r[0], st_r[1], y_r, st_r[2], st_r[3]);
+          EXPECT_TRUE(close(download(*g, yf), y_r, p.tol, what + " y vs cpu"));
+        }
+      }
+    }
+  }
+  if (cuda_device_count() > 0) {
+    EXPECT_GE(fused_cases, 12);
+  }
+}
+
 // ---- softmax cross-entropy ---------------------------------------------------------------------
 TEST_F(CudaLayers, SoftmaxCrossEntropyMatchesCpu) {
   for (const std::int64_t classes : {10, 1000}) {

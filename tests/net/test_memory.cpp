@@ -151,6 +151,67 @@ TEST_F(MemoryPlan, FusedReluTrainsBitForBitAsSeparateLayers) {
   }
 }
 
+// A batch norm takes the residual add after it (and the add's ReLU) in training: its forward
+// writes relu?(bn(x) + z) into the add's output, the add's forward runs nothing, its backward runs
+// as before. Bit for bit what the separate layers compute, with and without memory reuse and with
+// and without the ReLU fusion; evaluation (running statistics) likewise.
+TEST_F(MemoryPlan, BatchNormTakesTheResidualAddAndTrainsBitForBit) {
+  auto backend = cpu_backend();
+  auto graph = residual_graph();
+  auto out = [&](const char* layer) { return graph->layer_outputs(graph->layer_index(layer))[0]; };
+  for (const bool reuse : {true, false}) {
+    for (const bool relu : {true, false}) {
+      SCOPED_TRACE(std::string(reuse ? "reuse" : "no reuse") + (relu ? ", relu fused" : ", relu separate"));
+      ExecutorOptions o;
+      o.batch_size = 4;
+      o.dropout_seed = seed_;
+      o.reuse_memory = reuse;
+      o.fuse_relu = relu;
+      Executor fused(*graph, *backend, o);
+      o.fuse_residual = false;
+      Executor separate(*graph, *backend, o);
+      EXPECT_EQ(fused.memory().fused_residuals, 3u);  // b0_bn2, b1_bn2, b2_bn2 take b*_add
+      EXPECT_EQ(separate.memory().fused_residuals, 0u);
+      EXPECT_EQ(fused.layer(graph->layer_index("b1_bn2")).describe(),
+                relu ? "batch_norm + add + relu" : "batch_norm + add");
+      EXPECT_EQ(separate.layer(graph->layer_index("b1_bn2")).describe(), "batch_norm");
+      // The add's output is the batch norm's: one tensor in every plan.
+      EXPECT_EQ(fused.activation(out("b1_add")).raw(), fused.activation(out("b1_bn2")).raw());
+      EXPECT_NE(separate.activation(out("b1_add")).raw(), separate.activation(out("b1_bn2")).raw());
+      EXPECT_LT(fused.memory().naive_bytes, separate.memory().naive_bytes);
+      if (reuse) {
+        EXPECT_LE(fused.memory().activation_bytes, separate.memory().activation_bytes);
+      }
+      expect_same_training(*graph, *backend, 4, fused, separate);
+    }
+  }
+}
+
+// An add whose batch norm input is read by another layer too, or whose other input is computed
+// after the batch norm, is not offered: both would need a value the fused pass never writes or
+// has not yet got.
+TEST_F(MemoryPlan, BatchNormResidualFusionNeedsTheAddAsSoleReaderAndItsOtherInputReady) {
+  auto backend = cpu_backend();
+  GraphBuilder g("residual_cases", Shape{3, 8, 8}, 4);
+  auto x = g.relu(g.batch_norm(g.conv(g.input(), "stem", ConvSpec::make(4, 3, 1, 1)), "stem_bn"), "stem_relu");
+  // bn_a is also read by conv_side: not offered.
+  auto a = g.batch_norm(g.conv(x, "conv_a", ConvSpec::make(4, 3, 1, 1, 1, false)), "bn_a");
+  auto side = g.conv(a, "conv_side", ConvSpec::make(4, 1, 1, 0, 1, false));
+  auto y = g.relu(g.add(a, x, "add_a"), "relu_a");
+  // bn_b's add reads a tensor computed after bn_b (conv_late): not offered.
+  auto b = g.batch_norm(g.conv(y, "conv_b", ConvSpec::make(4, 3, 1, 1, 1, false)), "bn_b");
+  auto late = g.conv(side, "conv_late", ConvSpec::make(4, 1, 1, 0, 1, false));
+  auto z = g.relu(g.add(b, late, "add_b"), "relu_b");
+  g.softmax_loss(g.fc(z, "fc", 4));
+  auto graph = g.build();
+  ExecutorOptions o;
+  o.batch_size = 4;
+  Executor ex(*graph, *backend, o);
+  EXPECT_EQ(ex.memory().fused_residuals, 0u);
+  EXPECT_EQ(ex.layer(graph->layer_index("bn_a")).describe(), "batch_norm");
+  EXPECT_EQ(ex.layer(graph->layer_index("bn_b")).describe(), "batch_norm");
+}
+
 // A convolution with a bias takes the ReLU after it in training too: forward clamps in the
 // convolution's own pass, backward masks the output gradient by the output first; bit for bit what
 // the separate ReLU computes, with and without memory reuse.

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/tensor_testing.hpp"
 #include "core/rng.hpp"
 #include "data/dataset.hpp"
 #include "net/executor.hpp"
@@ -201,6 +202,71 @@ TEST_F(GpuTraining, FusedReluStepMatchesSeparateLayers) {
         if (err >= tol && reported++ < 8)
           ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
       }
+    }
+  }
+}
+
+// Batch norms that take the residual add after them (ExecutorOptions::fuse_residual) train as the
+// separate layers do on the GPU: one step of ResNet-50 (bottlenecks, downsampling shortcuts) and
+// ResNet-34 (basic blocks) from the same weights and batch, fused against unfused: the logits bit
+// for bit (the fused pass rounds as the pair did), the loss, every parameter gradient and the
+// running statistics (cuDNN's weight-gradient kernels may add in any order, hence a tolerance).
+TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
+  struct Step {
+    float loss = 0;
+    Tensor logits;
+    std::vector<Tensor> grads, buffers;
+    std::size_t fused = 0;
+  };
+  auto run_step = [](const Graph& graph, Backend& backend, bool fuse_residual) {
+    ExecutorOptions eo;
+    eo.batch_size = 8;
+    eo.fuse_residual = fuse_residual;
+    Executor ex(graph, backend, eo);
+    const std::uint64_t seed = 91;
+    ex.initialize_parameters(seed);
+    Rng rng(seed + 1);
+    Tensor images = Tensor::host(Shape{8, 3, 64, 64});
+    rng.fill_normal(images.f32(), 0, 1);
+    Tensor labels = Tensor::host(Shape{8}, DType::kI32);
+    for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((3 * i) % 10);
+    const Tensor gi = backend.alloc(images.shape(), DType::kF32), gl = backend.alloc(labels.shape(), DType::kI32);
+    backend.upload(images, gi);
+    backend.upload(labels, gl);
+    ex.set_input(gi, gl);
+    ex.forward(Phase::kTrain);
+    Step st;
+    st.logits = to_host_f32(backend, ex.logits());
+    ex.backward(1.0f);
+    st.loss = ex.read_loss();
+    for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
+    for (StateBuffer* b : ex.buffers()) st.buffers.push_back(to_host_f32(backend, b->tensor));
+    st.fused = ex.memory().fused_residuals;
+    return st;
+  };
+  for (const char* model : {"resnet50", "resnet34"}) {
+    auto graph = build_model(model, Shape{3, 64, 64}, 10);
+    for (const auto& [dtype, layout, tol] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4},
+                                              std::tuple{DType::kBF16, Layout::kNHWC, 2e-2},
+                                              std::tuple{DType::kBF16, Layout::kNCHW, 2e-2}}) {
+      const std::string what = std::string(model) + " " + std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
+      auto backend = gpu(dtype, layout, "heuristic");
+      const Step fused = run_step(*graph, *backend, true);
+      const Step separate = run_step(*graph, *backend, false);
+      EXPECT_EQ(fused.fused, 16u) << what;  // one add per residual block
+      EXPECT_EQ(separate.fused, 0u) << what;
+      EXPECT_TRUE(all_close(fused.logits, separate.logits, 0.0, 0.0)) << what << ": logits";
+      EXPECT_NEAR(fused.loss, separate.loss, 1e-6 * std::max(1.0f, std::abs(separate.loss))) << what;
+      ASSERT_EQ(fused.grads.size(), separate.grads.size());
+      int reported = 0;
+      for (std::size_t k = fused.grads.size(); k-- > 0;) {
+        const double err = relative_norm_error(fused.grads[k], separate.grads[k]);
+        if (err >= tol && reported++ < 8)
+          ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
+      }
+      ASSERT_EQ(fused.buffers.size(), separate.buffers.size());
+      for (std::size_t k = 0; k < fused.buffers.size(); ++k)
+        EXPECT_TRUE(all_close(fused.buffers[k], separate.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
     }
   }
 }

@@ -1,7 +1,8 @@
 // Batch normalisation on the CPU, per channel of 4-D (N,C,H,W) or per feature of 2-D (N,F) inputs:
 // training with batch statistics (biased variance to normalise, unbiased for the running estimate),
 // inference with the running statistics, and the backward for dx, dgamma and dbeta; optionally with
-// a ReLU fused into the output (BatchNormDesc::relu).
+// a ReLU fused into the output (BatchNormDesc::relu) and the residual add after it (::residual: the
+// output is act(bn(x) + z), the backward the plain batch norm's).
 #include <cmath>
 #include <string>
 
@@ -32,6 +33,31 @@ class BatchNormCpu final : public BatchNormKernel {
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                         const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+  }
+  void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                                 const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+    check_residual(z);
+    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+  }
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& y) override {
+    inference(x, nullptr, gamma, beta, running_mean, running_var, y);
+  }
+  void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
+    check_residual(z);
+    inference(x, &z, gamma, beta, running_mean, running_var, y);
+  }
+
+ private:
+  // z: the fused residual add's other input (BatchNormDesc::residual), else null.
+  void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                const Tensor& saved_mean, const Tensor& saved_inv_std) {
+    check_residual_given(z);
     check_activation(x, "x");
     check_activation(y, "y");
     check_param(gamma, "gamma");
@@ -44,6 +70,7 @@ class BatchNormCpu final : public BatchNormKernel {
       throw InvalidArgument("batch_norm: training needs more than one value per channel (batch " +
                             std::to_string(d_.n) + " x " + std::to_string(hw_) + " positions)");
     const float* xp = cf32(x);
+    const float* zp = z != nullptr ? cf32(*z) : nullptr;
     float* yp = mf32(y);
     const double mom = d_.momentum;
     for (std::int64_t c = 0; c < d_.c; ++c) {
@@ -61,7 +88,7 @@ class BatchNormCpu final : public BatchNormKernel {
       mf32(saved_mean)[c] = static_cast<float>(mean);
       mf32(saved_inv_std)[c] = static_cast<float>(inv_std);
       const Affine a = affine(cf32(gamma)[c], cf32(beta)[c], mf32(saved_mean)[c], mf32(saved_inv_std)[c]);
-      for_channel(c, [&](std::int64_t i) { yp[i] = activate(a.apply(xp[i])); });
+      for_channel(c, [&](std::int64_t i) { yp[i] = output(a.apply(xp[i]), zp, i); });
       const double unbiased = sq / static_cast<double>(m_ - 1);
       float& rm = mf32(running_mean)[c];
       float& rv = mf32(running_var)[c];
@@ -70,9 +97,9 @@ class BatchNormCpu final : public BatchNormKernel {
     }
   }
 
-  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                         const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& y) override {
+  void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) {
+    check_residual_given(z);
     check_activation(x, "x");
     check_activation(y, "y");
     check_param(gamma, "gamma");
@@ -80,18 +107,22 @@ class BatchNormCpu final : public BatchNormKernel {
     check_param(running_mean, "running_mean");
     check_param(running_var, "running_var");
     const float* xp = cf32(x);
+    const float* zp = z != nullptr ? cf32(*z) : nullptr;
     float* yp = mf32(y);
     for (std::int64_t c = 0; c < d_.c; ++c) {
       const double inv_std = 1.0 / std::sqrt(static_cast<double>(cf32(running_var)[c]) + d_.eps);
       const double scale = cf32(gamma)[c] * inv_std;
       const double shift = cf32(beta)[c] - cf32(running_mean)[c] * scale;
-      for_channel(c, [&](std::int64_t i) { yp[i] = activate(static_cast<float>(xp[i] * scale + shift)); });
+      for_channel(c, [&](std::int64_t i) { yp[i] = output(static_cast<float>(xp[i] * scale + shift), zp, i); });
     }
   }
 
+ public:
+
   // With xhat = (x - mean) * inv_std over the M = N*H*W values of a channel:
   // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma * inv_std / M * (M dy - dbeta - xhat dgamma).
-  // With a fused ReLU, dy is first zeroed where forward's normalised value was not positive.
+  // With a fused ReLU, dy is first zeroed where forward's normalised value was not positive (not
+  // with a fused residual add: the add's own backward masks its output gradient and hands it on).
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                 const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
                 const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
@@ -101,7 +132,8 @@ class BatchNormCpu final : public BatchNormKernel {
     check_param(gamma, "gamma");
     check_param(saved_mean, "saved_mean");
     check_param(saved_inv_std, "saved_inv_std");
-    if (d_.relu) check_param(beta, "beta");
+    const bool relu = d_.relu && !d_.residual;
+    if (relu) check_param(beta, "beta");
     check_param(dgamma, "dgamma");
     check_param(dbeta, "dbeta");
     const float* xp = cf32(x);
@@ -111,10 +143,10 @@ class BatchNormCpu final : public BatchNormKernel {
     for (std::int64_t c = 0; c < d_.c; ++c) {
       const double mean = cf32(saved_mean)[c];
       const double inv_std = cf32(saved_inv_std)[c];
-      const Affine a = d_.relu ? affine(cf32(gamma)[c], cf32(beta)[c], cf32(saved_mean)[c], cf32(saved_inv_std)[c])
+      const Affine a = relu ? affine(cf32(gamma)[c], cf32(beta)[c], cf32(saved_mean)[c], cf32(saved_inv_std)[c])
                                : Affine{};
       // The output gradient, through the fused ReLU's mask when there is one.
-      auto grad_out = [&](std::int64_t i) { return d_.relu && !(a.apply(xp[i]) > 0.0f) ? 0.0f : dyp[i]; };
+      auto grad_out = [&](std::int64_t i) { return relu && !(a.apply(xp[i]) > 0.0f) ? 0.0f : dyp[i]; };
       double sum_dy = 0.0, sum_dy_xhat = 0.0;
       for_channel(c, [&](std::int64_t i) {
         const float g = grad_out(i);
@@ -134,6 +166,16 @@ class BatchNormCpu final : public BatchNormKernel {
 
  private:
   float activate(float v) const { return d_.relu && !(v > 0.0f) ? 0.0f : v; }
+  // The value stored at flat index i: bn(x) there, plus the residual's when fused, then the ReLU.
+  float output(float normalised, const float* zp, std::int64_t i) const {
+    return activate(zp != nullptr ? normalised + zp[i] : normalised);
+  }
+  void check_residual(const Tensor& z) const { check_activation(z, "z"); }
+  void check_residual_given(const Tensor* z) const {
+    if ((z != nullptr) != d_.residual)
+      throw InvalidArgument(d_.residual ? "batch_norm: a kernel made with a fused residual add needs its residual input"
+                                        : "batch_norm: a residual input needs a kernel made with BatchNormDesc::residual");
+  }
 
   // Calls f(flat index) for every element of channel c.
   template <typename F>

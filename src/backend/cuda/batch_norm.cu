@@ -13,6 +13,10 @@
 // that output was not positive, recomputing it from x with the very coefficients forward used
 // (kept per layer, 2 floats a channel), so the recomputation is exact and no activation more is
 // kept or read than without the ReLU.
+// A fused residual add (BatchNormParams::residual) rides the normalisation pass: it reads x and z
+// and writes act(round(bn(x)) + z), the very values the batch norm and the add wrote as two passes
+// (bn(x) is rounded to the dtype first, as the batch norm stored it), without writing bn(x) and
+// reading it back.
 // This file: the normalisation and dx kernels and the entry points; the reductions and the kernels
 // that finish them are in batch_norm_stats.cu, the plans they share in batch_norm_plan.cuh.
 #include <algorithm>
@@ -31,11 +35,12 @@ namespace {
 
 // ---- normalisation and dx -----------------------------------------------------------------------
 // Generic: any view, runtime-dispatched element access.
-__global__ void bn_apply_kernel(const void* x, void* y, DType dt, ChannelView v, const float* coef,
-                                bool relu, std::int64_t count) {
+__global__ void bn_apply_kernel(const void* x, const void* z, void* y, DType dt, ChannelView v,
+                                const float* coef, bool relu, std::int64_t count) {
   CNNERGY_GRID_STRIDE(j, count) {
     const std::int64_t c = channel_of(v, j);
-    const float out = fmaf(load(x, dt, j), coef[c], coef[v.channels + c]);
+    float out = fmaf(load(x, dt, j), coef[c], coef[v.channels + c]);
+    if (z != nullptr) out = round_to(dt, out) + load(z, dt, j);  // bn(x) as stored, then the add
     store(y, dt, j, relu ? clamp_relu(out) : out);
   }
 }
@@ -56,9 +61,9 @@ __global__ void bn_backward_apply_kernel(const void* x, const void* dy, void* dx
 
 // Fast: thread (channel pack, row slice); its coefficients stay in registers. Row blocks of
 // kRowUnroll * by rows, grid-strided over gridDim.y (at most 65535).
-template <typename T, bool kRelu>
+template <typename T, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kBlock)
-    tile_apply_kernel(const T* x, T* y, std::int64_t rows, std::int64_t channels,
+    tile_apply_kernel(const T* x, const T* z, T* y, std::int64_t rows, std::int64_t channels,
                       const float* coef) {
   constexpr int K = kVec<T>;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
@@ -72,17 +77,21 @@ __global__ void __launch_bounds__(kBlock)
   const std::int64_t by = blockDim.y;
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kRowUnroll * by + threadIdx.y;
        r < rows; r += static_cast<std::int64_t>(gridDim.y) * kRowUnroll * by) {
-    Pack<T, K> v[kRowUnroll];
+    Pack<T, K> v[kRowUnroll], vz[kResidual ? kRowUnroll : 1];
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u)
-      if (r + u * by < rows) v[u] = load_pack<T, K>(x + (r + u * by) * channels + c0);
+      if (r + u * by < rows) {
+        v[u] = load_pack<T, K>(x + (r + u * by) * channels + c0);
+        if constexpr (kResidual) vz[u] = load_pack<T, K>(z + (r + u * by) * channels + c0);
+      }
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) {
       if (r + u * by >= rows) continue;
       Pack<T, K> out;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        const float o = fmaf(to_float(v[u].v[k]), scale[k], shift[k]);
+        float o = fmaf(to_float(v[u].v[k]), scale[k], shift[k]);
+        if constexpr (kResidual) o = to_float(from_float<T>(o)) + to_float(vz[kResidual ? u : 0].v[k]);
         out.v[k] = from_float<T>(kRelu ? clamp_relu(o) : o);
       }
       store_pack<T, K>(y + (r + u * by) * channels + c0, out);
@@ -150,23 +159,26 @@ dim3 apply_grid(const TilePlan& p, std::int64_t rows, std::int64_t rows_per_bloc
   return dim3(p.groups, static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, 65535)));
 }
 
-// y = x * scale + shift per channel (coef: scale[C], shift[C]), clamped at 0 with relu.
-void launch_apply(const void* x, void* y, DType dtype, const ChannelView& view, const TilePlan& t,
-                  bool fast, const float* coef, bool relu, cudaStream_t stream) {
+// y = x * scale + shift per channel (coef: scale[C], shift[C]), plus z where z is given, clamped
+// at 0 with relu.
+void launch_apply(const void* x, const void* z, void* y, DType dtype, const ChannelView& view,
+                  const TilePlan& t, bool fast, const float* coef, bool relu, cudaStream_t stream) {
   if (fast) {
     dispatch_float(dtype, "batch_norm apply", [&](auto tag) {
       using T = typename decltype(tag)::type;
       const dim3 grid = apply_grid(t, view.outer, kRowUnroll * t.by), block(t.bx, t.by);
-      if (relu)
-        tile_apply_kernel<T, true><<<grid, block, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
+      const auto* xt = static_cast<const T*>(x);
+      const auto* zt = static_cast<const T*>(z);
+      auto* yt = static_cast<T*>(y);
+      auto launch = [&](auto kernel) { kernel<<<grid, block, 0, stream>>>(xt, zt, yt, view.outer, view.channels, coef); };
+      if (z != nullptr)
+        relu ? launch(tile_apply_kernel<T, true, true>) : launch(tile_apply_kernel<T, false, true>);
       else
-        tile_apply_kernel<T, false><<<grid, block, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<T*>(y), view.outer, view.channels, coef);
+        relu ? launch(tile_apply_kernel<T, true, false>) : launch(tile_apply_kernel<T, false, false>);
     });
   } else {
     const std::int64_t count = view.outer * view.channels * view.inner;
-    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dtype, view, coef, relu, count);
+    bn_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, z, y, dtype, view, coef, relu, count);
   }
   CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
 }
@@ -179,13 +191,14 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
                                  const BatchNormParams& params, void* scratch,
                                  cudaStream_t stream, float* saved_coef) {
   const TilePlan t = tile_plan(view, dtype);
-  const bool fast = t.usable && aligned_for(16, x, y);
+  const void* z = params.residual;
+  const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
   float* coef = saved_coef != nullptr ? saved_coef : coefficients(scratch, view, dtype);
   const Partials p =
       reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
   finish_batch_stats(p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
                      params, coef, stream);
-  launch_apply(x, y, dtype, view, t, fast, coef, params.relu, stream);
+  launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
@@ -195,7 +208,9 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
   const TilePlan t = tile_plan(view, dtype);
   float* coef = coefficients(scratch, view, dtype);
   inference_coefficients(view.channels, gamma, beta, running_mean, running_var, params.eps, coef, stream);
-  launch_apply(x, y, dtype, view, t, t.usable && aligned_for(16, x, y), coef, params.relu, stream);
+  const void* z = params.residual;
+  const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
+  launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
 void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,

@@ -246,6 +246,11 @@ class CudaBackend final : public Backend {
   bool fuses_batch_norm_relu(const BatchNormDesc& desc) const override {
     return !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
   }
+  // The residual add rides the normalisation pass of the own kernels (batch_norm.cu): one pass
+  // reads x and z and writes the sum, instead of the batch norm writing bn(x) and the add reading it.
+  bool fuses_batch_norm_residual(const BatchNormDesc& desc) const override {
+    return !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
+  }
   // A folded inference convolution's ReLU rides its bias pass (kernels::bias_add): one pass over
   // the output instead of two, the same values.
   bool fuses_conv_relu(const Conv2dDesc& desc) const override { return desc.bias; }

@@ -191,6 +191,22 @@ __device__ __forceinline__ void store(void* p, DType t, std::int64_t i, float v)
   static_cast<float*>(p)[i] = v;
 }
 
+// v rounded to what store(p, t, ...) would keep, back as a float (fused kernels that must round an
+// intermediate exactly as the separate kernels stored it).
+__device__ __forceinline__ float round_to(DType t, float v) {
+  switch (t) {
+    case DType::kF16:
+      return __half2float(__float2half_rn(v));
+    case DType::kBF16:
+      return __bfloat162float(__float2bfloat16_rn(v));
+    case DType::kI32:
+      return static_cast<float>(static_cast<std::int32_t>(v));
+    case DType::kF32:
+      break;
+  }
+  return v;
+}
+
 // Memory offset of logical (n, c, h, w).
 __device__ __forceinline__ std::int64_t offset_of(const Dims& d, std::int64_t n, std::int64_t c,
                                                   std::int64_t h, std::int64_t w) {

@@ -111,6 +111,10 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
 struct BatchNormParams {
   double eps, momentum;
   bool relu = false;  // a ReLU fused into the output (BatchNormDesc::relu)
+  // The fused residual add's other input (BatchNormDesc::residual; x's dtype and view): forward
+  // writes act(round(bn(x)) + z), act the ReLU where relu is set; null: no residual. Backward
+  // takes no residual (its dy is the gradient of bn(x)).
+  const void* residual = nullptr;
 };
 // The batch norm of the contract (fp32 parameters and statistics; x/y in dtype). Channel-last
 // views (NHWC, 2-D) with C a multiple of 16 bytes' worth of elements run tiled, vectorised kernels

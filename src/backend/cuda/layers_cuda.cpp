@@ -221,12 +221,15 @@ class CudaBatchNorm final : public BatchNormKernel {
     const Layout tensor_layout = flat_ ? Layout::kNCHW : layout_;
     view_ = batch_norm_view(d, layout_);
     use_cudnn_ = batch_norm_uses_cudnn(d, dtype_, layout_);
-    if (d.relu && use_cudnn_)
-      throw NotSupported("batch_norm: a fused ReLU needs the backend's own kernels, and cuDNN takes " +
+    if ((d.relu || d.residual) && use_cudnn_)
+      throw NotSupported(std::string("batch_norm: a fused ") + (d.residual ? "residual add" : "ReLU") +
+                         " needs the backend's own kernels, and cuDNN takes " +
                          std::string(dtype_name(dtype_)) + " " + std::string(layout_name(layout_)) +
-                         " with " + std::to_string(d.c) + " channels (ask fuses_batch_norm_relu first)");
-    // A fused ReLU's backward recomputes forward's output from x with forward's own coefficients.
-    if (d.relu) forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
+                         " with " + std::to_string(d.c) + " channels (ask fuses_batch_norm_" +
+                         (d.residual ? "residual" : "relu") + " first)");
+    // A fused ReLU's backward recomputes forward's output from x with forward's own coefficients
+    // (not after a fused residual add: the add's backward masks its gradient itself).
+    if (d.relu && !d.residual) forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
     if (use_cudnn_) {
       // cuDNN's exponentialAverageFactor is the contract's momentum, and it keeps the unbiased
       // variance in the running estimate and 1/sqrt(var + eps) as the saved inverse deviation.
@@ -239,7 +242,30 @@ class CudaBatchNorm final : public BatchNormKernel {
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                         const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+  }
+  void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                                 const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+  }
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& y) override {
+    inference(x, nullptr, gamma, beta, running_mean, running_var, y);
+  }
+  void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
+    inference(x, &z, gamma, beta, running_mean, running_var, y);
+  }
+
+ private:
+  // z: the fused residual add's other input (BatchNormDesc::residual), else null.
+  void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                const Tensor& saved_mean, const Tensor& saved_inv_std) {
     ctx_->activate();
+    check_residual(z, "forward_training");
     check_activation(x, "forward_training", "x");
     check_activation(y, "forward_training", "y");
     for (const auto& [t, name] :
@@ -264,14 +290,14 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_forward_training(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
                                          f32(running_mean), f32(running_var), f32(saved_mean),
-                                         f32(saved_inv_std), {d_.eps, d_.momentum, d_.relu}, scratch->data(),
+                                         f32(saved_inv_std), params(z), scratch->data(),
                                          ctx_->stream(), forward_coef());
   }
 
-  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                         const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& y) override {
+  void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) {
     ctx_->activate();
+    check_residual(z, "forward_inference");
     check_activation(x, "forward_inference", "x");
     check_activation(y, "forward_inference", "y");
     for (const auto& [t, name] :
@@ -290,11 +316,11 @@ class CudaBatchNorm final : public BatchNormKernel {
     }
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_forward_inference(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
-                                          f32(running_mean), f32(running_var),
-                                          {d_.eps, d_.momentum, d_.relu}, scratch->data(),
-                                          ctx_->stream());
+                                          f32(running_mean), f32(running_var), params(z),
+                                          scratch->data(), ctx_->stream());
   }
 
+ public:
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& /*beta*/,
                 const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
                 const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
@@ -324,6 +350,16 @@ class CudaBatchNorm final : public BatchNormKernel {
 
  private:
   static float* f32(const Tensor& t) { return static_cast<float*>(t.raw()); }
+  kernels::BatchNormParams params(const Tensor* z) const {
+    return {d_.eps, d_.momentum, d_.relu, z != nullptr ? z->raw() : nullptr};
+  }
+  // A kernel made with a fused residual add runs only with its residual input, and only it does.
+  void check_residual(const Tensor* z, const char* fn) const {
+    if ((z != nullptr) != d_.residual)
+      throw InvalidArgument(d_.residual ? "batch_norm: a kernel made with a fused residual add needs its residual input"
+                                        : "batch_norm: a residual input needs a kernel made with BatchNormDesc::residual");
+    if (z != nullptr) check_activation(*z, fn, "z");
+  }
   float* forward_coef() const {
     return forward_coef_ ? static_cast<float*>(forward_coef_->data()) : nullptr;
   }
