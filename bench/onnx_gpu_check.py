@@ -13,6 +13,17 @@ the CPU on the first --count) and reported against CPU fp32 on those --count too
 Prints a table, writes JSON after every model, exits 1 if a target is missed or a model fails. No
 new model starts after --budget-s seconds. --no-gpu skips the cuda runs (for a machine without one).
 
+An fp64 reference, for telling our GPU's error from the model's conditioning on the inputs: on the
+first --count inputs PyTorch also runs a deep copy of the same eval-mode model in float64 on the CPU
+(`.double()`, inputs in float64, in chunks of 16), and each fp32 runtime's logits are compared with
+it as max abs difference / max abs fp64 logit: our GPU fp32 (its first --count rows), our CPU fp32,
+PyTorch's CPU fp32 and, where a GPU is there and --no-gpu is not given, PyTorch's GPU fp32 with TF32
+off (matmul and cuDNN; cudnn.benchmark left as it is). Also reported: our GPU fp32's fp64 error over
+PyTorch GPU fp32's (PyTorch CPU fp32's where PyTorch has no GPU), with a line per model saying
+whether it is within 2x, and the input where our GPU and our CPU differ most with every runtime's
+error against fp64 on that input (same normalisation), so one sees whether all of them are off
+there (the model's conditioning) or only ours. Reported only: no target, no effect on the exit code.
+
 On the lent machine (see scripts/device_run.sh onnx-gpu, which sets the library paths):
   /opt/torch/.venv/bin/python bench/onnx_gpu_check.py --build .carry --json out.json
 Here: /usr/bin/python3 bench/onnx_gpu_check.py --build build/release --no-gpu --models shufflenet_v2_x0_5 \\
@@ -113,6 +124,81 @@ def closeness(np, want, got):
             "top1_agreement": float(np.mean(np.argmax(want, 1) == np.argmax(got, 1)))}
 
 
+def fp64_reference(torch, model, x, count, chunk=16):
+    """PyTorch's logits of the first `count` rows of x in float64 on the CPU: a deep copy of the
+    (eval-mode) model in .double(), the inputs in float64, `chunk` inputs at a time. numpy float64."""
+    import copy
+    m64 = copy.deepcopy(model).cpu().double().eval()
+    with torch.no_grad():
+        out = torch.cat([m64(torch.from_numpy(x[k:min(k + chunk, count)]).double())
+                         for k in range(0, count, chunk)]).numpy()
+    del m64
+    return out
+
+
+def pytorch_gpu_fp32(torch, model, x, count, chunk=16):
+    """PyTorch's fp32 logits of the first `count` rows of x on the GPU with TF32 off (matmul and
+    cuDNN; cudnn.benchmark untouched), from a deep copy of the model; the flags and the GPU memory
+    cache are restored / emptied afterwards (our GPU runs of later models share the card). numpy."""
+    import copy
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        mg = copy.deepcopy(model).float().eval().cuda()
+        with torch.no_grad():
+            out = torch.cat([mg(torch.from_numpy(x[k:min(k + chunk, count)]).cuda()).cpu()
+                             for k in range(0, count, chunk)]).numpy()
+        del mg
+        return out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+        torch.cuda.empty_cache()
+
+
+FP64_RUNTIMES = ("ours_gpu_fp32", "ours_cpu_fp32", "pytorch_cpu_fp32", "pytorch_gpu_fp32")
+
+
+def fp64_errors(np, ref64, runs, ours_cpu):
+    """Fields of the fp64 comparison. runs: runtime name (FP64_RUNTIMES) -> its fp32 logits of the
+    same `count` inputs as ref64, or None where it did not run. Errors are max abs difference / max
+    abs fp64 logit (over all `count` inputs, the per-input ones too, so all are on one scale)."""
+    scale = float(np.max(np.abs(ref64)))
+    norm = scale if scale > 0 else float("inf")
+    out = {"fp64_max_abs_logit": scale}
+    for k in FP64_RUNTIMES:
+        y = runs.get(k)
+        out["fp64_err_" + k] = None if y is None else float(np.max(np.abs(y.astype(np.float64) - ref64))) / norm
+    gpu = out["fp64_err_ours_gpu_fp32"]
+    base = "pytorch_gpu_fp32" if out["fp64_err_pytorch_gpu_fp32"] is not None else "pytorch_cpu_fp32"
+    den = out["fp64_err_" + base]
+    out["fp64_err_ratio_ours_gpu_fp32_to_pytorch"] = (
+        None if gpu is None else (gpu / den if den > 0 else (1.0 if gpu == 0 else float("inf"))))
+    out["fp64_err_ratio_ours_gpu_fp32_to_pytorch_baseline"] = None if gpu is None else base
+    out["fp64_err_ours_gpu_fp32_within_2x_of_pytorch"] = (
+        None if gpu is None else bool(out["fp64_err_ratio_ours_gpu_fp32_to_pytorch"] <= 2.0))
+    cpu, pt = out["fp64_err_ours_cpu_fp32"], out["fp64_err_pytorch_cpu_fp32"]
+    out["fp64_err_ratio_ours_cpu_fp32_to_pytorch_cpu_fp32"] = (
+        cpu / pt if pt > 0 else (1.0 if cpu == 0 else float("inf")))
+    # The per-input picture: the input where our GPU and our CPU differ most (without GPU runs: where
+    # our CPU is farthest from fp64), and every runtime's error against fp64 on that input.
+    if runs.get("ours_gpu_fp32") is not None:
+        per = np.max(np.abs(runs["ours_gpu_fp32"].astype(np.float64) - ours_cpu.astype(np.float64)), axis=1)
+        by = "max abs diff ours gpu fp32 vs ours cpu fp32"
+    else:
+        per = np.max(np.abs(ours_cpu.astype(np.float64) - ref64), axis=1)
+        by = "max abs diff ours cpu fp32 vs fp64 (no GPU runs)"
+    i = int(np.argmax(per))
+    out["fp64_worst_input"] = {
+        "index": i, "chosen_by": by, "max_abs_diff": float(per[i]), "max_abs_diff_over_fp64_max_abs_logit": float(per[i]) / norm,
+        "fp64_max_abs_logit_this_input": float(np.max(np.abs(ref64[i]))),
+        "fp64_top1_margin_this_input": float(np.diff(np.sort(ref64[i])[-2:])[0]) / norm,
+        **{"fp64_err_" + k: (None if runs.get(k) is None else
+                             float(np.max(np.abs(runs[k][i].astype(np.float64) - ref64[i]))) / norm)
+           for k in FP64_RUNTIMES}}
+    return out
+
+
 def check_model(name, args, torch, torchvision, np, cnnergy, work):
     row = {"model": name, "status": "ok", "missed": []}
     t0 = time.perf_counter()
@@ -136,6 +222,13 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
         ref = torch.cat([model(torch.from_numpy(x[k:min(k + 16, count)])) for k in range(0, count, 16)]).numpy()
     row["pytorch_s"] = time.perf_counter() - t1
     row["pytorch_vs_cpu"] = closeness(np, ref, cpu)
+    ref64 = None
+    try:  # the fp64 reference is reported only: a failure of it is noted, not a failed model
+        t1 = time.perf_counter()
+        ref64 = fp64_reference(torch, model, x, count)
+        row["fp64_s"] = time.perf_counter() - t1
+    except Exception as e:
+        row["fp64_failed"] = f"{type(e).__name__}: {str(e)[:300]}"
     if not row["pytorch_vs_cpu"]["ratio"] <= 1e-4:
         row["missed"].append("pytorch vs cpu")
     if not args.no_gpu:
@@ -155,6 +248,22 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
             row["missed"].append("fp32 gpu vs cpu")
         if not row["gpu_bf16_vs_gpu_fp32"]["top1_agreement"] >= 0.99:
             row["missed"].append("bf16 top-1")
+    runs = {"ours_cpu_fp32": cpu, "pytorch_cpu_fp32": ref,
+            "ours_gpu_fp32": None if args.no_gpu else g32[:count], "pytorch_gpu_fp32": None}
+    if ref64 is not None and not args.no_gpu:
+        if torch.cuda.is_available():
+            try:
+                t1 = time.perf_counter()
+                runs["pytorch_gpu_fp32"] = pytorch_gpu_fp32(torch, model, x, count)
+                row["pytorch_gpu_fp32_s"] = time.perf_counter() - t1
+                row["pytorch_gpu_fp32_device"] = torch.cuda.get_device_name()
+                row["pytorch_gpu_fp32_tf32"] = False
+            except Exception as e:
+                row["pytorch_gpu_fp32_failed"] = f"{type(e).__name__}: {str(e)[:300]}"
+        else:
+            row["pytorch_gpu_fp32_failed"] = "torch.cuda.is_available() is False"
+    if ref64 is not None:
+        row.update(fp64_errors(np, ref64, runs, cpu))
     row["seconds"] = time.perf_counter() - t0
     if row["missed"]:
         row["status"] = "MISSED"
@@ -164,14 +273,42 @@ def check_model(name, args, torch, torchvision, np, cnnergy, work):
 
 
 def fmt(row):
+    def dash(spec):  # "-" in the column's width, so the table stays aligned
+        width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+        return format("-", ">" + width) if width else "-"
+
     def c(key, field, spec):
         v = row.get(key, {}).get(field)
-        return format(v, spec) if v is not None else "-"
+        return format(v, spec) if v is not None else dash(spec)
     if row["status"] == "error":
         return f"{row['model']:20s} error: {row['error'][:160]}"
-    return (f"{row['model']:20s} {row['input']:4d} {c('gpu_fp32_vs_cpu', 'ratio', '10.2e')} "
+    def f(key, spec, d=row):
+        v = d.get(key)
+        return format(v, spec) if v is not None else dash(spec)
+    line = (f"{row['model']:20s} {row['input']:4d} {c('gpu_fp32_vs_cpu', 'ratio', '10.2e')} "
             f"{c('gpu_bf16_vs_gpu_fp32', 'top1_agreement', '9.2%')} {c('gpu_bf16_vs_cpu', 'top1_agreement', '9.2%')} "
-            f"{c('pytorch_vs_cpu', 'ratio', '10.2e')} {row['seconds']:6.0f}  {row['status']} {' '.join(row['missed'])}")
+            f"{c('pytorch_vs_cpu', 'ratio', '10.2e')} {f('fp64_err_ours_gpu_fp32', '9.2e')} "
+            f"{f('fp64_err_ours_cpu_fp32', '9.2e')} {f('fp64_err_pytorch_cpu_fp32', '9.2e')} "
+            f"{f('fp64_err_pytorch_gpu_fp32', '9.2e')} {f('fp64_err_ratio_ours_gpu_fp32_to_pytorch', '7.2f')} "
+            f"{row['seconds']:6.0f}  {row['status']} {' '.join(row['missed'])}")
+    if "fp64_failed" in row:
+        return line + f"\n    fp64 reference failed: {row['fp64_failed'][:160]}"
+    w = row["fp64_worst_input"]
+    line += (f"\n    fp64 reference: {row['count']} inputs, max abs logit {row['fp64_max_abs_logit']:.4g}, {row['fp64_s']:.0f} s"
+             + (f"; PyTorch GPU fp32 (TF32 off) failed: {row['pytorch_gpu_fp32_failed'][:120]}"
+                if "pytorch_gpu_fp32_failed" in row else ""))
+    line += (f"\n    worst input #{w['index']} ({w['chosen_by']}: {w['max_abs_diff_over_fp64_max_abs_logit']:.2e} of max abs "
+             f"fp64 logit; its fp64 top-1 margin {w['fp64_top1_margin_this_input']:.2e}): error vs fp64 there: "
+             f"ours gpu fp32 {f('fp64_err_ours_gpu_fp32', '.2e', w)}, ours cpu fp32 {f('fp64_err_ours_cpu_fp32', '.2e', w)}, "
+             f"pytorch cpu fp32 {f('fp64_err_pytorch_cpu_fp32', '.2e', w)}, "
+             f"pytorch gpu fp32 {f('fp64_err_pytorch_gpu_fp32', '.2e', w)}")
+    within = row.get("fp64_err_ours_gpu_fp32_within_2x_of_pytorch")
+    line += ("\n    GPU fp32 error vs fp64 within 2x of PyTorch's: "
+             + ("n/a (no GPU runs)" if within is None else
+                f"{'yes' if within else 'no'} ({row['fp64_err_ratio_ours_gpu_fp32_to_pytorch']:.2f}x "
+                f"{row['fp64_err_ratio_ours_gpu_fp32_to_pytorch_baseline'].replace('_', ' ')})")
+             + f"; our CPU fp32's is {row['fp64_err_ratio_ours_cpu_fp32_to_pytorch_cpu_fp32']:.2f}x PyTorch CPU fp32's")
+    return line
 
 
 def main():
@@ -203,7 +340,10 @@ def main():
               "cnnergy": cnnergy, "args": vars(args), "models": [], "not_started": []}
     start = time.perf_counter()
     print(f"{'model':20s} {'size':4s} {'fp32/cpu':>10s} {'bf16 top1':>9s} {'(vs cpu)':>9s} {'torch/cpu':>10s} "
-          f"{'sec':>6s}  status", flush=True)
+          f"{'gpu/fp64':>9s} {'cpu/fp64':>9s} {'pt/fp64':>9s} {'ptgpu/f64':>9s} {'gpu/pt':>7s} {'sec':>6s}  status\n"
+          f"  (x/fp64: max abs diff from PyTorch's float64 logits / max abs fp64 logit, first --count inputs: ours "
+          f"GPU fp32, ours CPU, PyTorch CPU fp32, PyTorch GPU fp32 TF32 off; gpu/pt: ours GPU's over PyTorch's)",
+          flush=True)
     for name in [m for m in args.models.split(",") if m]:
         if time.perf_counter() - start > args.budget_s:
             report["not_started"].append(name)
