@@ -129,6 +129,7 @@ struct Cell {
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
   bool fuse_residual = true;  // batch norms take the residual add after them (ExecutorOptions::fuse_residual)
+  bool space_to_depth = true;  // BackendOptions::conv_space_to_depth (a first layer over few channels, NHWC)
   bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
@@ -153,6 +154,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   opt.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
   opt.algo_cache_dir = cell.algo_cache_dir;
   opt.conv_epilogue_fusion = cell.fuse_epilogue;
+  opt.conv_space_to_depth = cell.space_to_depth;
   auto backend = create_backend(opt);
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
@@ -276,6 +278,9 @@ int main(int argc, char** argv) {
              {"off", "on", "both"});
     p.option("fuse-residual", "batch norms take the residual add (and its ReLU) after them: on, off, or both (a cell each)",
              "on", {"off", "on", "both"});
+    p.option("space-to-depth", "a strided first convolution over few channels runs space-to-depth where that times "
+             "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
+             "(a cell each)", "on", {"off", "on", "both"});
     p.option("fuse-epilogue", "a convolution with a bias runs as cuDNN's fused conv + bias (+ ReLU) graph where that "
              "times faster (BackendOptions::conv_epilogue_fusion)", "off", {"off", "on"});
     p.flag("profile-range",
@@ -297,10 +302,12 @@ int main(int argc, char** argv) {
           for (const auto& algo : cli::split_list(p.get("algo"), "algorithm policy"))
           for (const bool graphed : {false, true})
             for (const bool fused : {true, false})
-            for (const bool residual : {true, false}) {
+            for (const bool residual : {true, false})
+            for (const bool s2d : {true, false}) {
             if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
             if (fused ? p.get("fuse-relu") == "off" : p.get("fuse-relu") == "on") continue;
             if (residual ? p.get("fuse-residual") == "off" : p.get("fuse-residual") == "on") continue;
+            if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
             Cell c;
             c.model = m;
             c.batch = std::stoll(b);
@@ -312,14 +319,15 @@ int main(int argc, char** argv) {
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
             c.fuse_residual = residual;
+            c.space_to_depth = s2d;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.profile_range = p.get_flag("profile-range");
             c.host_layers = p.get_flag("host-layers");
             cells.push_back(c);
           }
     // Device phase times, then host (enqueue) times; a CUDA-graph cell has one host time, its step's.
-    std::printf("%-10s %5s %-5s %-4s %-10s %-5s %-4s %-4s %9s %8s %8s %8s %9s %8s %8s %8s\n", "model", "batch", "prec", "lay",
-                "algo", "graph", "fuse", "res", "img/s", "fwd ms", "bwd ms", "upd ms", "peak MiB", "fwd host", "bwd host", "upd host");
+    std::printf("%-10s %5s %-5s %-4s %-10s %-5s %-4s %-4s %-4s %9s %8s %8s %8s %9s %8s %8s %8s\n", "model", "batch", "prec", "lay",
+                "algo", "graph", "fuse", "res", "s2d", "img/s", "fwd ms", "bwd ms", "upd ms", "peak MiB", "fwd host", "bwd host", "upd host");
     // The whole file is rewritten after every cell, so a run cut off by a time limit keeps valid JSON.
     auto write_json = [&](std::size_t done) {
       std::ofstream out(p.get("out"));
@@ -330,6 +338,7 @@ int main(int argc, char** argv) {
             << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"conv_candidates\": " << c.candidates << ", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
             << ", \"fuse_residual\": " << (c.fuse_residual ? "true" : "false")
+            << ", \"space_to_depth\": " << (c.space_to_depth ? "true" : "false")
             << ", \"fuse_epilogue\": " << (c.fuse_epilogue ? "true" : "false")
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
@@ -369,9 +378,9 @@ int main(int argc, char** argv) {
         c.error = e.what();
       }
       if (c.status == "ok") {
-        std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f", c.model.c_str(),
+        std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %-4s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f", c.model.c_str(),
                     static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.algo.c_str(), c.cuda_graph ? "on" : "off",
-                    c.fuse_relu ? "on" : "off", c.fuse_residual ? "on" : "off", c.images_per_s,
+                    c.fuse_relu ? "on" : "off", c.fuse_residual ? "on" : "off", c.space_to_depth ? "on" : "off", c.images_per_s,
                     c.forward_ms, c.backward_ms, c.update_ms, c.peak_mem_mib);
         if (c.cuda_graph)
           std::printf(" %17s %8.2f\n", "step host", c.step_host_ms);
@@ -385,9 +394,9 @@ int main(int argc, char** argv) {
           std::printf("    %-8s %-8s %5lld %12.1f\n", h.pass.c_str(), h.category.c_str(),
                       static_cast<long long>(h.calls), h.host_us_per_iter);
       } else
-        std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
+        std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %-4s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
                     c.precision.c_str(), c.layout.c_str(), c.algo.c_str(), c.cuda_graph ? "on" : "off", c.fuse_relu ? "on" : "off",
-                    c.fuse_residual ? "on" : "off",
+                    c.fuse_residual ? "on" : "off", c.space_to_depth ? "on" : "off",
                     c.status.c_str(), c.error.c_str());
       std::fflush(stdout);
       write_json(i + 1);

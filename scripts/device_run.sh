@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -305,6 +305,30 @@ run_infer_profile() {
   kprof_summary ours_vs_reduce ours reduce
   kprof_summary ours_vs_graph ours graph
   kprof_summary fused_vs_unfused ours ours_unfused
+}
+
+# ---- train-profile: where does one training step's GPU time go, ours (with and without the batch
+# norm's fused residual add) against torch.compile? ----------------------------------------------
+# Nsight Compute (clocks left alone, caches as the step left them) over the last timed step of
+# PROFILE_MODEL (resnet50) at PROFILE_BATCH (256) in bf16 NHWC: ours with --fuse-residual on and off,
+# torch.compile's default mode (CUDA graphs would hide its kernels from the range); summaries by
+# kernel category (bench/kernel_summary.py).
+run_train_profile() {
+  gpu_info
+  NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
+  [ -n "$NCU" ] || NCU=/usr/local/cuda/bin/ncu
+  "$NCU" --version | tail -1 | tee "$OUT/ncu_version.txt"
+  local m=${PROFILE_MODEL:-resnet50} b=${PROFILE_BATCH:-256} it="--iters 3 --warmup 3 --profile-range" ours
+  ours=$(command -v bench_train_throughput)
+  kprof ours 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual on $it \
+    --out "$OUT/kprof_ours.json"
+  kprof ours_unfused 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual off \
+    $it --out "$OUT/kprof_ours_unfused.json"
+  kprof compile 300 python3 "$CARRY/peer_pytorch.py" --precisions "" --compile "$m:$b:bf16" --compile-repeats 1 $it \
+    --out "$OUT/kprof_compile.json"
+  kprof_summary fused_vs_unfused ours ours_unfused
+  kprof_summary ours_vs_compile ours compile
+  rm -f "$OUT"/kprof_*.ncu-rep  # the CSVs hold every kernel's time; the reports are too large to come back
 }
 
 "run_${mode//-/_}"

@@ -27,12 +27,12 @@ inline void declare_fuse_epilogue_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
-// --space-to-depth (infer): BackendOptions::conv_space_to_depth, on by default there.
+// --space-to-depth (infer, train): BackendOptions::conv_space_to_depth, on by default there.
 inline void declare_space_to_depth_flag(ArgParser& p) {
   p.option("space-to-depth",
            "GPU, nhwc: run a strided convolution over few channels (a network's first layer) as a stride-1 "
-           "convolution over its input's S x S blocks taken as channels, where that times faster (decided per "
-           "layer on its first forward); off runs it as it is",
+           "convolution over its input's S x S blocks taken as channels, where that times faster (forward and "
+           "weight gradient each decided per layer on their first call); off runs it as it is",
            "on", {"on", "off"});
 }
 

@@ -124,6 +124,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("algo-cache", kAlgoCacheHelp);
   declare_fuse_epilogue_flag(p);
+  declare_space_to_depth_flag(p);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note)", "auto");
   p.option("workers", "data-loader threads", "2");
   p.option("prefetch", "batches prefetched", "3");

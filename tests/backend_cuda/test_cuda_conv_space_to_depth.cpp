@@ -92,6 +92,84 @@ TEST_F(CudaConvSpaceToDepth, RearrangedConvolutionMatchesTheCpuReference) {
   }
 }
 
+// The weight gradient back from the rearranged convolution's (over the rearranged input) is the
+// original convolution's, the bias gradient too.
+TEST_F(CudaConvSpaceToDepth, RearrangedWeightGradientMatchesTheCpuReference) {
+  for (const Precision& p : kAllPrecisions) {
+    std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    for (const Conv2dDesc& d0 : kShapes) {
+      Conv2dDesc d = d0;
+      d.relu = false;
+      const auto geom = cuda::space_to_depth_geometry(d, Layout::kNHWC);
+      ASSERT_TRUE(geom);
+      const Conv2dDesc inner = cuda::space_to_depth_desc(d, *geom);
+      const Tensor x = random(d.input_shape(), p.dtype), dy = random(d.output_shape(), p.dtype);
+      const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC), dyd = upload(*g, dy, p.dtype, Layout::kNHWC);
+      Tensor xs = g->alloc(inner.input_shape(), p.dtype, Layout::kNHWC);
+      Tensor dws = g->alloc(inner.weight_shape(), p.dtype, Layout::kNHWC);
+      Tensor dw = g->alloc(d.weight_shape(), p.dtype, Layout::kNHWC), db = g->alloc(Shape{d.k}, p.dtype);
+      g->synchronize();
+      cuda::kernels::space_to_depth_input(xd.raw(), xs.raw(), p.dtype, *geom, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      g->make_conv(inner, {})->backward_filter(xs, dyd, dws, db);
+      g->synchronize();
+      cuda::kernels::space_to_depth_weights_grad(dws.raw(), dw.raw(), p.dtype, true, *geom, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      Tensor dw_r = Tensor::host(d.weight_shape()), db_r = Tensor::host(Shape{d.k});
+      cpu_->make_conv(d, {})->backward_filter(x, dy, dw_r, db_r);
+      const std::string what = std::string(p.name) + " " + d.input_shape().str() + " " + std::to_string(d.r) +
+                               "x" + std::to_string(d.s) + "/" + std::to_string(d.stride_h);
+      EXPECT_TRUE(close(download(*g, dw), dw_r, p.tol, what + " dw"));
+      EXPECT_TRUE(close(download(*g, db), db_r, p.tol, what + " db"));
+    }
+  }
+}
+
+// Training through the backend: weights that change between forwards (never held) are rearranged
+// every forward, and the weight gradient, whichever way its timing went, is the reference's; the
+// kernel says which way each went.
+TEST_F(CudaConvSpaceToDepth, BackendOfferTrainsWithTheReferenceGradients) {
+  for (const Precision& p : {kBf16, kFp32}) {
+    std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    BackendOptions o;
+    o.device = Device{DeviceKind::kCuda, 0};
+    o.dtype = p.dtype;
+    o.layout = Layout::kNHWC;
+    o.conv_space_to_depth = true;
+    o.workspace_limit_bytes = std::size_t{256} << 20;
+    g = create_backend(o);
+    Conv2dDesc d = desc(32, 3, 64, 64, 64, 7, 2, 3, false);  // ResNet's first layer at 64x64
+    d.bias = false;
+    const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+    const Tensor w2 = random(d.weight_shape(), p.dtype), dy = random(d.output_shape(), p.dtype);
+    auto conv = g->make_conv(d, {});
+    const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC), dyd = upload(*g, dy, p.dtype, Layout::kNHWC);
+    Tensor wd = upload(*g, w, p.dtype, Layout::kNHWC);
+    Tensor y = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+    Tensor dw = g->alloc(d.weight_shape(), p.dtype, Layout::kNHWC);
+    conv->forward(xd, wd, Tensor{}, y);
+    EXPECT_TRUE(close(download(*g, y), reference(d, x, w, Tensor{}), p.tol, std::string(p.name) + " forward"));
+    Tensor dw_r = Tensor::host(d.weight_shape());
+    cpu_->make_conv(d, {})->backward_filter(x, dy, dw_r, Tensor{});
+    for (int call = 0; call < 2; ++call) {  // the first call decides, the second runs the choice
+      conv->backward_filter(xd, dyd, dw, Tensor{});
+      EXPECT_TRUE(close(download(*g, dw), dw_r, p.tol, std::string(p.name) + " dw, call " + std::to_string(call)));
+    }
+    g->upload(from_f32_nchw(w2, p.dtype, Layout::kNHWC), wd);  // an SGD step: new values, not held
+    conv->forward(xd, wd, Tensor{}, y);
+    EXPECT_TRUE(close(download(*g, y), reference(d, x, w2, Tensor{}), p.tol, std::string(p.name) + " new weights"));
+    const ConvAlgoInfo info = conv->info();
+    const bool said = std::any_of(info.notes.begin(), info.notes.end(), [](const std::string& n) {
+      return n.rfind("backward_filter: ", 0) == 0 && n.find("space-to-depth") != std::string::npos;
+    });
+    EXPECT_TRUE(said) << "no note on the weight gradient's space-to-depth verdict";
+    std::printf("[  NOTE    ] %s: forward %s, backward_filter %s\n", p.name, info.forward.c_str(),
+                info.backward_filter.c_str());
+  }
+}
+
 // Through the backend: whichever way the timing went the values are the reference's, the kernel
 // says which way it went, and weights held and then changed are rearranged again.
 TEST_F(CudaConvSpaceToDepth, BackendOfferKeepsTheValues) {

@@ -62,13 +62,20 @@ class SpaceToDepthConv final : public ConvKernel {
     plain_->backward_data(dy, w, dx, accumulate);
   }
   void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override {
+    ctx_->activate();
+    if (!filter_resolved_) resolve_filter(x, dy, dw, db);
+    if (filter_chosen_) {
+      run_rearranged_filter(x, dy, dw, db);
+      return;
+    }
     plain_->backward_filter(x, dy, dw, db);
   }
   ConvAlgoInfo info() const override {
     ConvAlgoInfo i = plain_->info();
-    if (chosen_) {
+    if (chosen_ || filter_chosen_) {
       const ConvAlgoInfo r = rearranged_->info();
-      i.forward = "space_to_depth+" + r.forward;
+      if (chosen_) i.forward = "space_to_depth+" + r.forward;
+      if (filter_chosen_) i.backward_filter = "space_to_depth+" + r.backward_filter;
       i.workspace_bytes = std::max(i.workspace_bytes, r.workspace_bytes);
     }
     i.notes.insert(i.notes.end(), notes_.begin(), notes_.end());
@@ -95,11 +102,52 @@ class SpaceToDepthConv final : public ConvKernel {
     }
     // One buffer for the kernel's life: per-call scratch would be held once by every recorded graph
     // (an inference session records two).
-    if (!input_) input_ = ctx_->scratch(static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * elem);
-    kernels::space_to_depth_input(x.raw(), input_->data(), dt, g_, ctx_->stream());
-    const Tensor xs_t(inner_d_.input_shape(), dt, Layout::kNHWC, input_);
+    const Tensor xs_t = rearranged_input(x);
     const Tensor ws_t(inner_d_.weight_shape(), dt, Layout::kNHWC, weights_);
     rearranged_->forward(xs_t, ws_t, b, y);
+  }
+
+  // x's S x S blocks as channels, in the kernel's one input buffer.
+  Tensor rearranged_input(const Tensor& x) {
+    const DType dt = ctx_->dtype();
+    const std::size_t elem = dtype_size_bytes(dt);
+    if (!input_) input_ = ctx_->scratch(static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * elem);
+    kernels::space_to_depth_input(x.raw(), input_->data(), dt, g_, ctx_->stream());
+    return Tensor(inner_d_.input_shape(), dt, Layout::kNHWC, input_);
+  }
+
+  // The rearranged convolution's weight gradient over x rearranged again (backward may follow
+  // another forward's rearrangement), mapped back to the original taps; db is the same sum of dy.
+  void run_rearranged_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
+    const DType dt = ctx_->dtype();
+    const std::size_t elem = dtype_size_bytes(dt);
+    if (!weight_grad_) weight_grad_ = ctx_->scratch(static_cast<std::size_t>(g_.k * g_.cs * g_.rs * g_.ss) * elem);
+    const Tensor xs_t = rearranged_input(x);
+    const Tensor dws_t(inner_d_.weight_shape(), dt, Layout::kNHWC, weight_grad_);
+    rearranged_->backward_filter(xs_t, dy, dws_t, db);
+    kernels::space_to_depth_weights_grad(weight_grad_->data(), dw.raw(), dt, /*nhwc=*/true, g_, ctx_->stream());
+  }
+
+  void resolve_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
+    filter_resolved_ = true;
+    plain_->backward_filter(x, dy, dw, db);  // each resolves its algorithm first
+    run_rearranged_filter(x, dy, dw, db);
+    const LaunchCost plain = launch_cost(ctx_->stream(), [&] {
+      plain_->backward_filter(x, dy, dw, db);
+      return CUDNN_STATUS_SUCCESS;
+    });
+    const LaunchCost rearranged = launch_cost(ctx_->stream(), [&] {
+      run_rearranged_filter(x, dy, dw, db);
+      return CUDNN_STATUS_SUCCESS;
+    });
+    filter_chosen_ = rearranged.device_ms < plain.device_ms;
+    const std::string verdict = ms_text(rearranged.device_ms) + " against the plain weight gradient's " +
+                                ms_text(plain.device_ms);
+    notes_.push_back(std::string("backward_filter: ") +
+                     (filter_chosen_ ? "space-to-depth (" : "plain; space-to-depth slower (") + verdict + ")");
   }
 
   void resolve(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
@@ -132,8 +180,10 @@ class SpaceToDepthConv final : public ConvKernel {
   std::unique_ptr<ConvKernel> plain_, rearranged_;
   std::shared_ptr<Buffer> weights_;  // the rearranged weights
   std::shared_ptr<Buffer> input_;    // the rearranged input
+  std::shared_ptr<Buffer> weight_grad_;  // the rearranged convolution's weight gradient
   bool held_ = false, weights_current_ = false;
   bool resolved_ = false, chosen_ = false;
+  bool filter_resolved_ = false, filter_chosen_ = false;
   std::vector<std::string> notes_;
 };
 

@@ -21,7 +21,10 @@ Conv2dDesc space_to_depth_desc(const Conv2dDesc& d, const kernels::SpaceToDepthG
 
 // Forward runs whichever of the plain convolution and the rearranged one measured faster on the
 // layer's first forward outside a CUDA-graph capture (both timed on the layer's operands, the
-// rearrangement's passes included); the backward passes are always the plain convolution's.
+// rearrangement's passes included). The weight gradient likewise, on the first backward_filter: the
+// plain one, or the rearranged convolution's over the input rearranged again (the call's x) mapped
+// back to the original taps (kernels::space_to_depth_weights_grad). The data gradient is always the
+// plain convolution's (a first layer seldom needs one).
 std::unique_ptr<ConvKernel> make_space_to_depth_conv(std::shared_ptr<CudaContext> ctx, const Conv2dDesc& d,
                                                      const kernels::SpaceToDepthGeom& g,
                                                      std::unique_ptr<ConvKernel> plain,

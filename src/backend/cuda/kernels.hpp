@@ -171,5 +171,9 @@ struct SpaceToDepthGeom {
 void space_to_depth_input(const void* x, void* xs, DType dtype, const SpaceToDepthGeom& g, cudaStream_t stream);
 void space_to_depth_weights(const void* w, void* ws, DType dtype, bool nhwc, const SpaceToDepthGeom& g,
                             cudaStream_t stream);
+// The inverse map for gradients: the original weights' gradient dw (K C R S logical, `nhwc` as the
+// weights) from the rearranged convolution's dws; overwrites dw.
+void space_to_depth_weights_grad(const void* dws, void* dw, DType dtype, bool nhwc, const SpaceToDepthGeom& g,
+                                 cudaStream_t stream);
 
 }  // namespace cnnergy::cuda::kernels

@@ -203,8 +203,9 @@ std::unique_ptr<ConvKernel> make_cuda_conv(std::shared_ptr<CudaContext> ctx, con
   if (!any_own) {
     if (ctx->options().conv_space_to_depth) {
       if (const auto g = space_to_depth_geometry(desc, ctx->layout())) {
+        // Its data gradient never runs; its weight gradient may (training), chosen as the plain one's.
         auto rearranged = std::make_unique<CudnnConv>(ctx, space_to_depth_desc(desc, *g),
-                                                      ConvAlgoChoice{choice.forward, "heuristic", "heuristic"});
+                                                      ConvAlgoChoice{choice.forward, "heuristic", choice.backward_filter});
         auto plain = std::make_unique<CudnnConv>(ctx, desc, choice);
         return make_space_to_depth_conv(std::move(ctx), desc, *g, std::move(plain), std::move(rearranged));
       }

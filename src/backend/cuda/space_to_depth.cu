@@ -77,7 +77,44 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The weight gradient back from the rearranged convolution's: dw[k, c, ry, rx] = dws[k, cs, dy, dx]
+// with ry = dy*S + sy, rx = dx*S + sx, cs = (sy*S + sx)*C + c: every original tap is one rearranged
+// tap (the padded ones, always zero weights, have no original). Logical KCRS in either layout.
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    space_to_depth_weights_grad_kernel(const T* dws, T* dw, SpaceToDepthGeom g, bool nhwc, std::int64_t count) {
+  CNNERGY_GRID_STRIDE(j, count) {
+    std::int64_t k, c, ry, rx;
+    if (nhwc) {  // j = ((k * R + ry) * Sk + rx) * C + c
+      c = j % g.c;
+      std::int64_t rest = j / g.c;
+      rx = rest % g.s, rest /= g.s;
+      ry = rest % g.r, k = rest / g.r;
+    } else {  // j = ((k * C + c) * R + ry) * Sk + rx
+      rx = j % g.s;
+      std::int64_t rest = j / g.s;
+      ry = rest % g.r, rest /= g.r;
+      c = rest % g.c, k = rest / g.c;
+    }
+    const std::int64_t dy = ry / g.stride, sy = ry % g.stride, dx = rx / g.stride, sx = rx % g.stride;
+    const std::int64_t cs = (sy * g.stride + sx) * g.c + c;
+    dw[j] = nhwc ? dws[((k * g.rs + dy) * g.ss + dx) * g.cs + cs] : dws[((k * g.cs + cs) * g.rs + dy) * g.ss + dx];
+  }
+}
+
 }  // namespace
+
+void space_to_depth_weights_grad(const void* dws, void* dw, DType dtype, bool nhwc, const SpaceToDepthGeom& g,
+                                 cudaStream_t stream) {
+  const std::int64_t count = g.k * g.c * g.r * g.s;
+  if (count == 0) return;
+  dispatch_float(dtype, "space_to_depth_weights_grad", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    space_to_depth_weights_grad_kernel<T><<<grid_for(count), kBlock, 0, stream>>>(
+        static_cast<const T*>(dws), static_cast<T*>(dw), g, nhwc, count);
+  });
+  CNNERGY_CUDA_LAUNCH_CHECK("space_to_depth_weights_grad");
+}
 
 void space_to_depth_input(const void* x, void* xs, DType dtype, const SpaceToDepthGeom& g, cudaStream_t stream) {
   const std::int64_t per_sample = g.hs * g.ws * g.cs;
