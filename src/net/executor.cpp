@@ -92,8 +92,7 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   absorbed_output_of_.assign(layers_.size(), -1);
   residual_input_.assign(layers_.size(), -1);
   forward_taken_output_of_.assign(layers_.size(), -1);
-  if (options_.fold_batch_norm && options_.fuse_residual) fuse_residuals();
-  if (!options_.fold_batch_norm && options_.fuse_residual) fuse_batch_norm_residuals();
+  if (options_.fuse_residual) fuse_residuals();
   if (backend_.device().is_cpu()) {
     host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
     host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
@@ -232,9 +231,13 @@ void Executor::fuse_relus() {
   }
 }
 
-// An add reading a folded convolution's output (through its absorbed batch norm), read by nothing
-// else, is offered to that convolution when the add's other input is computed before it.
+// An add whose input t is a batch norm's only output, read by nothing else, is offered to the layer
+// that then computes it: with folding, the convolution the batch norm was folded into; without, the
+// batch norm itself. The add's other input z must be computed before that layer, which reads it in
+// forward. Folded (inference), the add is absorbed and runs nothing; otherwise only its forward is
+// taken, and its backward still runs.
 void Executor::fuse_residuals() {
+  const bool folded = options_.fold_batch_norm;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Layer& add = *layers_[i];
     const auto& ins = graph_.layer_inputs(i);
@@ -245,45 +248,24 @@ void Executor::fuse_residuals() {
       if (t == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1 ||
           graph_.layer_outputs(static_cast<std::size_t>(tt.producer)).size() != 1)
         continue;
-      Layer* bn = layers_[static_cast<std::size_t>(tt.producer)].get();
-      if (bn->type() != "batch_norm" || !bn->absorbed()) continue;  // only a folded convolution has a bias
+      const Layer& bn = *layers_[static_cast<std::size_t>(tt.producer)];
       const auto& bn_ins = graph_.layer_inputs(static_cast<std::size_t>(tt.producer));
-      if (bn_ins.size() != 1) continue;
-      const int conv = graph_.tensor(bn_ins[0]).producer;
-      if (conv < 0 || layers_[static_cast<std::size_t>(conv)]->name() != bn->absorbed_into()) continue;
-      const int z_producer = graph_.tensor(z).producer;  // -1: the network's input
-      if (z_producer >= conv) continue;                  // z must exist when the convolution runs
-      if (!layers_[static_cast<std::size_t>(conv)]->fuse_residual(backend_, add.relu_fused())) continue;
-      add.absorb_into(layers_[static_cast<std::size_t>(conv)]->name());
-      absorbed_output_of_[i] = t;
-      residual_input_[static_cast<std::size_t>(conv)] = z;
-      ++memory_.fused_residuals;
-      break;
-    }
-  }
-}
-
-// An add reading a batch norm's only output, read by nothing else, is offered to that batch norm
-// when the add's other input is computed before it (the batch norm then reads it in forward).
-void Executor::fuse_batch_norm_residuals() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& add = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (add.type() != "add" || add.absorbed() || ins.size() != 2 || ins[0] == ins[1]) continue;
-    for (std::size_t j = 0; j < 2; ++j) {
-      const int t = ins[j], z = ins[1 - j];
-      const GraphTensor& tt = graph_.tensor(t);
-      if (t == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1 ||
-          graph_.layer_outputs(static_cast<std::size_t>(tt.producer)).size() != 1)
-        continue;
-      const int bn = tt.producer;
-      Layer& norm = *layers_[static_cast<std::size_t>(bn)];
-      if (norm.type() != "batch_norm" || norm.absorbed() || graph_.layer_inputs(static_cast<std::size_t>(bn)).size() != 1)
-        continue;
-      if (graph_.tensor(z).producer >= bn) continue;  // z must exist when the batch norm runs (-1: the input)
-      if (!norm.fuse_residual(backend_, add.relu_fused())) continue;
-      forward_taken_output_of_[i] = t;
-      residual_input_[static_cast<std::size_t>(bn)] = z;
+      if (bn.type() != "batch_norm" || bn.absorbed() != folded || bn_ins.size() != 1) continue;
+      int taker = tt.producer;
+      if (folded) {  // only a folded convolution has a bias to add z beside
+        taker = graph_.tensor(bn_ins[0]).producer;
+        if (taker < 0 || layers_[static_cast<std::size_t>(taker)]->name() != bn.absorbed_into()) continue;
+      }
+      if (graph_.tensor(z).producer >= taker) continue;  // z must exist when the taker runs (-1: the input)
+      Layer& layer = *layers_[static_cast<std::size_t>(taker)];
+      if (!layer.fuse_residual(backend_, add.relu_fused())) continue;
+      if (folded) {
+        add.absorb_into(layer.name());
+        absorbed_output_of_[i] = t;
+      } else {
+        forward_taken_output_of_[i] = t;
+      }
+      residual_input_[static_cast<std::size_t>(taker)] = z;
       ++memory_.fused_residuals;
       break;
     }

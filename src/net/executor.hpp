@@ -179,7 +179,6 @@ class Executor {
  private:
   void fuse_relus();
   void fuse_residuals();
-  void fuse_batch_norm_residuals();
   void fold_batch_norms();
   void park_masters();
   void plan_and_allocate();
@@ -212,7 +211,7 @@ class Executor {
   // it consumed; -1 otherwise), and the extra forward input of a convolution that took an add (z).
   std::vector<int> absorbed_output_of_;
   std::vector<int> residual_input_;
-  // Per layer: an add whose forward a batch norm took (fuse_batch_norm_residuals): the batch norm's
+  // Per layer: an add whose forward a batch norm took (fuse_residuals without folding): the batch norm's
   // output, which is then the add's output too; -1 otherwise. The add's forward runs nothing.
   std::vector<int> forward_taken_output_of_;
   bool folds_pending_ = false;
