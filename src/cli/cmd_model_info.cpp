@@ -286,6 +286,10 @@ int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) 
   const std::size_t fused = work.executor().memory().fused_relus;
   if (fused > 0)
     std::printf("fused: %zu ReLU layer(s) run inside the batch norm or add before them (no pass of their own)\n", fused);
+  const std::size_t residuals = work.executor().memory().fused_residuals;
+  if (residuals > 0)
+    std::printf("fused: %zu residual add(s) run inside the batch norm before them (no forward pass of their own)\n",
+                residuals);
   return 0;
 }
 

@@ -132,6 +132,7 @@ TEST(InferCli, SpaceToDepthAndProfileRangeFlagsAndTheMemoryBreakdown) {
   EXPECT_GT(row.at("request_buffer_memory_mib").as_number(), 0.0);
   EXPECT_LE(parts, row.at("peak_memory_mib").as_number() + 1e-6);
   EXPECT_NE(run_cli("infer lenet5 --device cpu --space-to-depth maybe").exit_code, 0);
+  EXPECT_NE(run_cli("train lenet5 --device cpu --space-to-depth maybe").exit_code, 0);  // train's flag too
   fs::remove_all(dir);
 }
 

@@ -128,10 +128,14 @@ TEST(ModelInfoCli, ShowAlgosListsEveryConvolution) {
   EXPECT_NE(r.output.find("conv2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("im2col_gemm"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("fused:"), std::string::npos) << r.output;  // LeNet-5: ReLUs after convolutions
-  // ResNet-34's 33 ReLUs all follow a batch norm or an add.
+  // ResNet-34's 33 ReLUs all follow a batch norm or an add, and its 16 adds each follow a batch norm
+  // that takes them.
   const auto resnet = run_cli("model-info resnet34 --input 3x32x32 --show-algos --device cpu --batch 2");
   ASSERT_EQ(resnet.exit_code, 0) << resnet.output;
   EXPECT_NE(resnet.output.find("fused: 33 ReLU layer(s)"), std::string::npos) << resnet.output;
+  EXPECT_NE(resnet.output.find("fused: 16 residual add(s) run inside the batch norm"), std::string::npos)
+      << resnet.output;
+  EXPECT_EQ(r.output.find("residual add"), std::string::npos) << r.output;  // LeNet-5 has none
   const auto bad = run_cli("model-info lenet5 --show-algos --device cpu --precision bf16");
   EXPECT_EQ(bad.exit_code, 4) << bad.output;
 }
