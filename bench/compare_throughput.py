@@ -42,8 +42,22 @@ def phases(r):
     return f"{r['forward_ms']:.2f}/{r['backward_ms']:.2f}/{r['update_ms']:.2f}"
 
 
+def joules(r):
+    e = r.get("energy") or {}
+    return e.get("joules_per_image")
+
+
+def fmt_joules(r):
+    e = r.get("energy") or {}
+    if e.get("joules_per_image") is None:
+        return "-"
+    return f"{e['joules_per_image']:.4f} [{e['joules_per_image_min']:.4f}, {e['joules_per_image_max']:.4f}]"
+
+
 def best_peer_table(ours, peer):
-    """Ours (the default variant) against the BEST peer mode of each cell, the comparison that counts."""
+    """Ours (the default variant) against the BEST peer mode of each cell, the comparison that counts:
+    the fastest mode for speed, the most frugal mode (lowest joules per image) for energy, and the
+    peak memory of the fastest mode."""
     rows = []
     for key in sorted(ours, key=lambda k: (k[0], k[2], k[1])):
         o = ours[key]
@@ -55,15 +69,24 @@ def best_peer_table(ours, peer):
         if not ok:
             continue
         best_mode, best = max(ok.items(), key=lambda kv: kv[1]["images_per_s"])
-        rows.append((key, o, best_mode, best, failed))
+        metered = {m: p for m, p in ok.items() if joules(p) is not None}
+        frugal = min(metered.items(), key=lambda kv: joules(kv[1])) if metered else None
+        rows.append((key, o, best_mode, best, frugal, failed))
     if not rows:
         return
     print("\nAgainst the best PyTorch mode of each cell (every mode measured in the same call):\n")
-    print("| model | batch | precision | cnnergy img/s | best peer img/s | best mode | ratio | modes failed |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key, o, best_mode, best, failed in rows:
+    print("| model | batch | precision | cnnergy img/s | best peer img/s | best mode | ratio | cnnergy J/image [range] "
+          "| most frugal peer J/image [range] (mode) | J ratio | peak MiB ours / peer | modes failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for key, o, best_mode, best, frugal, failed in rows:
+        if frugal and joules(o) is not None:
+            peer_j = f"{fmt_joules(frugal[1])} ({frugal[0]})"
+            ratio_j = f"{joules(o) / joules(frugal[1]):.2f}"
+        else:
+            peer_j, ratio_j = "-", "-"
         print(f"| {key[0]} | {key[1]} | {key[2]} | {o['images_per_s']:.0f} | {best['images_per_s']:.0f} | "
-              f"{best_mode} | {o['images_per_s'] / best['images_per_s']:.2f} | {', '.join(failed) or '-'} |")
+              f"{best_mode} | {o['images_per_s'] / best['images_per_s']:.2f} | {fmt_joules(o)} | {peer_j} | {ratio_j} | "
+              f"{o['peak_mem_mib']:.0f} / {best['peak_mem_mib']:.0f} | {', '.join(failed) or '-'} |")
 
 
 def main():

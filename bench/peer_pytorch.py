@@ -20,6 +20,12 @@ cuDNN loading included in the first cell) to the first timed iteration, i.e. mod
 cnnergy's benchmark reports as its own first_step_s).
 --profile-range brackets each cell's last timed iteration with torch.cuda.profiler.start()/stop()
 (after the warm-up: torch.compile and cudnn.benchmark are done), for ncu --profile-from-start off.
+--windows N (with --cnnergy-python DIR, the package cnnergy's build puts under BUILD/python) adds
+energy per image: after the timed iterations, N windows of the same step back to back for at least
+--window-s seconds each, metered by cnnergy's Python windows (cnnergy.Monitor: NVML's energy counter,
+sampled off the training thread), as bench_train_throughput --windows meters ours: the same counter,
+read the same way, in the same call. The median window gives joules_per_image, the others its range.
+Only read: no GPU setting is changed.
 """
 import argparse
 import json
@@ -50,8 +56,35 @@ def build(name, image):
 COMPILE_MODES = ("compile", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
 
-def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_range=False):
-    """compiled: False (eager), True or "compile" (torch.compile's default mode), or a mode name."""
+def energy_windows(monitor, step, batch, step_s, windows, window_s):
+    """Joules per image over `windows` windows of ceil(window_s / step_s) steps (>= 3) each, the
+    device synchronised at both edges. step_s: the timed iterations' seconds per step."""
+    n = max(3, int(window_s / step_s) + 1)
+    step()  # one untimed step, as ours (measure/window.hpp's warm-up)
+    rows = []
+    for _ in range(windows):
+        torch.cuda.synchronize()
+        monitor.begin_window("peer")
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+        rows.append(monitor.end_window("peer"))
+    per_image = sorted(m.energy_j / (n * batch) for m in rows if m.energy_j is not None)
+    times = sorted(m.time_s for m in rows)
+    out = {"source": rows[0].source if rows else "", "windows": windows, "window_s": window_s,
+           "iterations_per_window": n, "images_per_s": n * batch / times[len(times) // 2],
+           "joules_per_image": None, "joules_per_image_min": None, "joules_per_image_max": None,
+           "watts": None, "short_window": any(m.below_sensor_period for m in rows)}
+    if per_image and len(per_image) == len(rows):
+        watts = sorted(m.energy_j / m.time_s for m in rows)
+        out.update(joules_per_image=per_image[len(per_image) // 2], joules_per_image_min=per_image[0],
+                   joules_per_image_max=per_image[-1], watts=watts[len(watts) // 2])
+    return out
+
+
+def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_range=False, energy=None):
+    """compiled: False (eager), True or "compile" (torch.compile's default mode), or a mode name.
+    energy: None, or (monitor, windows, window_s) for energy windows after the timed iterations."""
     t_build = time.perf_counter()  # time to first step: from here to the first timed iteration
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
@@ -106,6 +139,14 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
                 torch.cuda.profiler.stop()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+        peak_mib = torch.cuda.max_memory_allocated() / 2**20  # before the windows: the timed steps'
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            forward().backward()
+            opt.step()
+
+        windows = energy_windows(energy[0], step, batch, wall / iters, energy[1], energy[2]) if energy else None
     except torch.OutOfMemoryError as exc:
         return {"status": "does_not_fit", "error": str(exc)[:200], "input": list(chw), "classes": classes}
     f = sorted(e[0].elapsed_time(e[1]) for e in ev)
@@ -117,8 +158,9 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         "images_per_s": batch * iters / wall,
         "iter_ms": wall * 1e3 / iters,
         "forward_ms": med(f), "backward_ms": med(b), "update_ms": med(u),
-        "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20,
+        "peak_mem_mib": peak_mib,
         "first_step_s": first_step_s, "warmup": warmup, "input": list(chw), "classes": classes,
+        **({"energy": windows} if windows else {}),
     }
 
 
@@ -140,8 +182,21 @@ def main():
                          "(default: each model's own, e.g. 224, 227 caffenet, 231 overfeat, 299 inception)")
     ap.add_argument("--profile-range", action="store_true",
                     help="bracket each cell's last timed iteration with torch.cuda.profiler.start()/stop()")
+    ap.add_argument("--windows", type=int, default=0,
+                    help="energy windows per cell after the timed iterations (needs --cnnergy-python)")
+    ap.add_argument("--window-s", type=float, default=3.0, help="minimum length of each energy window, s")
+    ap.add_argument("--cnnergy-python", default=None,
+                    help="directory holding cnnergy's Python package (BUILD/python, or .carry/python)")
+    ap.add_argument("--nvml-index", type=int, default=0, help="NVML index of the GPU the cells run on")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    energy = None
+    if a.windows > 0:
+        if not a.cnnergy_python:
+            ap.error("--windows needs --cnnergy-python (the directory with cnnergy's Python package)")
+        sys.path.insert(0, a.cnnergy_python)
+        import cnnergy
+        energy = (cnnergy.Monitor(gpus=[a.nvml_index]), a.windows, a.window_s)
     cells = []
     modes = [x for x in a.modes.split(",") if x]
     for x in modes:
@@ -168,7 +223,7 @@ def main():
         runs = []
         for _ in range(max(1, a.compile_repeats) if comp else 1):
             try:
-                runs.append(run_cell(m, b, p, comp, a.iters, a.warmup, a.image, a.profile_range))
+                runs.append(run_cell(m, b, p, comp, a.iters, a.warmup, a.image, a.profile_range, energy))
             except Exception as exc:  # record and go on: one failing cell must not lose the others
                 runs.append({"status": "failed", "error": repr(exc)[:300]})
             if comp:  # a fresh compile for the next run and cell
@@ -180,6 +235,13 @@ def main():
         results.append(r)
         if r["status"] == "ok":
             print(f"{m:13} {b:5d} {p:6} {mode:26} {r['images_per_s']:9.1f} {r['forward_ms']:8.2f} {r['backward_ms']:8.2f} {r['update_ms']:8.2f} {r['peak_mem_mib']:9.0f} {r['first_step_s']:8.2f}", flush=True)
+            e = r.get("energy")
+            if e and e["joules_per_image"] is not None:
+                print(f"    energy ({e['source']}): {e['joules_per_image']:.4f} J/image [{e['joules_per_image_min']:.4f}, "
+                      f"{e['joules_per_image_max']:.4f}] over {e['windows']} windows of {e['iterations_per_window']} steps; "
+                      f"{e['watts']:.0f} W; {e['images_per_s']:.1f} img/s", flush=True)
+            elif e:
+                print(f"    energy: not measured ({e['source'] or 'no energy source'})", flush=True)
         else:
             print(f"{m:13} {b:5d} {p:6} {mode:26} {r['status']}: {r.get('error','')[:80]}", flush=True)
         with open(a.out, "w") as fh:

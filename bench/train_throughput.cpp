@@ -26,8 +26,10 @@
 #include "cli/args.hpp"
 #include "core/algo_cache.hpp"
 #include "core/errors.hpp"
+#include "measure/nvml_probe.hpp"
 #include "measure/phase_timer.hpp"
 #include "measure/statistics.hpp"
+#include "measure/window.hpp"
 #include "net/executor.hpp"
 #include "net/graph.hpp"
 #include "net/solver.hpp"
@@ -119,6 +121,7 @@ class LayerHostClock {
 };
 
 struct Cell {
+  std::string device = "cuda";  // --device: cpu runs the same cells on the CPU reference (a smoke test)
   std::string model;
   std::int64_t batch = 0;
   std::string precision;
@@ -133,6 +136,9 @@ struct Cell {
   bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
+  std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
+  int windows = 0;             // --windows: energy windows after the timed iterations (0: none)
+  double window_s = 3.0;       // --window-s: minimum length of each
   std::string status = "ok";
   std::string error;
   double images_per_s = 0, iter_ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0, peak_mem_mib = 0;
@@ -142,12 +148,23 @@ struct Cell {
   double first_step_s = 0;     // cell start to the first timed iteration
   double algo_search_s = 0;    // of which the convolution algorithm search
   std::size_t algo_searched = 0, algo_cached = 0;  // problems searched / decisions from the cache
+  double conv_workspace_mib = 0;  // the convolutions' shared workspace after the timed iterations
+  // --windows: the same step run back to back in windows of >= window_s seconds, metered by NVML's
+  // energy counter (measure/window.hpp). Medians over the windows; min and max give the spread.
+  std::string energy_source;  // the probe's ("" without a probe: time only)
+  double window_images_per_s = 0;
+  std::optional<double> joules_per_image, joules_per_image_min, joules_per_image_max, watts;
+  double uncertainty_joules_per_image = 0;  // the sensor's granularity, median window
+  bool short_window = false;
+  std::int64_t window_iterations = 0;  // iterations per window
 };
+
+void measure_energy(Cell& cell, Backend& backend, FixedBatchWorkload& work);
 
 void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>& image) {
   const auto cell_start = Clock::now();
   BackendOptions opt;
-  opt.device = parse_device("cuda");
+  opt.device = parse_device(cell.device);
   apply_precision(parse_precision(cell.precision), opt);
   opt.layout = parse_layout(cell.layout);
   opt.conv_algo_policy = cell.algo;
@@ -155,6 +172,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   opt.algo_cache_dir = cell.algo_cache_dir;
   opt.conv_epilogue_fusion = cell.fuse_epilogue;
   opt.conv_space_to_depth = cell.space_to_depth;
+  opt.workspace_limit_bytes = static_cast<std::size_t>(cell.workspace_mib) << 20;
   auto backend = create_backend(opt);
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
@@ -235,8 +253,44 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   } else {
     cell.step_host_ms = summarize(host_ms[0]).median;
   }
-  cell.peak_mem_mib = static_cast<double>(backend->memory_stats().peak_bytes) / (1024.0 * 1024.0);
+  const MemoryStats mem = backend->memory_stats();
+  cell.peak_mem_mib = static_cast<double>(mem.peak_bytes) / (1024.0 * 1024.0);
+  cell.conv_workspace_mib = static_cast<double>(mem.conv_workspace_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
+  if (cell.windows > 0) measure_energy(cell, *backend, work);
+}
+
+// --windows: energy per image over windows of the same step (no phase timer, no profiler range),
+// after the timed iterations (the cell is warm). The peer does the same with cnnergy's Python
+// windows (bench/peer_pytorch.py --windows), so both are read from the same counter the same way.
+void measure_energy(Cell& cell, Backend& backend, FixedBatchWorkload& work) {
+  auto probe = open_energy_probe(backend);
+  cell.energy_source = probe ? probe->source() : "";
+  WindowSpec spec;
+  spec.min_seconds = cell.window_s;
+  spec.repetitions = cell.windows;
+  spec.warmup_iterations = 1;
+  Executor& exec = work.executor();
+  const WindowResult r = measure_windows(backend, probe.get(), [&] {
+    if (cell.cuda_graph) {
+      work.step();
+    } else {
+      exec.forward(Phase::kTrain);
+      exec.backward(work.solver().loss_scale());
+      work.solver().step();
+    }
+  }, spec);
+  const auto batch = static_cast<double>(cell.batch);
+  cell.window_iterations = r.iterations_per_window;
+  cell.window_images_per_s = batch / (r.ms_per_iteration.median / 1e3);
+  cell.short_window = r.any_short_window;
+  if (r.joules_per_iteration) {
+    cell.joules_per_image = r.joules_per_iteration->median / batch;
+    cell.joules_per_image_min = r.joules_per_iteration->min / batch;
+    cell.joules_per_image_max = r.joules_per_iteration->max / batch;
+    cell.uncertainty_joules_per_image = r.uncertainty_joules_per_iteration / batch;
+  }
+  if (r.watts) cell.watts = r.watts->median;
 }
 
 std::string json_escape(const std::string& s) {
@@ -254,6 +308,8 @@ std::string json_escape(const std::string& s) {
 int main(int argc, char** argv) {
   try {
     cli::ArgParser p("bench-train-throughput", "Training throughput per model, batch and precision on one GPU.");
+    p.option("device", "cuda, or cpu (the single-threaded reference: for checking the benchmark itself)", "cuda",
+             {"cuda", "cpu"});
     p.option("models", "comma-separated zoo models", "resnet50,resnet34,vgg16,alexnet");
     p.option("batches", "comma-separated batch sizes", "64,128,256");
     p.option("precisions", "comma-separated precisions", "fp32,tf32,bf16");
@@ -282,7 +338,7 @@ int main(int argc, char** argv) {
              "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
              "(a cell each)", "on", {"off", "on", "both"});
     p.option("fuse-epilogue", "a convolution with a bias runs as cuDNN's fused conv + bias (+ ReLU) graph where that "
-             "times faster (BackendOptions::conv_epilogue_fusion)", "off", {"off", "on"});
+             "times faster (BackendOptions::conv_epilogue_fusion; on by default, as `train` runs)", "on", {"off", "on"});
     p.flag("profile-range",
            "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
            "--profile-from-start off)");
@@ -290,11 +346,21 @@ int main(int argc, char** argv) {
            "eager cells: also time the host per layer call (Executor hook) and print/write it by layer "
            "category and pass; the hook's own cost (two clock reads and a call per layer) inflates the "
            "host times a little");
+    p.option("workspace-mib", "cap on each convolution's workspace, in MiB (BackendOptions::workspace_limit_bytes)",
+             "4096");
+    p.option("windows",
+             "energy windows per cell after the timed iterations: the step back to back for --window-s seconds "
+             "each, metered by NVML's energy counter; joules per image as the median and range (0: none)",
+             "0");
+    p.option("window-s", "minimum length of each energy window, in seconds", "3");
     p.option("out", "JSON output file", "train_throughput.json");
     if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
     const int iters = static_cast<int>(p.get_int("iters", 1, 100000));
     const int warmup = static_cast<int>(p.get_int("warmup", 0, 100000));
     const auto image = p.get_int("image", 0, 4096);
+    const auto workspace_mib = p.get_int("workspace-mib", 1, 1 << 20);
+    const int windows = static_cast<int>(p.get_int("windows", 0, 1000));
+    const double window_s = p.get_double("window-s", 0.1, 3600);
     std::vector<Cell> cells;
     for (const auto& m : cli::split_list(p.get("models"), "model"))
       for (const auto& b : cli::split_list(p.get("batches"), "batch"))
@@ -323,6 +389,10 @@ int main(int argc, char** argv) {
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.profile_range = p.get_flag("profile-range");
             c.host_layers = p.get_flag("host-layers");
+            c.device = p.get("device");
+            c.workspace_mib = workspace_mib;
+            c.windows = windows;
+            c.window_s = window_s;
             cells.push_back(c);
           }
     // Device phase times, then host (enqueue) times; a CUDA-graph cell has one host time, its step's.
@@ -334,7 +404,7 @@ int main(int argc, char** argv) {
       out << "{\"framework\": \"cnnergy\", \"results\": [\n";
       for (std::size_t i = 0; i < done; ++i) {
         const Cell& c = cells[i];
-        out << "  {\"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
+        out << "  {\"device\": \"" << c.device << "\", \"model\": \"" << c.model << "\", \"batch\": " << c.batch << ", \"precision\": \"" << c.precision
             << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"conv_candidates\": " << c.candidates << ", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
             << ", \"fuse_residual\": " << (c.fuse_residual ? "true" : "false")
@@ -349,7 +419,18 @@ int main(int argc, char** argv) {
             << ", \"update_host_ms\": " << c.update_host_ms << ", \"step_host_ms\": " << c.step_host_ms
             << ", \"first_step_s\": " << c.first_step_s << ", \"algo_search_s\": " << c.algo_search_s
             << ", \"algo_searched\": " << c.algo_searched << ", \"algo_cached\": " << c.algo_cached
-            << ", \"warmup\": " << warmup;
+            << ", \"warmup\": " << warmup << ", \"workspace_limit_mib\": " << c.workspace_mib
+            << ", \"conv_workspace_mib\": " << c.conv_workspace_mib;
+        if (c.windows > 0 && c.status == "ok") {
+          auto opt = [](const std::optional<double>& v) { return v ? std::to_string(*v) : std::string("null"); };
+          out << ", \"energy\": {\"source\": \"" << json_escape(c.energy_source) << "\", \"windows\": " << c.windows
+              << ", \"window_s\": " << c.window_s << ", \"iterations_per_window\": " << c.window_iterations
+              << ", \"images_per_s\": " << c.window_images_per_s << ", \"joules_per_image\": " << opt(c.joules_per_image)
+              << ", \"joules_per_image_min\": " << opt(c.joules_per_image_min)
+              << ", \"joules_per_image_max\": " << opt(c.joules_per_image_max)
+              << ", \"uncertainty_joules_per_image\": " << c.uncertainty_joules_per_image
+              << ", \"watts\": " << opt(c.watts) << ", \"short_window\": " << (c.short_window ? "true" : "false") << "}";
+        }
         if (!c.layer_host.empty()) {
           out << ", \"host_layers\": [";
           for (std::size_t k = 0; k < c.layer_host.size(); ++k) {
@@ -387,8 +468,22 @@ int main(int argc, char** argv) {
         else
           std::printf(" %8.2f %8.2f %8.2f\n", c.forward_host_ms, c.backward_host_ms, c.update_host_ms);
         // Its own line: time to first step and the search inside it (outside the timed window).
-        std::printf("    first step after %.2f s (convolution algorithm search %.2f s: %zu searched, %zu cached)\n",
-                    c.first_step_s, c.algo_search_s, c.algo_searched, c.algo_cached);
+        std::printf("    first step after %.2f s (convolution algorithm search %.2f s: %zu searched, %zu cached); "
+                    "convolution workspace %.0f MiB (cap %lld MiB)\n",
+                    c.first_step_s, c.algo_search_s, c.algo_searched, c.algo_cached, c.conv_workspace_mib,
+                    static_cast<long long>(c.workspace_mib));
+        if (c.windows > 0) {
+          if (c.joules_per_image)
+            std::printf("    energy (%s): %.4f J/image [%.4f, %.4f] over %d windows of %lld steps, +/- %.4f sensor; "
+                        "%.0f W; %.1f img/s%s\n",
+                        c.energy_source.c_str(), *c.joules_per_image, *c.joules_per_image_min, *c.joules_per_image_max,
+                        c.windows, static_cast<long long>(c.window_iterations), c.uncertainty_joules_per_image,
+                        c.watts.value_or(0.0), c.window_images_per_s, c.short_window ? " (a window below the sensor period)" : "");
+          else
+            std::printf("    energy: not measured (%s); %.1f img/s over the windows\n",
+                        c.energy_source.empty() ? "no energy probe on this machine" : c.energy_source.c_str(),
+                        c.window_images_per_s);
+        }
         if (!c.layer_host.empty()) std::printf("    %-8s %-8s %5s %12s\n", "pass", "category", "calls", "host us/iter");
         for (const auto& h : c.layer_host)
           std::printf("    %-8s %-8s %5lld %12.1f\n", h.pass.c_str(), h.category.c_str(),

@@ -18,7 +18,8 @@ inline constexpr const char* kAlgoCacheHelp =
     "persistent convolution algorithm cache: a directory, or off (default: $CNNERGY_ALGO_CACHE, "
     "else $XDG_CACHE_HOME/cnnergy, else ~/.cache/cnnergy); a second run searches nothing it has seen";
 
-// --fuse-epilogue (infer, train): BackendOptions::conv_epilogue_fusion, on by default there.
+// --fuse-epilogue (infer, train, profile, dist-train): BackendOptions::conv_epilogue_fusion, on by default there
+// (sweep trials set it likewise).
 inline void declare_fuse_epilogue_flag(ArgParser& p) {
   p.option("fuse-epilogue",
            "GPU: run a convolution with a bias (a folded batch norm's, or its own) and the ReLU it took as one "
@@ -27,7 +28,8 @@ inline void declare_fuse_epilogue_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
-// --space-to-depth (infer, train): BackendOptions::conv_space_to_depth, on by default there.
+// --space-to-depth (infer, train, profile, dist-train): BackendOptions::conv_space_to_depth, on by default there
+// (sweep trials set it likewise).
 inline void declare_space_to_depth_flag(ArgParser& p) {
   p.option("space-to-depth",
            "GPU, nhwc: run a strided convolution over few channels (a network's first layer) as a stride-1 "

@@ -49,6 +49,8 @@ void declare_common(ArgParser& p) {
   p.option("layout", "activation layout on the GPU", "nchw", {"nchw", "nhwc"});
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("algo-cache", kAlgoCacheHelp);
+  declare_fuse_epilogue_flag(p);
+  declare_space_to_depth_flag(p);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note)",
            "auto");
   p.option("epochs", "epochs", "1");
@@ -120,6 +122,8 @@ Common parse_common(const ArgParser& p) {
   c.backend.conv_algo_policy = p.get("conv-algo");
   c.backend.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
   c.backend.algo_cache_dir = algo_cache_dir_from_flags(p);
+  c.backend.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
+  c.backend.conv_space_to_depth = p.get("space-to-depth") == "on";
   DataParallelConfig& d = c.config;
   d.epochs = p.get_int("epochs", 1, 100000);
   d.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);

@@ -68,6 +68,8 @@ int run_profile(const std::vector<std::string>& args) {
            "fuse each ReLU into the batch norm or add before it, as training does (off: every layer "
            "runs and is measured on its own, as the papers profile)",
            "on", {"on", "off"});
+  declare_fuse_epilogue_flag(p);
+  declare_space_to_depth_flag(p);
   p.option("extrapolate-epochs", "whole-training estimate for this many epochs (0 = none)", "0");
   p.option("dataset-size", "samples per epoch for the estimate", "1281167");
   declare_window_flags(p, "3", "1.0");

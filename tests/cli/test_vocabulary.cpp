@@ -112,15 +112,16 @@ TEST_F(Vocabulary, EveryCommandWritesItsOutputWhereTheFlagsSay) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("t.json"))).at("epochs").items().size(), 1u);
   EXPECT_TRUE(read(f("t.csv")).starts_with("epoch,")) << read(f("t.csv"));
+  // --space-to-depth and --fuse-epilogue: the same backend flags as train and infer (GPU-only effects).
   r = run_cli("profile lenet5 --device cpu --batch 4 --passes 1 -r 1 --window-s 0 --no-phases --energy-top 0 "
-              "--format json --json " + f("p.json") + " 2>/dev/null > " + f("p.out"));
+              "--space-to-depth off --fuse-epilogue on --format json --json " + f("p.json") + " 2>/dev/null > " + f("p.out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("p.out"))).at("model").str(), "lenet5");  // stdout is one JSON document
   EXPECT_EQ(read(f("p.json")), read(f("p.out")));
 
   // dist-train over two CPU replicas; --gpus is a count here as in sweep.
   r = run_cli("dist-train --model lenet5 --data synthetic --dataset-size 128 --device cpu --gpus 2 --global-batch 32 "
-              "--max-iters 2 --no-eval --no-energy -o " + f("dt.json") + " --csv " + f("dt.csv"));
+              "--max-iters 2 --no-eval --no-energy --space-to-depth on --fuse-epilogue off -o " + f("dt.json") + " --csv " + f("dt.csv"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("dt.json"))).at("world_size").number(), 2);
   EXPECT_TRUE(has(read(f("dt.csv")), "rank")) << read(f("dt.csv"));

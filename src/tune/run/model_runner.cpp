@@ -109,6 +109,10 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
     bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
     bo.algo_cache_dir = workload.algo_cache_dir;
+    // As `train` runs by default (--fuse-epilogue, --space-to-depth): each is taken per layer only
+    // where it times faster, so a trial measures what `train` would run.
+    bo.conv_epilogue_fusion = true;
+    bo.conv_space_to_depth = true;
     const bool cuda_graph = text_knob(trial, Knob::kCudaGraph, "off") == "on";
     auto graph = build_model(workload.model, workload.input, workload.classes);
     if (gpus > 1) {
