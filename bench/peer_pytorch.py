@@ -82,7 +82,8 @@ def energy_windows(monitor, step, batch, step_s, windows, window_s):
     return out
 
 
-def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_range=False, energy=None):
+def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_range=False, energy=None,
+             channels_last="auto"):
     """compiled: False (eager), True or "compile" (torch.compile's default mode), or a mode name.
     energy: None, or (monitor, windows, window_s) for energy windows after the timed iterations."""
     t_build = time.perf_counter()  # time to first step: from here to the first timed iteration
@@ -93,7 +94,8 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
     model, chw, classes = build(name, image)
     model = model.to(dev)
     bf16 = precision == "bf16"
-    fmt = torch.channels_last if bf16 else torch.contiguous_format
+    nhwc = channels_last == "on" or (channels_last == "auto" and bf16)
+    fmt = torch.channels_last if nhwc else torch.contiguous_format
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     x = torch.randn(batch, *chw, device=dev).to(memory_format=fmt)
@@ -158,7 +160,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         "images_per_s": batch * iters / wall,
         "iter_ms": wall * 1e3 / iters,
         "forward_ms": med(f), "backward_ms": med(b), "update_ms": med(u),
-        "peak_mem_mib": peak_mib,
+        "peak_mem_mib": peak_mib, "layout": "nhwc" if nhwc else "nchw",
         "first_step_s": first_step_s, "warmup": warmup, "input": list(chw), "classes": classes,
         **({"energy": windows} if windows else {}),
     }
@@ -182,6 +184,9 @@ def main():
                          "(default: each model's own, e.g. 224, 227 caffenet, 231 overfeat, 299 inception)")
     ap.add_argument("--profile-range", action="store_true",
                     help="bracket each cell's last timed iteration with torch.cuda.profiler.start()/stop()")
+    ap.add_argument("--channels-last", default="auto", choices=("auto", "on", "off"),
+                    help="model and input in channels-last memory format: auto (bf16 only), on (every precision: "
+                         "the peer's tf32 at its best), off")
     ap.add_argument("--windows", type=int, default=0,
                     help="energy windows per cell after the timed iterations (needs --cnnergy-python)")
     ap.add_argument("--window-s", type=float, default=3.0, help="minimum length of each energy window, s")
@@ -223,7 +228,8 @@ def main():
         runs = []
         for _ in range(max(1, a.compile_repeats) if comp else 1):
             try:
-                runs.append(run_cell(m, b, p, comp, a.iters, a.warmup, a.image, a.profile_range, energy))
+                runs.append(run_cell(m, b, p, comp, a.iters, a.warmup, a.image, a.profile_range, energy,
+                                     a.channels_last))
             except Exception as exc:  # record and go on: one failing cell must not lose the others
                 runs.append({"status": "failed", "error": repr(exc)[:300]})
             if comp:  # a fresh compile for the next run and cell

@@ -149,6 +149,10 @@ struct Cell {
   double algo_search_s = 0;    // of which the convolution algorithm search
   std::size_t algo_searched = 0, algo_cached = 0;  // problems searched / decisions from the cache
   double conv_workspace_mib = 0;  // the convolutions' shared workspace after the timed iterations
+  // Where the memory in use goes (Executor::memory()): the pooled activations and their gradients
+  // (and the most of them live at one step), parameters with their working copies and gradients,
+  // layer state (batch-norm statistics, masks, loss buffers); the solver's momentum is the rest's.
+  double activation_mib = 0, live_peak_mib = 0, parameter_mib = 0, layer_state_mib = 0;
   // --windows: the same step run back to back in windows of >= window_s seconds, metered by NVML's
   // energy counter (measure/window.hpp). Medians over the windows; min and max give the spread.
   std::string energy_source;  // the probe's ("" without a probe: time only)
@@ -256,6 +260,11 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   const MemoryStats mem = backend->memory_stats();
   cell.peak_mem_mib = static_cast<double>(mem.peak_bytes) / (1024.0 * 1024.0);
   cell.conv_workspace_mib = static_cast<double>(mem.conv_workspace_bytes) / (1024.0 * 1024.0);
+  const MemoryReport& held = exec.memory();
+  cell.activation_mib = static_cast<double>(held.activation_bytes) / (1024.0 * 1024.0);
+  cell.live_peak_mib = static_cast<double>(held.live_peak_bytes) / (1024.0 * 1024.0);
+  cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
+  cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
   if (cell.windows > 0) measure_energy(cell, *backend, work);
 }
@@ -420,7 +429,9 @@ int main(int argc, char** argv) {
             << ", \"first_step_s\": " << c.first_step_s << ", \"algo_search_s\": " << c.algo_search_s
             << ", \"algo_searched\": " << c.algo_searched << ", \"algo_cached\": " << c.algo_cached
             << ", \"warmup\": " << warmup << ", \"workspace_limit_mib\": " << c.workspace_mib
-            << ", \"conv_workspace_mib\": " << c.conv_workspace_mib;
+            << ", \"conv_workspace_mib\": " << c.conv_workspace_mib << ", \"activation_mib\": " << c.activation_mib
+            << ", \"live_peak_mib\": " << c.live_peak_mib << ", \"parameter_mib\": " << c.parameter_mib
+            << ", \"layer_state_mib\": " << c.layer_state_mib;
         if (c.windows > 0 && c.status == "ok") {
           auto opt = [](const std::optional<double>& v) { return v ? std::to_string(*v) : std::string("null"); };
           out << ", \"energy\": {\"source\": \"" << json_escape(c.energy_source) << "\", \"windows\": " << c.windows
@@ -472,6 +483,10 @@ int main(int argc, char** argv) {
                     "convolution workspace %.0f MiB (cap %lld MiB)\n",
                     c.first_step_s, c.algo_search_s, c.algo_searched, c.algo_cached, c.conv_workspace_mib,
                     static_cast<long long>(c.workspace_mib));
+        std::printf("    memory held: activations and their gradients %.0f MiB (at most %.0f live at once), "
+                    "parameters %.0f, layer state %.0f, convolution workspace %.0f; peak %.0f MiB\n",
+                    c.activation_mib, c.live_peak_mib, c.parameter_mib, c.layer_state_mib, c.conv_workspace_mib,
+                    c.peak_mem_mib);
         if (c.windows > 0) {
           if (c.joules_per_image)
             std::printf("    energy (%s): %.4f J/image [%.4f, %.4f] over %d windows of %lld steps, +/- %.4f sensor; "

@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile train-energy"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -329,6 +329,42 @@ run_train_profile() {
   kprof_summary fused_vs_unfused ours ours_unfused
   kprof_summary ours_vs_compile ours compile
   rm -f "$OUT"/kprof_*.ncu-rep  # the CSVs hold every kernel's time; the reports are too large to come back
+}
+
+# ---- train-energy: images/s, joules per image and peak memory of our training step against the best
+# PyTorch mode, cell by cell, in the same call (issue 27's targets) -----------------------------------
+# Ours: GRAPH_MODELS (default resnet50,resnet34) replayed as CUDA graphs, EAGER_MODELS (default
+# vgg16,alexnet: dropout) without, at BATCHES (64,256; VGG-16 at VGG_BATCH, 128) in PRECISION (bf16),
+# then WINDOWS (3) energy windows of WINDOW_S (3) s each. The peer: the same cells in MODES
+# (reduce-overhead for ResNets, PEER_EAGER_MODES=compile,reduce-overhead for the others), each compiled
+# cell once (COMPILE_REPEATS=1), energy through cnnergy's Python windows (the same counter). PART=ours,
+# peer or both (default) splits the work over two calls on the same warm machine.
+run_train_energy() {
+  gpu_info
+  local prec=${PRECISION:-bf16} batches=${BATCHES:-64,256} vb=${VGG_BATCH:-128} gm=${GRAPH_MODELS-resnet50,resnet34}
+  local em=${EAGER_MODELS-vgg16,alexnet} part=${PART:-both}
+  local it="--iters ${ITERS:-30} --warmup ${WARMUP:-5}" win="--windows ${WINDOWS:-3} --window-s ${WINDOW_S:-3}"
+  local pywin="$win --cnnergy-python $CARRY/python --compile-repeats ${COMPILE_REPEATS:-1}"
+  if [ "$part" != peer ]; then
+    [ -n "$gm" ] && timeout 400 bench_train_throughput --models "$gm" --batches "$batches" --precisions "$prec"       --cuda-graph on $it $win --out "$OUT/ours_graph.json" 2>&1 | grep -v "^    first step"
+    for m in ${em//,/ }; do
+      local b=$batches; [ "${m#vgg}" != "$m" ] && b=$vb
+      timeout 300 bench_train_throughput --models "$m" --batches "$b" --precisions "$prec" $it $win \
+        --out "$OUT/ours_$m.json" 2>&1 | grep -v "^    first step"
+    done
+  fi
+  if [ "$part" != ours ]; then
+    [ -n "$gm" ] && timeout 520 python3 "$CARRY/peer_pytorch.py" --models "$gm" --batches "$batches" \
+      --precisions "$prec" --modes "${MODES:-reduce-overhead}" $it $pywin --out "$OUT/peer_graph.json" 2>&1
+    for m in ${em//,/ }; do
+      local b=$batches; [ "${m#vgg}" != "$m" ] && b=$vb
+      timeout 520 python3 "$CARRY/peer_pytorch.py" --models "$m" --batches "$b" --precisions "$prec" \
+        --modes "${PEER_EAGER_MODES:-compile,reduce-overhead}" $it $pywin --out "$OUT/peer_$m.json" 2>&1
+    done
+  fi
+  local o p; o=$(ls "$OUT"/ours_*.json 2>/dev/null); p=$(ls "$OUT"/peer_*.json 2>/dev/null)
+  [ -n "$o" ] && [ -n "$p" ] && python3 "$CARRY/compare_throughput.py" --ours $o --peer $p | tee "$OUT/compare.md"
+  return 0
 }
 
 "run_${mode//-/_}"

@@ -75,7 +75,8 @@ class ConvKernel {
   // y = conv(x, w) + b (b undefined when desc.bias is false)
   virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
   virtual void backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) = 0;
-  // dw = dW(x, dy); db = sum of dy over N,H,W (db undefined when no bias). Overwrites dw and db.
+  // dw = dW(x, dy); db = sum of dy over N,H,W. Overwrites dw and db. db undefined: no bias, or the
+  // caller computed it (Backend::relu_backward_bias_grad); the kernel then leaves the bias alone.
   virtual void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) = 0;
   virtual ConvAlgoInfo info() const = 0;
   // From now until the next call, forward() is given the same weight tensor with unchanged values
@@ -409,6 +410,12 @@ class Backend {
   // Stateless element-wise kernels.
   virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;  // y may alias x
   virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate) = 0;
+  // A convolution's fused ReLU backward and its bias gradient (4-D y, dy of one dtype and layout;
+  // db of y's channels): dy = dy where y > 0, else 0, in place, and db = the sum of the masked dy
+  // over everything but the channel, the values of relu_backward then the kernel's own bias
+  // gradient. Where fuses_relu_bias_grad() holds (CUDA: one pass over dy); NotSupported elsewhere.
+  virtual bool fuses_relu_bias_grad() const { return false; }
+  virtual void relu_backward_bias_grad(const Tensor& y, const Tensor& dy, const Tensor& db);
   // Inverted dropout: keep element i when uniform01(seed, i) >= p; mask holds 0 or 1/(1-p).
   virtual void dropout_forward(const Tensor& x, float p, std::uint64_t seed, const Tensor& mask, const Tensor& y) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, const Tensor& dx, bool accumulate) = 0;

@@ -125,8 +125,15 @@ class ConvLayer final : public Layer {
     if (desc_.residual || folded_bn_ != nullptr)
       throw InternalError("layer '" + name() + "': a folded convolution (inference) runs no backward");
     const Tensor& dy = ctx.output_grads[0];
-    if (desc_.relu) backend().relu_backward(ctx.outputs[0], dy, dy, false);  // the fused ReLU's gradient
-    kernel_->backward_filter(ctx.inputs[0], dy, parameters()[0].grad, spec_.bias ? parameters()[1].grad : Tensor{});
+    // The fused ReLU's gradient, in place; with a bias, where the backend can, in the same pass as
+    // the bias gradient (the kernel then leaves the bias alone).
+    const bool mask_with_bias = desc_.relu && spec_.bias && backend().fuses_relu_bias_grad();
+    if (mask_with_bias)
+      backend().relu_backward_bias_grad(ctx.outputs[0], dy, parameters()[1].grad);
+    else if (desc_.relu)
+      backend().relu_backward(ctx.outputs[0], dy, dy, false);
+    kernel_->backward_filter(ctx.inputs[0], dy, parameters()[0].grad,
+                             spec_.bias && !mask_with_bias ? parameters()[1].grad : Tensor{});
     if (ctx.input_grads[0].defined())
       kernel_->backward_data(dy, parameters()[0].value(), ctx.input_grads[0], ctx.accumulate[0]);
   }

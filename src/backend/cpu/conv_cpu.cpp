@@ -330,7 +330,7 @@ class ConvCpu final : public ConvKernel {
     check_f32_shape(x, kOp, "x", desc_.input_shape());
     check_f32_shape(dy, kOp, "dy", desc_.output_shape());
     check_f32_shape(dw, kOp, "dw", desc_.weight_shape());
-    if (desc_.bias) {
+    if (desc_.bias && db.defined()) {  // undefined: the caller computed it
       check_f32(db, kOp, "dbias", desc_.k);
       bias_gradient(g_, cf32(dy), mf32(db));
     }

@@ -150,11 +150,14 @@ Partials launch_generic_reduce(const void* a, const void* b, DType dt, const Cha
 // ---- fast channel-last reductions ---------------------------------------------------------------
 // kMode 0: sum of a. 1: sums of (a - shift) and (a - shift)^2, shift = a's first row (written to
 // shift_out by the first slice). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with
-// kRelu, dy only where forward's output was positive.
+// kRelu, dy only where forward's output was positive. 3: a (dy) masked where b (a ReLU's output y)
+// is not positive, written to masked_out (may be a), and its sum: a fused ReLU's backward and the
+// bias gradient of the layer before it in one pass (the second sum stays 0).
 template <typename T, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     tile_reduce_kernel(const T* a, const T* b, std::int64_t rows, std::int64_t channels,
-                       const float* mean, ReluMask relu, float* partial, float* shift_out) {
+                       const float* mean, ReluMask relu, float* partial, float* shift_out,
+                       T* masked_out) {
   constexpr int K = kVec<T>;
   __shared__ float red[2][kBlock * K];
   const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
@@ -190,27 +193,38 @@ __global__ void __launch_bounds__(kBlock)
         const std::int64_t row = r + u * by;
         if (row < r1) {
           va[u] = load_pack<T, K>(a + row * channels + c0);
-          if constexpr (kMode == 2) vb[u] = load_pack<T, K>(b + row * channels + c0);
+          if constexpr (kMode >= 2) vb[u] = load_pack<T, K>(b + row * channels + c0);
         }
       }
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
         if (r + u * by >= r1) continue;
+        if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
+          Pack<T, K> masked;
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const float v = to_float(va[u].v[k]);
-          if constexpr (kMode == 0) s1[k] += v;
-          if constexpr (kMode == 1) {
-            const float d = v - center[k];
-            s1[k] += d;
-            s2[k] = fmaf(d, d, s2[k]);
+          for (int k = 0; k < K; ++k) {
+            const bool passes = to_float(vb[u].v[k]) > 0.0f;
+            masked.v[k] = passes ? va[u].v[k] : from_float<T>(0.0f);
+            s1[k] += passes ? to_float(va[u].v[k]) : 0.0f;
           }
-          if constexpr (kMode == 2) {
-            const float xv = to_float(vb[u].v[k]);
-            float g = v;
-            if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
-            s1[k] += g;
-            s2[k] = fmaf(g, xv - center[k], s2[k]);
+          store_pack<T, K>(masked_out + (r + u * by) * channels + c0, masked);
+        } else {
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            const float v = to_float(va[u].v[k]);
+            if constexpr (kMode == 0) s1[k] += v;
+            if constexpr (kMode == 1) {
+              const float d = v - center[k];
+              s1[k] += d;
+              s2[k] = fmaf(d, d, s2[k]);
+            }
+            if constexpr (kMode == 2) {
+              const float xv = to_float(vb[u].v[k]);
+              float g = v;
+              if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
+              s1[k] += g;
+              s2[k] = fmaf(g, xv - center[k], s2[k]);
+            }
           }
         }
       }
@@ -247,17 +261,19 @@ __global__ void __launch_bounds__(kBlock)
 template <int kMode, bool kRelu = false>
 Partials launch_tile_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
                             const TilePlan& p, const float* mean, void* scratch,
-                            cudaStream_t stream, const ReluMask& relu = {}) {
+                            cudaStream_t stream, const ReluMask& relu = {}, void* masked_out = nullptr) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
   unsigned splits = 1;
   dispatch_float(dt, "channel reduction", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    static const int resident = resident_blocks(tile_reduce_kernel<T, kMode, kRelu>);
+    // Mode 3 slices the rows as mode 0 (bias_grad) does: the same sums in the same order, so the
+    // fused pass gives the bias gradient of the two passes bit for bit.
+    static const int resident = resident_blocks(tile_reduce_kernel<T, kMode == 3 ? 0 : kMode, kRelu>);
     splits = wave_slices(resident, p, p.splits);  // one full wave: no half-empty second one
     tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, splits), dim3(p.bx, p.by), 0, stream>>>(
         static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
-        partial, shift);
+        partial, shift, static_cast<T*>(masked_out));
   });
   CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
   Partials out;
@@ -407,6 +423,20 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
           : launch_generic_reduce(dy, nullptr, dtype, view, Reduce::kSum, nullptr, scratch, stream);
   bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
   CNNERGY_CUDA_LAUNCH_CHECK("bias_grad_finish");
+}
+
+void relu_backward_bias_grad(const void* y, void* dy, DType dtype, const ChannelView& view, void* db,
+                             DType db_dtype, void* scratch, cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  if (!(t.usable && aligned_for(16, dy) && aligned_for(16, y))) {  // the two passes
+    relu_backward(y, dy, dy, dtype, view.outer * view.channels * view.inner, false, stream);
+    bias_grad(dy, dtype, view, db, db_dtype, scratch, stream);
+    return;
+  }
+  if (view.channels == 0) return;
+  const Partials p = launch_tile_reduce<3>(dy, y, dtype, view, t, nullptr, scratch, stream, {}, dy);
+  bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
+  CNNERGY_CUDA_LAUNCH_CHECK("relu_backward_bias_grad_finish");
 }
 
 }  // namespace cnnergy::cuda::kernels

@@ -191,13 +191,14 @@ void CudnnConv::backward_filter(const Tensor& x, const Tensor& dy, const Tensor&
                       layout_);
   check_device_tensor(dw, *ctx_, "conv2d backward_filter", "dw", d_.weight_shape(), dtype_,
                       layout_);
-  if (d_.bias)
+  const bool bias_grad = d_.bias && db.defined();  // undefined: the caller computed it
+  if (bias_grad)
     check_device_tensor(db, *ctx_, "conv2d backward_filter", "db", Shape{d_.k}, dtype_, layout_);
   std::shared_ptr<Buffer> padded;
   const void* xin = explicit_pad_ ? (padded = pad_input(x))->data() : x.raw();
   ensure_resolved(Dir::kBackwardFilter, xin, dy.raw(), dw.raw());
   run(Dir::kBackwardFilter, xin, dy.raw(), dw.raw(), 0.0f);
-  if (d_.bias) {
+  if (bias_grad) {
     const kernels::ChannelView view = kernels::channel_view(dims_of(dy));
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view, dtype_));
     kernels::bias_grad(dy.raw(), dtype_, view, db.raw(), dtype_, scratch->data(), ctx_->stream());

@@ -3,6 +3,8 @@
 // layer on its first forward.
 #include "backend/cuda/conv_space_to_depth.hpp"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -128,50 +130,50 @@ class SpaceToDepthConv final : public ConvKernel {
     kernels::space_to_depth_weights_grad(weight_grad_->data(), dw.raw(), dt, /*nhwc=*/true, g_, ctx_->stream());
   }
 
+  // The weight gradient's choice, made like the forward's (race()).
   void resolve_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
-    if (capture != cudaStreamCaptureStatusNone) return;
+    const auto faster = race("backward_filter", "weight gradient", "",
+                             [&] { plain_->backward_filter(x, dy, dw, db); },
+                             [&] { run_rearranged_filter(x, dy, dw, db); });
+    if (!faster) return;
     filter_resolved_ = true;
-    plain_->backward_filter(x, dy, dw, db);  // each resolves its algorithm first
-    run_rearranged_filter(x, dy, dw, db);
-    const LaunchCost plain = launch_cost(ctx_->stream(), [&] {
-      plain_->backward_filter(x, dy, dw, db);
-      return CUDNN_STATUS_SUCCESS;
-    });
-    const LaunchCost rearranged = launch_cost(ctx_->stream(), [&] {
-      run_rearranged_filter(x, dy, dw, db);
-      return CUDNN_STATUS_SUCCESS;
-    });
-    filter_chosen_ = rearranged.device_ms < plain.device_ms;
-    const std::string verdict = ms_text(rearranged.device_ms) + " against the plain weight gradient's " +
-                                ms_text(plain.device_ms);
-    notes_.push_back(std::string("backward_filter: ") +
-                     (filter_chosen_ ? "space-to-depth (" : "plain; space-to-depth slower (") + verdict + ")");
+    filter_chosen_ = *faster;
   }
 
   void resolve(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
-    // Timing cannot run inside a CUDA-graph capture: decided at the first forward outside one.
+    const auto faster = race("forward", "convolution",
+                             std::to_string(g_.cs) + " channels, " + std::to_string(g_.rs) + "x" +
+                                 std::to_string(g_.ss) + " stride 1: ",
+                             [&] { plain_->forward(x, w, b, y); }, [&] { run_rearranged(x, w, b, y); });
+    if (!faster) return;
+    resolved_ = true;
+    chosen_ = *faster;
+  }
+
+  // Runs the plain and the rearranged variant of one pass once each (each resolves its own
+  // algorithm, and fused epilogue, first), then times one call of each and writes the note; true
+  // where the rearranged one was faster. Timing cannot run inside a CUDA-graph capture: there it
+  // does nothing and returns empty (decided at the first call outside one).
+  std::optional<bool> race(const std::string& pass, const std::string& plain_name, const std::string& detail,
+                           const std::function<void()>& plain, const std::function<void()>& rearranged) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
-    if (capture != cudaStreamCaptureStatusNone) return;
-    resolved_ = true;
-    plain_->forward(x, w, b, y);  // each resolves its algorithm (and fused epilogue) first
-    run_rearranged(x, w, b, y);
-    const LaunchCost plain = launch_cost(ctx_->stream(), [&] {
-      plain_->forward(x, w, b, y);
+    if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
+    plain();
+    rearranged();
+    const LaunchCost plain_cost = launch_cost(ctx_->stream(), [&] {
+      plain();
       return CUDNN_STATUS_SUCCESS;
     });
-    const LaunchCost rearranged = launch_cost(ctx_->stream(), [&] {
-      run_rearranged(x, w, b, y);
+    const LaunchCost rearranged_cost = launch_cost(ctx_->stream(), [&] {
+      rearranged();
       return CUDNN_STATUS_SUCCESS;
     });
-    chosen_ = rearranged.device_ms < plain.device_ms;
-    const std::string verdict = std::to_string(g_.cs) + " channels, " + std::to_string(g_.rs) + "x" +
-                                std::to_string(g_.ss) + " stride 1: " + ms_text(rearranged.device_ms) +
-                                " against the plain convolution's " + ms_text(plain.device_ms);
-    notes_.push_back(std::string("forward: ") + (chosen_ ? "space-to-depth (" : "plain; space-to-depth slower (") +
-                     verdict + ")");
+    const bool faster = rearranged_cost.device_ms < plain_cost.device_ms;
+    notes_.push_back(pass + ": " + (faster ? "space-to-depth (" : "plain; space-to-depth slower (") + detail +
+                     ms_text(rearranged_cost.device_ms) + " against the plain " + plain_name + "'s " +
+                     ms_text(plain_cost.device_ms) + ")");
+    return faster;
   }
 
   std::shared_ptr<CudaContext> ctx_;

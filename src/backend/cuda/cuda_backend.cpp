@@ -273,6 +273,18 @@ class CudaBackend final : public Backend {
                            ctx_->stream());
   }
 
+  bool fuses_relu_bias_grad() const override { return true; }
+  void relu_backward_bias_grad(const Tensor& y, const Tensor& dy, const Tensor& db) override {
+    ctx_->activate();
+    check_same(y, dy, "relu_backward_bias_grad", "y", "dy");
+    if (y.shape().rank() != 4 || !db.defined() || db.dtype() != y.dtype() || db.numel() != y.shape()[1])
+      throw InvalidArgument("relu_backward_bias_grad: needs a 4-D y and dy, and db of y's channels in y's dtype");
+    const kernels::ChannelView view = kernels::channel_view(dims_of(dy));
+    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view, y.dtype()));
+    kernels::relu_backward_bias_grad(y.raw(), dy.raw(), y.dtype(), view, db.raw(), db.dtype(), scratch->data(),
+                                     ctx_->stream());
+  }
+
   void dropout_forward(const Tensor& x, float p, std::uint64_t seed, const Tensor& mask,
                        const Tensor& y) override {
     ctx_->activate();

@@ -107,6 +107,12 @@ std::size_t channel_reduce_scratch_bytes(const ChannelView& view, DType dtype);
 // db[c] = sum of dy over everything but the channel (db in db_dtype).
 void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, DType db_dtype,
                void* scratch, cudaStream_t stream);
+// A ReLU's backward and the bias gradient of the layer before it: dy = dy where y > 0, else 0, in
+// place, then db[c] = the masked dy's sum as bias_grad gives it. One pass over dy where the fast
+// channel-last reduction applies (channels a multiple of 16 bytes' elements, 16-byte aligned), the
+// two passes otherwise; the same values either way, bit for bit.
+void relu_backward_bias_grad(const void* y, void* dy, DType dtype, const ChannelView& view, void* db,
+                             DType db_dtype, void* scratch, cudaStream_t stream);
 
 struct BatchNormParams {
   double eps, momentum;

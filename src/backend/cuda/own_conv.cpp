@@ -120,9 +120,10 @@ class OwnConvKernel final : public ConvKernel {
     check(x, "backward_filter", "x", d_.input_shape());
     check(dy, "backward_filter", "dy", d_.output_shape());
     check(dw, "backward_filter", "dw", d_.weight_shape());
-    if (d_.bias) check(db, "backward_filter", "db", Shape{d_.k});
+    const bool bias_grad = d_.bias && db.defined();  // undefined: the caller computed it
+    if (bias_grad) check(db, "backward_filter", "db", Shape{d_.k});
     a->backward_filter(x.raw(), dy.raw(), dw.raw());
-    if (d_.bias) {
+    if (bias_grad) {
       const kernels::ChannelView view = kernels::channel_view(dims_of(dy));
       auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view, dtype_));
       kernels::bias_grad(dy.raw(), dtype_, view, db.raw(), dtype_, scratch->data(), ctx_->stream());
