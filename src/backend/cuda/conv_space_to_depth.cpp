@@ -74,6 +74,11 @@ class SpaceToDepthConv final : public ConvKernel {
   }
   ConvAlgoInfo info() const override {
     ConvAlgoInfo i = plain_->info();
+    // The rearranged convolution resolves its algorithms here too: a training executor asks before
+    // its activation arena exists (net/executor.cpp), so that search's transient workspace never
+    // adds to the peak on top of the arena. Inference kernels (held weights) resolve it lazily, at
+    // the first forward, as before: nothing of a weight gradient is searched there.
+    if (!held_) (void)rearranged_->info();
     if (chosen_ || filter_chosen_) {
       const ConvAlgoInfo r = rearranged_->info();
       if (chosen_) i.forward = "space_to_depth+" + r.forward;
