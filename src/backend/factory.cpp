@@ -19,15 +19,10 @@ void Backend::relu_backward_bias_grad(const Tensor&, const Tensor&, const Tensor
                      "passes (Backend::fuses_relu_bias_grad)");
 }
 
-void BatchNormKernel::forward_training_residual(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                const Tensor&) {
-  throw NotSupported("batch_norm: this backend's batch norm takes no fused residual add (Backend::fuses_batch_norm_residual)");
-}
-
-void BatchNormKernel::forward_inference_residual(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                 const Tensor&, const Tensor&, const Tensor&) {
-  throw NotSupported("batch_norm: this backend's batch norm takes no fused residual add (Backend::fuses_batch_norm_residual)");
+void BatchNormKernel::check_residual_given(bool given) const {
+  if (given != residual_)
+    throw InvalidArgument(residual_ ? "batch_norm: a kernel made with a fused residual add needs its residual input"
+                                    : "batch_norm: a residual input needs a kernel made with BatchNormDesc::residual");
 }
 
 bool cuda_backend_built() {

@@ -178,25 +178,53 @@ struct BatchNormDesc {
 
 class BatchNormKernel {
  public:
+  // residual: made with BatchNormDesc::residual (the entry points below check the calls against it).
+  explicit BatchNormKernel(bool residual) : residual_(residual) {}
   virtual ~BatchNormKernel() = default;
   // gamma, beta, running_mean, running_var, saved_mean, saved_inv_std: fp32, shape (C).
-  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                                const Tensor& running_var, const Tensor& y, const Tensor& saved_mean,
-                                const Tensor& saved_inv_std) = 0;
-  virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) = 0;
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                        const Tensor& running_var, const Tensor& y, const Tensor& saved_mean,
+                        const Tensor& saved_inv_std) {
+    check_residual_given(false);
+    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+  }
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                         const Tensor& running_var, const Tensor& y) {
+    check_residual_given(false);
+    inference(x, nullptr, gamma, beta, running_mean, running_var, y);
+  }
+  // BatchNormDesc::residual: as forward_training / forward_inference, then y = act(y + z) in the
+  // same pass (z: x's shape, dtype and layout). A kernel made with a residual add takes only these
+  // two, one made without only the two above (InvalidArgument otherwise).
+  void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                                 const Tensor& saved_mean, const Tensor& saved_inv_std) {
+    check_residual_given(true);
+    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+  }
+  void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) {
+    check_residual_given(true);
+    inference(x, &z, gamma, beta, running_mean, running_var, y);
+  }
   // dgamma, dbeta overwritten; dx overwritten or accumulated. beta is read only with a fused ReLU
   // (by backends that recompute forward's coefficients rather than keep them).
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                         const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
                         const Tensor& dgamma, const Tensor& dbeta, bool accumulate) = 0;
-  // BatchNormDesc::residual: as forward_training / forward_inference, then y = act(y + z) in the
-  // same pass (z: x's shape, dtype and layout). Kernels that cannot throw NotSupported.
-  virtual void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
-                                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                                         const Tensor& saved_mean, const Tensor& saved_inv_std);
-  virtual void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
-                                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y);
+
+ protected:
+  // The backend's forward passes; z: the fused residual add's other input, null without one (the
+  // entry points above have checked that it comes exactly when the kernel was made with one).
+  virtual void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                        const Tensor& saved_mean, const Tensor& saved_inv_std) = 0;
+  virtual void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y) = 0;
+
+ private:
+  void check_residual_given(bool given) const;
+  bool residual_;
 };
 
 // ---- softmax + cross-entropy loss -----------------------------------------------------------------

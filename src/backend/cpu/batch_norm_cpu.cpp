@@ -28,36 +28,13 @@ Affine affine(float gamma, float beta, float mean, float inv_std) {
 
 class BatchNormCpu final : public BatchNormKernel {
  public:
-  explicit BatchNormCpu(const BatchNormDesc& d) : d_(d), hw_(d.h * d.w), m_(d.n * d.h * d.w) {}
+  explicit BatchNormCpu(const BatchNormDesc& d) : BatchNormKernel(d.residual), d_(d), hw_(d.h * d.w), m_(d.n * d.h * d.w) {}
 
-  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                        const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                        const Tensor& saved_mean, const Tensor& saved_inv_std) override {
-    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
-  }
-  void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                                 const Tensor& saved_mean, const Tensor& saved_inv_std) override {
-    check_residual(z);
-    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
-  }
-  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                         const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& y) override {
-    inference(x, nullptr, gamma, beta, running_mean, running_var, y);
-  }
-  void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
-    check_residual(z);
-    inference(x, &z, gamma, beta, running_mean, running_var, y);
-  }
-
- private:
-  // z: the fused residual add's other input (BatchNormDesc::residual), else null.
+ protected:
   void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                const Tensor& saved_mean, const Tensor& saved_inv_std) {
-    check_residual_given(z);
+                const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+    if (z != nullptr) check_activation(*z, "z");
     check_activation(x, "x");
     check_activation(y, "y");
     check_param(gamma, "gamma");
@@ -98,8 +75,8 @@ class BatchNormCpu final : public BatchNormKernel {
   }
 
   void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
-                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) {
-    check_residual_given(z);
+                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
+    if (z != nullptr) check_activation(*z, "z");
     check_activation(x, "x");
     check_activation(y, "y");
     check_param(gamma, "gamma");
@@ -118,7 +95,6 @@ class BatchNormCpu final : public BatchNormKernel {
   }
 
  public:
-
   // With xhat = (x - mean) * inv_std over the M = N*H*W values of a channel:
   // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma * inv_std / M * (M dy - dbeta - xhat dgamma).
   // With a fused ReLU, dy is first zeroed where forward's normalised value was not positive (not
@@ -169,12 +145,6 @@ class BatchNormCpu final : public BatchNormKernel {
   // The value stored at flat index i: bn(x) there, plus the residual's when fused, then the ReLU.
   float output(float normalised, const float* zp, std::int64_t i) const {
     return activate(zp != nullptr ? normalised + zp[i] : normalised);
-  }
-  void check_residual(const Tensor& z) const { check_activation(z, "z"); }
-  void check_residual_given(const Tensor* z) const {
-    if ((z != nullptr) != d_.residual)
-      throw InvalidArgument(d_.residual ? "batch_norm: a kernel made with a fused residual add needs its residual input"
-                                        : "batch_norm: a residual input needs a kernel made with BatchNormDesc::residual");
   }
 
   // Calls f(flat index) for every element of channel c.

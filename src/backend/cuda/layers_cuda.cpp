@@ -216,7 +216,7 @@ namespace {
 class CudaBatchNorm final : public BatchNormKernel {
  public:
   CudaBatchNorm(std::shared_ptr<CudaContext> ctx, const BatchNormDesc& d)
-      : ctx_(std::move(ctx)), d_(d), dtype_(ctx_->dtype()), layout_(ctx_->layout()) {
+      : BatchNormKernel(d.residual), ctx_(std::move(ctx)), d_(d), dtype_(ctx_->dtype()), layout_(ctx_->layout()) {
     flat_ = d.h == 1 && d.w == 1;
     const Layout tensor_layout = flat_ ? Layout::kNCHW : layout_;
     view_ = batch_norm_view(d, layout_);
@@ -239,33 +239,12 @@ class CudaBatchNorm final : public BatchNormKernel {
     }
   }
 
-  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                        const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                        const Tensor& saved_mean, const Tensor& saved_inv_std) override {
-    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
-  }
-  void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                                 const Tensor& saved_mean, const Tensor& saved_inv_std) override {
-    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
-  }
-  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                         const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& y) override {
-    inference(x, nullptr, gamma, beta, running_mean, running_var, y);
-  }
-  void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
-                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
-    inference(x, &z, gamma, beta, running_mean, running_var, y);
-  }
-
- private:
-  // z: the fused residual add's other input (BatchNormDesc::residual), else null.
+ protected:
   void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                const Tensor& saved_mean, const Tensor& saved_inv_std) {
+                const Tensor& saved_mean, const Tensor& saved_inv_std) override {
     ctx_->activate();
-    check_residual(z, "forward_training");
+    if (z != nullptr) check_activation(*z, "forward_training", "z");
     check_activation(x, "forward_training", "x");
     check_activation(y, "forward_training", "y");
     for (const auto& [t, name] :
@@ -295,9 +274,9 @@ class CudaBatchNorm final : public BatchNormKernel {
   }
 
   void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
-                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) {
+                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
     ctx_->activate();
-    check_residual(z, "forward_inference");
+    if (z != nullptr) check_activation(*z, "forward_inference", "z");
     check_activation(x, "forward_inference", "x");
     check_activation(y, "forward_inference", "y");
     for (const auto& [t, name] :
@@ -352,13 +331,6 @@ class CudaBatchNorm final : public BatchNormKernel {
   static float* f32(const Tensor& t) { return static_cast<float*>(t.raw()); }
   kernels::BatchNormParams params(const Tensor* z) const {
     return {d_.eps, d_.momentum, d_.relu, z != nullptr ? z->raw() : nullptr};
-  }
-  // A kernel made with a fused residual add runs only with its residual input, and only it does.
-  void check_residual(const Tensor* z, const char* fn) const {
-    if ((z != nullptr) != d_.residual)
-      throw InvalidArgument(d_.residual ? "batch_norm: a kernel made with a fused residual add needs its residual input"
-                                        : "batch_norm: a residual input needs a kernel made with BatchNormDesc::residual");
-    if (z != nullptr) check_activation(*z, fn, "z");
   }
   float* forward_coef() const {
     return forward_coef_ ? static_cast<float*>(forward_coef_->data()) : nullptr;

@@ -46,6 +46,27 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The logical (k, c, r, s) of flat index j in a K x C x R x S filter: KCRS in NCHW, K R S C in NHWC.
+struct FilterIndex {
+  std::int64_t k, c, r, s;
+};
+__device__ __forceinline__ FilterIndex filter_index(std::int64_t j, std::int64_t channels, std::int64_t rows,
+                                                    std::int64_t cols, bool nhwc) {
+  FilterIndex f;
+  if (nhwc) {  // j = ((k * R + r) * S + s) * C + c
+    f.c = j % channels;
+    std::int64_t rest = j / channels;
+    f.s = rest % cols, rest /= cols;
+    f.r = rest % rows, f.k = rest / rows;
+  } else {  // j = ((k * C + c) * R + r) * S + s
+    f.s = j % cols;
+    std::int64_t rest = j / cols;
+    f.r = rest % rows, rest /= rows;
+    f.c = rest % channels, f.k = rest / channels;
+  }
+  return f;
+}
+
 // ws[k, cs, dy, dx] = w[k, c, dy*S + sy, dx*S + sx] for cs = (sy*S + sx)*C + c, zero where the tap
 // falls past the kernel (R x Sk) or cs past C*S*S. Logical KCRS in either layout (NHWC: K R S C).
 template <typename T>
@@ -54,18 +75,8 @@ __global__ void __launch_bounds__(kBlock)
   const T zero = from_float<T>(0.0f);
   const std::int64_t used = g.c * g.stride * g.stride;
   CNNERGY_GRID_STRIDE(j, count) {
-    std::int64_t k, cs, dy, dx;
-    if (nhwc) {  // j = ((k * rs + dy) * ss + dx) * cs_count + cs
-      cs = j % g.cs;
-      std::int64_t rest = j / g.cs;
-      dx = rest % g.ss, rest /= g.ss;
-      dy = rest % g.rs, k = rest / g.rs;
-    } else {  // j = ((k * cs_count + cs) * rs + dy) * ss + dx
-      dx = j % g.ss;
-      std::int64_t rest = j / g.ss;
-      dy = rest % g.rs, rest /= g.rs;
-      cs = rest % g.cs, k = rest / g.cs;
-    }
+    const FilterIndex f = filter_index(j, g.cs, g.rs, g.ss, nhwc);
+    const std::int64_t k = f.k, cs = f.c, dy = f.r, dx = f.s;
     T v = zero;
     if (cs < used) {
       const std::int64_t block = cs / g.c, ch = cs - block * g.c;
@@ -84,18 +95,8 @@ template <typename T>
 __global__ void __launch_bounds__(kBlock)
     space_to_depth_weights_grad_kernel(const T* dws, T* dw, SpaceToDepthGeom g, bool nhwc, std::int64_t count) {
   CNNERGY_GRID_STRIDE(j, count) {
-    std::int64_t k, c, ry, rx;
-    if (nhwc) {  // j = ((k * R + ry) * Sk + rx) * C + c
-      c = j % g.c;
-      std::int64_t rest = j / g.c;
-      rx = rest % g.s, rest /= g.s;
-      ry = rest % g.r, k = rest / g.r;
-    } else {  // j = ((k * C + c) * R + ry) * Sk + rx
-      rx = j % g.s;
-      std::int64_t rest = j / g.s;
-      ry = rest % g.r, rest /= g.r;
-      c = rest % g.c, k = rest / g.c;
-    }
+    const FilterIndex f = filter_index(j, g.c, g.r, g.s, nhwc);
+    const std::int64_t k = f.k, c = f.c, ry = f.r, rx = f.s;
     const std::int64_t dy = ry / g.stride, sy = ry % g.stride, dx = rx / g.stride, sx = rx % g.stride;
     const std::int64_t cs = (sy * g.stride + sx) * g.c + c;
     dw[j] = nhwc ? dws[((k * g.rs + dy) * g.ss + dx) * g.cs + cs] : dws[((k * g.cs + cs) * g.rs + dy) * g.ss + dx];
