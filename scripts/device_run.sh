@@ -312,7 +312,8 @@ run_infer_profile() {
 # Nsight Compute (clocks left alone, caches as the step left them) over the last timed step of
 # PROFILE_MODEL (resnet50) at PROFILE_BATCH (256) in bf16 NHWC: ours with --fuse-residual on and off,
 # torch.compile's default mode (CUDA graphs would hide its kernels from the range); summaries by
-# kernel category (bench/kernel_summary.py).
+# kernel category (bench/kernel_summary.py). PROFILE_UNFUSED=0 / PROFILE_PEER=0 leave out the
+# unfused run / the peer (ours alone took 20 s on an H100).
 run_train_profile() {
   gpu_info
   NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
@@ -322,12 +323,19 @@ run_train_profile() {
   ours=$(command -v bench_train_throughput)
   kprof ours 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual on $it \
     --out "$OUT/kprof_ours.json"
-  kprof ours_unfused 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual off \
-    $it --out "$OUT/kprof_ours_unfused.json"
-  kprof compile 300 python3 "$CARRY/peer_pytorch.py" --precisions "" --compile "$m:$b:bf16" --compile-repeats 1 $it \
-    --out "$OUT/kprof_compile.json"
-  kprof_summary fused_vs_unfused ours ours_unfused
-  kprof_summary ours_vs_compile ours compile
+  if [ "${PROFILE_UNFUSED:-1}" = 1 ]; then
+    kprof ours_unfused 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual off \
+      $it --out "$OUT/kprof_ours_unfused.json"
+    kprof_summary fused_vs_unfused ours ours_unfused
+  fi
+  if [ "${PROFILE_PEER:-1}" = 1 ]; then
+    kprof compile 300 python3 "$CARRY/peer_pytorch.py" --precisions "" --compile "$m:$b:bf16" --compile-repeats 1 $it \
+      --out "$OUT/kprof_compile.json"
+    kprof_summary ours_vs_compile ours compile
+  fi
+  # Ours alone: its categories, for setting against a profile from another machine or day.
+  local ks=$CARRY/kernel_summary.py; [ -f "$ks" ] || ks=bench/kernel_summary.py
+  python3 "$ks" "$OUT/kprof_ours.csv" --json "$OUT/kprof_ours.json.summary" > "$OUT/kprof_ours.txt" 2>&1 || true
   rm -f "$OUT"/kprof_*.ncu-rep  # the CSVs hold every kernel's time; the reports are too large to come back
 }
 
