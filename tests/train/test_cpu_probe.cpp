@@ -3,6 +3,7 @@
 // readable RAPL, no energy but the CPU utilisation still kept and the energies said "unavailable".
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "core/json.hpp"
@@ -31,8 +32,12 @@ TEST(CpuProbe, RaplMetersACpuWindowAndKeepsItsStatistics) {
   auto backend = create_backend(BackendOptions{});
   auto graph = build_model("lenet5");
   FixedBatchWorkload work(*graph, *backend, 4);
+  // At least 100 ms: /proc/stat counts in jiffies (10 ms), and a window in which no jiffy passed has
+  // no utilisation to report (it is then left out, not invented).
   probe->begin();
-  for (int i = 0; i < 3; ++i) work.step();
+  const auto start = std::chrono::steady_clock::now();
+  do work.step();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(100));
   test::write_file(root + "/intel-rapl:0/energy_uj", "13000000\n");           // +12 J
   test::write_file(root + "/intel-rapl:0/intel-rapl:0:1/energy_uj", "2005000\n");  // +2 J
   const auto r = probe->end();
@@ -47,7 +52,7 @@ TEST(CpuProbe, RaplMetersACpuWindowAndKeepsItsStatistics) {
 
   // No readable RAPL: time and utilisation only.
   auto bare = make_cpu_energy_probe(std::make_shared<telemetry::RaplMeter>(dir.file("none")));
-  WindowSpec ws{0.01, 2, 2, 1};
+  WindowSpec ws{0.1, 2, 2, 1};  // >= 100 ms each, as above
   const WindowResult wr = measure_windows(*backend, bare.get(), [&] { work.step(); }, ws);
   ASSERT_EQ(wr.windows.size(), 2u);
   for (const auto& w : wr.windows) {
