@@ -209,27 +209,11 @@ class BatchNormKernel {
   }
   // dgamma, dbeta overwritten; dx overwritten or accumulated. beta is read only with a fused ReLU
   // (by backends that recompute forward's coefficients rather than keep them).
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
-                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx, const Tensor& dgamma,
-                const Tensor& dbeta, bool accumulate) {
-    backward_pass(x, dy, nullptr, gamma, beta, saved_mean, saved_inv_std, dx, dgamma, dbeta, accumulate);
-  }
-  // As backward, where the ReLU after a fused residual add left its mask to this batch norm
-  // (Layer::take_output_relu_mask): dy is the gradient of that ReLU's output relu_y (this kernel's
-  // y, made with BatchNormDesc::residual and relu). dy is first masked where relu_y is not positive,
-  // in place (the masked gradient is the add's, which its other input shares), then used as above;
-  // the CUDA kernels do both in one pass where their fast path applies. relu_y may share memory with
-  // dx: it is read in full before dx is written.
-  void backward_masked(const Tensor& relu_y, const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                       const Tensor& beta, const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
-                       const Tensor& dgamma, const Tensor& dbeta, bool accumulate) {
-    backward_pass(x, dy, &relu_y, gamma, beta, saved_mean, saved_inv_std, dx, dgamma, dbeta, accumulate);
-  }
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                        const Tensor& dgamma, const Tensor& dbeta, bool accumulate) = 0;
 
  protected:
-  virtual void backward_pass(const Tensor& x, const Tensor& dy, const Tensor* relu_y, const Tensor& gamma,
-                             const Tensor& beta, const Tensor& saved_mean, const Tensor& saved_inv_std,
-                             const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, bool accumulate) = 0;
   // The backend's forward passes; z: the fused residual add's other input, null without one (the
   // entry points above have checked that it comes exactly when the kernel was made with one).
   virtual void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,

@@ -2,8 +2,7 @@
 // gradient to both inputs: nothing to do where the executor let an input's gradient share the output
 // gradient's memory (gradient_in_place), else a copy, or an accumulation where another consumer
 // already wrote. It takes the ReLU after it (Layer::fuse_relu): forward writes max(0, a + b), and
-// backward masks the output gradient by its output (once, in place, where an input shares it), or
-// leaves that to the batch norm that took the add in training (Layer::leave_relu_mask).
+// backward masks the output gradient by its output (once, in place, where an input shares it).
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -30,7 +29,6 @@ class AddLayer final : public Layer {
     return true;
   }
   bool relu_fused() const override { return relu_; }
-  void leave_relu_mask(bool leave) override { mask_left_ = leave; }
 
   void forward(const ForwardContext& ctx) override {
     if (absorbed()) return;  // the convolution before it adds (inference: Layer::fuse_residual)
@@ -46,13 +44,6 @@ class AddLayer final : public Layer {
       return dx.defined() && !ctx.accumulate[i] && dx.buffer() == dy.buffer() && dx.offset_bytes() == dy.offset_bytes();
     };
     const bool in_place = shares_dy(0) || shares_dy(1);
-    if (mask_left_) {  // the batch norm that took this add masks dy in its backward, before any other reader
-      for (std::size_t i = 0; i < 2; ++i)
-        if (ctx.input_grads[i].defined() && !shares_dy(i))
-          throw InternalError("add '" + name() + "': its ReLU mask was left to the batch norm, but input " +
-                              std::to_string(i) + "'s gradient does not share the output gradient");
-      return;
-    }
     // With the ReLU: the masked gradient either replaces dy where an input shares it, or is
     // written (or added) into each input's gradient directly.
     if (relu_ && in_place) backend().relu_backward(ctx.outputs[0], dy, dy, false);
@@ -87,7 +78,6 @@ class AddLayer final : public Layer {
 
  private:
   bool relu_ = false;
-  bool mask_left_ = false;  // Layer::leave_relu_mask: the batch norm that took this add masks dy
 };
 
 }  // namespace

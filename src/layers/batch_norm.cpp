@@ -3,8 +3,7 @@
 // checkpoints; the batch statistics saved for backward are private to the layer. A ReLU that is
 // the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu), and so may
 // the residual add that is (Layer::fuse_residual: forward then reads the add's other input as its
-// second input and writes the add's output; the add's backward still runs, or, where the executor
-// leaves the add's ReLU mask to this layer, its backward masks the gradient in its reduction pass).
+// second input and writes the add's output; backward is unchanged, the add's still runs).
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -46,12 +45,6 @@ class BatchNormLayer final : public Layer {
     fused.relu = relu;
     if (bound() || desc_.relu || desc_.residual || !backend.fuses_batch_norm_residual(fused)) return false;
     desc_ = fused;
-    return true;
-  }
-
-  bool take_output_relu_mask(bool take) override {
-    if (take && !(desc_.residual && desc_.relu)) return false;
-    masks_output_ = take;
     return true;
   }
 
@@ -116,13 +109,8 @@ class BatchNormLayer final : public Layer {
       dx = scratch_;
       accumulate = false;
     }
-    if (masks_output_)  // the add's ReLU mask, left to this layer (take_output_relu_mask)
-      kernel_->backward_masked(ctx.outputs[0], ctx.inputs[0], ctx.output_grads[0], parameters()[0].master,
-                               parameters()[1].master, saved_mean_, saved_inv_std_, dx, parameters()[0].grad,
-                               parameters()[1].grad, accumulate);
-    else
-      kernel_->backward(ctx.inputs[0], ctx.output_grads[0], parameters()[0].master, parameters()[1].master,
-                        saved_mean_, saved_inv_std_, dx, parameters()[0].grad, parameters()[1].grad, accumulate);
+    kernel_->backward(ctx.inputs[0], ctx.output_grads[0], parameters()[0].master, parameters()[1].master,
+                      saved_mean_, saved_inv_std_, dx, parameters()[0].grad, parameters()[1].grad, accumulate);
   }
 
  protected:
@@ -167,7 +155,6 @@ class BatchNormLayer final : public Layer {
   BatchNormDesc desc_;
   std::unique_ptr<BatchNormKernel> kernel_;
   Tensor saved_mean_, saved_inv_std_, scratch_;
-  bool masks_output_ = false;  // the fused add's ReLU mask is this layer's (take_output_relu_mask)
 };
 
 }  // namespace

@@ -146,13 +146,6 @@ class Layer {
     (void)relu;
     return false;
   }
-  // The ReLU mask of a fused residual add, in training: where the add's backward would only mask its
-  // output gradient in place (every input gradient shares it), the executor may leave that mask to
-  // the batch norm that took the add (take_output_relu_mask(true) returns whether it can: made with
-  // the add and its ReLU), which then masks in its own backward, in the pass that reduces that
-  // gradient, before any other reader (leave_relu_mask(true) on the add: it then runs nothing).
-  virtual bool take_output_relu_mask(bool take) { return !take; }
-  virtual void leave_relu_mask(bool leave) { (void)leave; }
   // Batch-norm folding, for inference executors (decided between setup() and bind(), like ReLU
   // fusion). A layer that can apply a per-output-channel affine map y = scale * f(x) + shift itself
   // (a convolution: scaled weights, a bias) takes the eval-mode batch norm that is its output's sole

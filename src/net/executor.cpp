@@ -359,30 +359,6 @@ void Executor::plan_and_allocate() {
     grad_group = plan_gradient_groups(gi);
   }
   auto grad_root = [&](int t) { return grad_group[static_cast<std::size_t>(t)]; };
-  // An add a batch norm took in forward, with its ReLU, whose every input gradient shares its output
-  // gradient: its backward would only mask that gradient in place, so the batch norm's backward,
-  // which reads it next, masks it in its reduction pass instead (Layer::take_output_relu_mask).
-  // Only where the batch norm is the layer right before the add: its backward then runs right
-  // after the add's, where the add's output (the mask's source, kept for the add's backward) is
-  // still intact; the one tensor that may take its memory at that step is the batch norm's input
-  // gradient, which the kernels write only after the mask is read (BatchNormKernel::backward_masked).
-  memory_.residual_masks_in_batch_norm = 0;
-  takes_residual_mask_.assign(layers_.size(), false);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const int t = forward_taken_output_of_[i];
-    if (t < 0) continue;
-    Layer& add = *layers_[i];
-    const auto bn_index = static_cast<std::size_t>(graph_.tensor(t).producer);
-    Layer& bn = *layers_[bn_index];
-    const int out = graph_.layer_outputs(i)[0];
-    bool shared = train && add.relu_fused() && bn_index + 1 == i;
-    for (const int in : graph_.layer_inputs(i)) shared = shared && (!has_grad(in) || grad_root(in) == grad_root(out));
-    const bool left = shared && bn.take_output_relu_mask(true);
-    if (!left) bn.take_output_relu_mask(false);
-    add.leave_relu_mask(left);
-    takes_residual_mask_[bn_index] = left;
-    memory_.residual_masks_in_batch_norm += left ? 1 : 0;
-  }
   // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
   // producer's backward, united over a storage group.
   std::vector<int> grad_item(num_tensors, -1);
@@ -493,8 +469,7 @@ void Executor::refresh_views() {
     for (int t : graph_.layer_outputs(i)) {
       const auto ti = static_cast<std::size_t>(t);
       io.fwd_out.push_back(activations_[ti]);
-      const bool mask_source = i < takes_residual_mask_.size() && takes_residual_mask_[i];
-      io.bwd_out.push_back(l.needs_outputs_in_backward() || mask_source ? activations_[ti] : Tensor{});
+      io.bwd_out.push_back(l.needs_outputs_in_backward() ? activations_[ti] : Tensor{});
       io.out_grads.push_back(gradients_[ti]);
     }
   }

@@ -95,7 +95,6 @@ struct MemoryReport {
   std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
   std::size_t folded_batch_norms = 0; // batch norms folded into the convolution before them
   std::size_t fused_residuals = 0;    // residual adds taken by the folded convolution or batch norm before them
-  std::size_t residual_masks_in_batch_norm = 0;  // of those (training), adds whose ReLU mask the batch norm's backward takes
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -215,9 +214,6 @@ class Executor {
   // Per layer: an add whose forward a batch norm took (fuse_residuals without folding): the batch norm's
   // output, which is then the add's output too; -1 otherwise. The add's forward runs nothing.
   std::vector<int> forward_taken_output_of_;
-  // Per layer: a batch norm that takes its fused add's ReLU mask in backward (plan_and_allocate), and
-  // so reads its output there though needs_outputs_in_backward() is false.
-  std::vector<bool> takes_residual_mask_;
   bool folds_pending_ = false;
   std::uint64_t folds_ = 0;  // folded batch norms whose weights were not computed yet
   struct ParkedMaster {

@@ -106,46 +106,6 @@ TEST_F(BatchNorm, FusedReluIsExactlyTheBatchNormThenReluPair) {
   }
 }
 
-// A fused residual add's ReLU mask left to the batch norm (backward_masked): dy is masked in place by
-// the fused output, then the plain backward runs, exactly as relu_backward followed by backward.
-TEST_F(BatchNorm, MaskedBackwardIsTheReluBackwardThenTheBackward) {
-  const Shape shape{4, 5, 3, 2};
-  BatchNormDesc d = bn(4, 5, 3, 2);
-  d.residual = true;
-  d.relu = true;
-  auto fused = backend_->make_batch_norm(d);
-  const Tensor x = random_tensor(shape, rng_, -1.5f, 2.5f), z = random_tensor(shape, rng_), dy = random_tensor(shape, rng_);
-  const Tensor gamma = random_tensor({d.c}, rng_, -1.0f, 1.5f), beta = random_tensor({d.c}, rng_);
-  std::vector<Tensor> st{Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c})};
-  const Tensor y = Tensor::host(shape);
-  fused->forward_training_residual(x, z, gamma, beta, st[0], st[1], y, st[2], st[3]);
-  const Tensor masked = Tensor::host(shape);
-  backend_->relu_backward(y, dy, masked, false);
-  for (const bool accumulate : {false, true}) {
-    const Tensor start = random_tensor(shape, rng_);
-    const Tensor dx_pair = clone(start), dx_masked = clone(start), dy_in_place = clone(dy);
-    const Tensor dg_pair = Tensor::host({d.c}), db_pair = Tensor::host({d.c}), dg = Tensor::host({d.c}),
-                 db = Tensor::host({d.c});
-    fused->backward(x, masked, gamma, beta, st[2], st[3], dx_pair, dg_pair, db_pair, accumulate);
-    fused->backward_masked(y, x, dy_in_place, gamma, beta, st[2], st[3], dx_masked, dg, db, accumulate);
-    std::int64_t zeroed = 0;
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      ASSERT_EQ(dy_in_place.f32()[i], masked.f32()[i]) << "dy " << i;
-      ASSERT_EQ(dx_masked.f32()[i], dx_pair.f32()[i]) << "dx " << i;
-      zeroed += masked.f32()[i] == 0.0f && dy.f32()[i] != 0.0f;
-    }
-    EXPECT_GT(zeroed, 0);  // the mask matters in this case
-    for (std::int64_t c = 0; c < d.c; ++c) {
-      ASSERT_EQ(dg.f32()[c], dg_pair.f32()[c]);
-      ASSERT_EQ(db.f32()[c], db_pair.f32()[c]);
-    }
-  }
-  // Only a kernel made with the add and its ReLU takes the mask.
-  auto plain = backend_->make_batch_norm(bn(4, 5, 3, 2));
-  const Tensor dx = Tensor::host(shape), dg = Tensor::host({d.c}), db = Tensor::host({d.c});
-  EXPECT_THROW(plain->backward_masked(y, x, clone(dy), gamma, beta, st[2], st[3], dx, dg, db, false), InvalidArgument);
-}
-
 TEST_F(BatchNorm, RunningAndSavedStatistics) {
   const BatchNormDesc d = bn(4, 3, 2, 5, 1e-3, 0.25);
   auto kernel = backend_->make_batch_norm(d);

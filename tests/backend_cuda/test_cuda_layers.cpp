@@ -486,28 +486,6 @@ TEST_F(CudaLayers, BatchNormFusedResidualAddIsThePairBitForBit) {
             EXPECT_TRUE(all_close(download(*g, dgf), download(*g, dgp), 0.0, 0.0)) << how << " dgamma";
             EXPECT_TRUE(all_close(download(*g, dbf), download(*g, dbp), 0.0, 0.0)) << how << " dbeta";
           }
-          // The add's ReLU mask left to the batch norm (backward_masked): dy masked in place by the
-          // fused output yf, then the plain backward; bit for bit the add's relu_backward then backward.
-          if (relu) {
-            for (const bool accumulate : {false, true}) {
-              Tensor dyp = upload(*g, dy, p.dtype, l), dym = upload(*g, dy, p.dtype, l);
-              Tensor dxp = upload(*g, dx0, p.dtype, l), dxm = upload(*g, dx0, p.dtype, l);
-              Tensor dgp = g->alloc({d.c}, DType::kF32), dbp = g->alloc({d.c}, DType::kF32);
-              Tensor dgm = g->alloc({d.c}, DType::kF32), dbm = g->alloc({d.c}, DType::kF32);
-              g->relu_backward(yf, dyp, dyp, false);
-              plain->backward(xd, dyp, gd, bd, sp[2], sp[3], dxp, dgp, dbp, accumulate);
-              fused->backward_masked(yf, xd, dym, gd, bd, sf[2], sf[3], dxm, dgm, dbm, accumulate);
-              const std::string how = what + " masked" + (accumulate ? " accumulate" : "");
-              EXPECT_TRUE(all_close(download(*g, dym), download(*g, dyp), 0.0, 0.0)) << how << " dy masked in place";
-              EXPECT_TRUE(all_close(download(*g, dxm), download(*g, dxp), 0.0, 0.0)) << how << " dx";
-              EXPECT_TRUE(all_close(download(*g, dgm), download(*g, dgp), 0.0, 0.0)) << how << " dgamma";
-              EXPECT_TRUE(all_close(download(*g, dbm), download(*g, dbp), 0.0, 0.0)) << how << " dbeta";
-            }
-            EXPECT_THROW(plain->backward_masked(yf, xd, dyd, gd, bd, sp[2], sp[3], g->alloc(s, p.dtype, l),
-                                                g->alloc({d.c}, DType::kF32), g->alloc({d.c}, DType::kF32), false),
-                         InvalidArgument)
-                << what << ": a kernel made without the add takes no mask";
-          }
           // And the CPU's fused kernel on the same data (fp32 reference; x and z hold dtype values).
           auto ref = cpu_->make_batch_norm(df);
           Tensor y_r = Tensor::host(s), st_r[4] = {Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c}),

@@ -94,27 +94,17 @@ class BatchNormCpu final : public BatchNormKernel {
     }
   }
 
+ public:
   // With xhat = (x - mean) * inv_std over the M = N*H*W values of a channel:
   // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma * inv_std / M * (M dy - dbeta - xhat dgamma).
   // With a fused ReLU, dy is first zeroed where forward's normalised value was not positive (not
-  // with a fused residual add: the add's own backward masks its output gradient and hands it on,
-  // or leaves that to this one, relu_y: then dy is zeroed in place where relu_y is not positive).
-  void backward_pass(const Tensor& x, const Tensor& dy, const Tensor* relu_y, const Tensor& gamma,
-                     const Tensor& beta, const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
-                     const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
+  // with a fused residual add: the add's own backward masks its output gradient and hands it on).
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
     check_activation(x, "x");
     check_activation(dy, "dy");
     check_activation(dx, "dx");
-    if (relu_y != nullptr) {
-      check_activation(*relu_y, "relu_y");
-      if (!(d_.residual && d_.relu))
-        throw InvalidArgument("batch_norm backward: only a kernel made with a fused residual add and its ReLU "
-                              "takes that ReLU's mask");
-      const float* yp = cf32(*relu_y);
-      float* g = mf32(dy);
-      for (std::int64_t i = 0; i < dy.numel(); ++i)  // relu_backward's values: dy, or +0
-        g[i] = yp[i] > 0.0f ? g[i] : 0.0f;
-    }
     check_param(gamma, "gamma");
     check_param(saved_mean, "saved_mean");
     check_param(saved_inv_std, "saved_inv_std");

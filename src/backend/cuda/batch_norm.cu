@@ -26,7 +26,6 @@
 #include "backend/cuda/batch_norm_plan.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_utils.cuh"
-#include "backend/cuda/kernels.hpp"
 
 namespace cnnergy::cuda::kernels {
 
@@ -214,10 +213,10 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
   launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
-void batch_norm_backward(const void* x, void* dy, void* dx, DType dtype,
+void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          const ChannelView& view, const float* gamma, const float* saved_mean,
                          const float* saved_inv_std, float* dgamma, float* dbeta,
-                         const float* relu_coef, const void* relu_y, bool accumulate, void* scratch,
+                         const float* relu_coef, bool accumulate, void* scratch,
                          cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, dy, dx);
@@ -225,13 +224,8 @@ void batch_norm_backward(const void* x, void* dy, void* dx, DType dtype,
   const bool relu = relu_coef != nullptr;
   ReluMask mask;
   if (relu) mask = ReluMask{relu_coef, view.channels};
-  const bool mask_in_reduce = relu_y != nullptr && !relu && fast && aligned_for(16, relu_y);
-  if (relu_y != nullptr && !mask_in_reduce)  // the later ReLU's mask as its own pass, then as without
-    relu_backward(relu_y, dy, dy, dtype, view.outer * view.channels * view.inner, false, stream);
   const Partials p =
-      mask_in_reduce
-          ? reduce_backward_masked(dy, x, relu_y, dtype, view, t, saved_mean, scratch, stream)
-          : reduce_channels(Reduce::kBatchNormBackward, fast, dy, x, dtype, view, t, saved_mean, scratch, stream, mask);
+      reduce_channels(Reduce::kBatchNormBackward, fast, dy, x, dtype, view, t, saved_mean, scratch, stream, mask);
   finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
   const std::int64_t count = view.outer * view.channels * view.inner;
   if (fast) {

@@ -152,11 +152,6 @@ inline float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
 Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, DType dt,
                          const ChannelView& v, const TilePlan& t, const float* mean, void* scratch,
                          cudaStream_t stream, const ReluMask& relu = {});
-// kBatchNormBackward's fast path with dy first masked where relu_y (a ReLU's output after this
-// batch norm's: a fused residual add's) is not positive, the masked dy written back into dy: the
-// sums of relu_backward then reduce_channels, bit for bit, in one pass.
-Partials reduce_backward_masked(void* dy, const void* x, const void* relu_y, DType dt, const ChannelView& v,
-                                const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream);
 // Batch statistics -> saved mean / inverse std, running estimates and forward's coefficients.
 void finish_batch_stats(const Partials& p, std::int64_t m, const float* gamma, const float* beta,
                         float* running_mean, float* running_var, float* saved_mean,

@@ -152,12 +152,10 @@ Partials launch_generic_reduce(const void* a, const void* b, DType dt, const Cha
 // shift_out by the first slice). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with
 // kRelu, dy only where forward's output was positive. 3: a (dy) masked where b (a ReLU's output y)
 // is not positive, written to masked_out (may be a), and its sum: a fused ReLU's backward and the
-// bias gradient of the layer before it in one pass (the second sum stays 0). 4: mode 2 on a (dy)
-// masked where c (a ReLU's output after this batch norm's) is not positive, the masked dy written
-// to masked_out (may be a): a later ReLU's backward and the batch norm's reduction in one pass.
+// bias gradient of the layer before it in one pass (the second sum stays 0).
 template <typename T, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
-    tile_reduce_kernel(const T* a, const T* b, const T* c, std::int64_t rows, std::int64_t channels,
+    tile_reduce_kernel(const T* a, const T* b, std::int64_t rows, std::int64_t channels,
                        const float* mean, ReluMask relu, float* partial, float* shift_out,
                        T* masked_out) {
   constexpr int K = kVec<T>;
@@ -181,7 +179,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
         for (int k = 0; k < K; ++k) shift_out[c0 + k] = center[k];
     }
-    if constexpr (kMode == 2 || kMode == 4) {
+    if constexpr (kMode == 2) {
 #pragma unroll
       for (int k = 0; k < K; ++k) center[k] = mean[c0 + k];
       if constexpr (kRelu)
@@ -189,14 +187,13 @@ __global__ void __launch_bounds__(kBlock)
         for (int k = 0; k < K; ++k) f[k] = relu.at(c0 + k);
     }
     for (std::int64_t r = r0 + ty; r < r1; r += kRowUnroll * by) {
-      Pack<T, K> va[kRowUnroll], vb[kRowUnroll], vc[kMode == 4 ? kRowUnroll : 1];
+      Pack<T, K> va[kRowUnroll], vb[kRowUnroll];
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
         const std::int64_t row = r + u * by;
         if (row < r1) {
           va[u] = load_pack<T, K>(a + row * channels + c0);
           if constexpr (kMode >= 2) vb[u] = load_pack<T, K>(b + row * channels + c0);
-          if constexpr (kMode == 4) vc[u] = load_pack<T, K>(c + row * channels + c0);
         }
       }
 #pragma unroll
@@ -209,17 +206,6 @@ __global__ void __launch_bounds__(kBlock)
             const bool passes = to_float(vb[u].v[k]) > 0.0f;
             masked.v[k] = passes ? va[u].v[k] : from_float<T>(0.0f);
             s1[k] += passes ? to_float(va[u].v[k]) : 0.0f;
-          }
-          store_pack<T, K>(masked_out + (r + u * by) * channels + c0, masked);
-        } else if constexpr (kMode == 4) {  // the values relu_backward, then mode 2, would see
-          Pack<T, K> masked;
-#pragma unroll
-          for (int k = 0; k < K; ++k) {
-            const bool passes = to_float(vc[u].v[k]) > 0.0f;
-            masked.v[k] = passes ? va[u].v[k] : from_float<T>(0.0f);
-            const float g = to_float(masked.v[k]);
-            s1[k] += g;
-            s2[k] = fmaf(g, to_float(vb[u].v[k]) - center[k], s2[k]);
           }
           store_pack<T, K>(masked_out + (r + u * by) * channels + c0, masked);
         } else {
@@ -275,21 +261,19 @@ __global__ void __launch_bounds__(kBlock)
 template <int kMode, bool kRelu = false>
 Partials launch_tile_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
                             const TilePlan& p, const float* mean, void* scratch,
-                            cudaStream_t stream, const ReluMask& relu = {}, void* masked_out = nullptr,
-                            const void* c = nullptr) {
+                            cudaStream_t stream, const ReluMask& relu = {}, void* masked_out = nullptr) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
   unsigned splits = 1;
   dispatch_float(dt, "channel reduction", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Modes 3 and 4 slice the rows as modes 0 (bias_grad) and 2 do: the same sums in the same
-    // order, so each fused pass gives the sums of its two passes bit for bit.
-    constexpr int kSliceAs = kMode == 3 ? 0 : kMode == 4 ? 2 : kMode;
-    static const int resident = resident_blocks(tile_reduce_kernel<T, kSliceAs, kRelu>);
+    // Mode 3 slices the rows as mode 0 (bias_grad) does: the same sums in the same order, so the
+    // fused pass gives the bias gradient of the two passes bit for bit.
+    static const int resident = resident_blocks(tile_reduce_kernel<T, kMode == 3 ? 0 : kMode, kRelu>);
     splits = wave_slices(resident, p, p.splits);  // one full wave: no half-empty second one
     tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, splits), dim3(p.bx, p.by), 0, stream>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(c), v.outer, v.channels, mean,
-        relu, partial, shift, static_cast<T*>(masked_out));
+        static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
+        partial, shift, static_cast<T*>(masked_out));
   });
   CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
   Partials out;
@@ -416,11 +400,6 @@ void finish_backward_stats(const Partials& p, std::int64_t m, const float* gamma
   bn_backward_finish_kernel<<<finish_grid(p.channels), kFinishBlock, 0, stream>>>(p, m, gamma, saved_inv_std,
                                                                                  dgamma, dbeta, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_finish");
-}
-
-Partials reduce_backward_masked(void* dy, const void* x, const void* relu_y, DType dt, const ChannelView& v,
-                                const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream) {
-  return launch_tile_reduce<4>(dy, x, dt, v, t, mean, scratch, stream, {}, dy, relu_y);
 }
 
 }  // namespace bn

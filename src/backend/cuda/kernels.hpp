@@ -137,13 +137,10 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
                                   void* scratch, cudaStream_t stream);
 // relu_coef: where forward_training with saved_coef kept its coefficients (2C floats); dy is then
 // the gradient of the fused ReLU's output. Null: no ReLU.
-// relu_y: the output of a ReLU after the batch norm's (that of a fused residual add, whose backward
-// left its mask to this one; x's view): dy is first masked where relu_y is not positive, in place
-// (dy is then written), in the same pass as the reduction where its fast path applies. Null: none.
-void batch_norm_backward(const void* x, void* dy, void* dx, DType dtype,
+void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          const ChannelView& view, const float* gamma, const float* saved_mean,
                          const float* saved_inv_std, float* dgamma, float* dbeta,
-                         const float* relu_coef, const void* relu_y, bool accumulate, void* scratch,
+                         const float* relu_coef, bool accumulate, void* scratch,
                          cudaStream_t stream);
 
 // ---- pooling and LRN (pool_lrn.cu) --------------------------------------------------------------

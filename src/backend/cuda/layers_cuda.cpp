@@ -299,24 +299,19 @@ class CudaBatchNorm final : public BatchNormKernel {
                                           scratch->data(), ctx_->stream());
   }
 
-  void backward_pass(const Tensor& x, const Tensor& dy, const Tensor* relu_y, const Tensor& gamma,
-                     const Tensor& /*beta*/, const Tensor& saved_mean, const Tensor& saved_inv_std,
-                     const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
+ public:
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& /*beta*/,
+                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
     ctx_->activate();
     check_activation(x, "backward", "x");
     check_activation(dy, "backward", "dy");
     check_activation(dx, "backward", "dx");
-    if (relu_y != nullptr) {
-      check_activation(*relu_y, "backward", "relu_y");
-      if (!(d_.residual && d_.relu))
-        throw InvalidArgument("batch_norm backward: only a kernel made with a fused residual add and its ReLU "
-                              "takes that ReLU's mask");
-    }
     for (const auto& [t, name] : {std::pair{&gamma, "gamma"}, std::pair{&saved_mean, "saved_mean"},
                                   std::pair{&saved_inv_std, "saved_inv_std"},
                                   std::pair{&dgamma, "dgamma"}, std::pair{&dbeta, "dbeta"}})
       check_param(*t, "backward", name);
-    if (use_cudnn_ && relu_y == nullptr) {  // (a fused residual add never runs on cuDNN's)
+    if (use_cudnn_) {
       const float one = 1.0f, zero = 0.0f, data_beta = accumulate ? 1.0f : 0.0f;
       if (cudnn_ran(cudnnBatchNormalizationBackward(
                         ctx_->cudnn(), mode_, &one, &data_beta, &one, &zero, x_desc_, x.raw(),
@@ -329,8 +324,7 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_backward(x.raw(), dy.raw(), dx.raw(), dtype_, view_, f32(gamma),
                                  f32(saved_mean), f32(saved_inv_std), f32(dgamma), f32(dbeta),
-                                 forward_coef(), relu_y != nullptr ? relu_y->raw() : nullptr, accumulate,
-                                 scratch->data(), ctx_->stream());
+                                 forward_coef(), accumulate, scratch->data(), ctx_->stream());
   }
 
  private:
