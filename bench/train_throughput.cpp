@@ -24,6 +24,7 @@
 
 #include "backend/ops.hpp"
 #include "cli/args.hpp"
+#include "cli/vocabulary.hpp"
 #include "core/algo_cache.hpp"
 #include "core/errors.hpp"
 #include "measure/nvml_probe.hpp"
@@ -357,11 +358,12 @@ int main(int argc, char** argv) {
            "host times a little");
     p.option("workspace-mib", "cap on each convolution's workspace, in MiB (BackendOptions::workspace_limit_bytes)",
              "4096");
-    p.option("windows",
-             "energy windows per cell after the timed iterations: the step back to back for --window-s seconds "
-             "each, metered by NVML's energy counter; joules per image as the median and range (0: none)",
-             "0");
-    p.option("window-s", "minimum length of each energy window, in seconds", "3");
+    // --windows / --window-s (the commands' vocabulary): energy windows per cell after the timed
+    // iterations, the step back to back, metered by NVML's energy counter; 0 windows: none.
+    cli::declare_window_flags(p, "0", "3");
+    p.epilog("--windows N (> 0): after the timed iterations, N windows of the step back to back, each at least\n"
+             "--window-s seconds, metered by NVML's energy counter: joules per image as the median window and\n"
+             "the range, watts, and the windows' img/s (0, the default: no energy).");
     p.option("out", "JSON output file", "train_throughput.json");
     if (!p.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
     const int iters = static_cast<int>(p.get_int("iters", 1, 100000));
