@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -138,6 +139,9 @@ struct Cell {
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
+  std::optional<std::int64_t> activation_budget_mib;  // ExecutorOptions::activation_budget_bytes (unset: none)
+  std::size_t recomputed_outputs = 0;  // batch-norm outputs recomputed in backward to meet it
+  double recomputed_mib = 0;
   int windows = 0;             // --windows: energy windows after the timed iterations (0: none)
   double window_s = 3.0;       // --window-s: minimum length of each
   std::string status = "ok";
@@ -150,6 +154,7 @@ struct Cell {
   double algo_search_s = 0;    // of which the convolution algorithm search
   std::size_t algo_searched = 0, algo_cached = 0;  // problems searched / decisions from the cache
   double conv_workspace_mib = 0;  // the convolutions' shared workspace after the timed iterations
+  double in_use_mib = 0;          // device memory held after the timed iterations (peak_mem_mib: the most at any time)
   // Where the memory in use goes (Executor::memory()): the pooled activations and their gradients
   // (and the most of them live at one step), parameters with their working copies and gradients,
   // layer state (batch-norm statistics, masks, loss buffers); the solver's momentum is the rest's.
@@ -182,7 +187,10 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
   auto graph = build_model(cell.model, input, std::nullopt);
-  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234, cell.cuda_graph, cell.fuse_relu, cell.fuse_residual);
+  std::optional<std::size_t> budget;
+  if (cell.activation_budget_mib) budget = static_cast<std::size_t>(*cell.activation_budget_mib) << 20;
+  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234, cell.cuda_graph, cell.fuse_relu, cell.fuse_residual,
+                          budget);
   Executor& exec = work.executor();
   SgdSolver& solver = work.solver();
 
@@ -261,11 +269,14 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   const MemoryStats mem = backend->memory_stats();
   cell.peak_mem_mib = static_cast<double>(mem.peak_bytes) / (1024.0 * 1024.0);
   cell.conv_workspace_mib = static_cast<double>(mem.conv_workspace_bytes) / (1024.0 * 1024.0);
+  cell.in_use_mib = static_cast<double>(mem.in_use_bytes) / (1024.0 * 1024.0);
   const MemoryReport& held = exec.memory();
   cell.activation_mib = static_cast<double>(held.activation_bytes) / (1024.0 * 1024.0);
   cell.live_peak_mib = static_cast<double>(held.live_peak_bytes) / (1024.0 * 1024.0);
   cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
+  cell.recomputed_outputs = held.recomputed_outputs;
+  cell.recomputed_mib = static_cast<double>(held.recomputed_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
   if (cell.windows > 0) measure_energy(cell, *backend, work);
 }
@@ -358,6 +369,11 @@ int main(int argc, char** argv) {
            "host times a little");
     p.option("workspace-mib", "cap on each convolution's workspace, in MiB (BackendOptions::workspace_limit_bytes)",
              "4096");
+    p.option("activation-budget-mib",
+             "comma list, a cell each: off (nothing recomputed) or MiB, the budget for the activations and their "
+             "gradients live at one step, met by recomputing batch-norm and pooling outputs in backward (as "
+             "train's --activation-budget-mib; 0 recomputes as many as lower the peak)",
+             "off");
     // --windows / --window-s (the commands' vocabulary): energy windows per cell after the timed
     // iterations, the step back to back, metered by NVML's energy counter; 0 windows: none.
     cli::declare_window_flags(p, "0", "3");
@@ -370,6 +386,18 @@ int main(int argc, char** argv) {
     const int warmup = static_cast<int>(p.get_int("warmup", 0, 100000));
     const auto image = p.get_int("image", 0, 4096);
     const auto workspace_mib = p.get_int("workspace-mib", 1, 1 << 20);
+    std::vector<std::optional<std::int64_t>> budgets;
+    for (const auto& b : cli::split_list(p.get("activation-budget-mib"), "activation budget")) {
+      if (b == "off") {
+        budgets.emplace_back();
+        continue;
+      }
+      char* end = nullptr;
+      const long long v = std::strtoll(b.c_str(), &end, 10);
+      if (end == b.c_str() || *end != '\0' || v < 0)
+        throw InvalidArgument("--activation-budget-mib takes off or a MiB count >= 0, got '" + b + "'");
+      budgets.emplace_back(v);
+    }
     const int windows = static_cast<int>(p.get_int("windows", 0, 1000));
     const double window_s = p.get_double("window-s", 0.1, 3600);
     std::vector<Cell> cells;
@@ -380,7 +408,8 @@ int main(int argc, char** argv) {
           for (const bool graphed : {false, true})
             for (const bool fused : {true, false})
             for (const bool residual : {true, false})
-            for (const bool s2d : {true, false}) {
+            for (const bool s2d : {true, false})
+            for (const auto& budget : budgets) {
             if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
             if (fused ? p.get("fuse-relu") == "off" : p.get("fuse-relu") == "on") continue;
             if (residual ? p.get("fuse-residual") == "off" : p.get("fuse-residual") == "on") continue;
@@ -402,6 +431,7 @@ int main(int argc, char** argv) {
             c.host_layers = p.get_flag("host-layers");
             c.device = p.get("device");
             c.workspace_mib = workspace_mib;
+            c.activation_budget_mib = budget;
             c.windows = windows;
             c.window_s = window_s;
             cells.push_back(c);
@@ -431,9 +461,12 @@ int main(int argc, char** argv) {
             << ", \"first_step_s\": " << c.first_step_s << ", \"algo_search_s\": " << c.algo_search_s
             << ", \"algo_searched\": " << c.algo_searched << ", \"algo_cached\": " << c.algo_cached
             << ", \"warmup\": " << warmup << ", \"workspace_limit_mib\": " << c.workspace_mib
-            << ", \"conv_workspace_mib\": " << c.conv_workspace_mib << ", \"activation_mib\": " << c.activation_mib
+            << ", \"conv_workspace_mib\": " << c.conv_workspace_mib << ", \"in_use_mib\": " << c.in_use_mib
+            << ", \"activation_mib\": " << c.activation_mib
             << ", \"live_peak_mib\": " << c.live_peak_mib << ", \"parameter_mib\": " << c.parameter_mib
-            << ", \"layer_state_mib\": " << c.layer_state_mib;
+            << ", \"layer_state_mib\": " << c.layer_state_mib << ", \"activation_budget_mib\": "
+            << (c.activation_budget_mib ? std::to_string(*c.activation_budget_mib) : std::string("null"))
+            << ", \"recomputed_outputs\": " << c.recomputed_outputs << ", \"recomputed_mib\": " << c.recomputed_mib;
         if (c.windows > 0 && c.status == "ok") {
           auto opt = [](const std::optional<double>& v) { return v ? std::to_string(*v) : std::string("null"); };
           out << ", \"energy\": {\"source\": \"" << json_escape(c.energy_source) << "\", \"windows\": " << c.windows
@@ -486,9 +519,13 @@ int main(int argc, char** argv) {
                     c.first_step_s, c.algo_search_s, c.algo_searched, c.algo_cached, c.conv_workspace_mib,
                     static_cast<long long>(c.workspace_mib));
         std::printf("    memory held: activations and their gradients %.0f MiB (at most %.0f live at once), "
-                    "parameters %.0f, layer state %.0f, convolution workspace %.0f; peak %.0f MiB\n",
+                    "parameters %.0f, layer state %.0f, convolution workspace %.0f; held after the step %.0f, "
+                    "peak %.0f MiB\n",
                     c.activation_mib, c.live_peak_mib, c.parameter_mib, c.layer_state_mib, c.conv_workspace_mib,
-                    c.peak_mem_mib);
+                    c.in_use_mib, c.peak_mem_mib);
+        if (c.activation_budget_mib)
+          std::printf("    activation budget %lld MiB: %zu batch-norm and pooling outputs (%.0f MiB) recomputed in backward\n",
+                      static_cast<long long>(*c.activation_budget_mib), c.recomputed_outputs, c.recomputed_mib);
         if (c.windows > 0) {
           if (c.joules_per_image)
             std::printf("    energy (%s): %.4f J/image [%.4f, %.4f] over %d windows of %lld steps, +/- %.4f sensor; "

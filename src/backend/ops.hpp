@@ -207,6 +207,16 @@ class BatchNormKernel {
     check_residual_given(true);
     inference(x, &z, gamma, beta, running_mean, running_var, y);
   }
+  // Writes the latest forward_training's y again from the same x, bit for bit (its ReLU included),
+  // with the coefficients that forward used: the executor's recomputation, which drops y after
+  // forward and rebuilds it just before the first backward that reads it (ExecutorOptions::
+  // activation_budget_bytes). Not after a fused residual add (InvalidArgument), and only where
+  // Backend::recomputes_batch_norm_output(desc) holds. gamma, beta, saved_*: as forward_training's.
+  void recompute_output(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& saved_mean,
+                        const Tensor& saved_inv_std, const Tensor& y) {
+    check_residual_given(false);
+    reapply(x, gamma, beta, saved_mean, saved_inv_std, y);
+  }
   // dgamma, dbeta overwritten; dx overwritten or accumulated. beta is read only with a fused ReLU
   // (by backends that recompute forward's coefficients rather than keep them).
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
@@ -221,6 +231,8 @@ class BatchNormKernel {
                         const Tensor& saved_mean, const Tensor& saved_inv_std) = 0;
   virtual void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y) = 0;
+  virtual void reapply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& saved_mean,
+                       const Tensor& saved_inv_std, const Tensor& y) = 0;
 
  private:
   void check_residual_given(bool given) const;
@@ -418,6 +430,12 @@ class Backend {
   // Whether make_batch_norm takes desc with residual = true (BatchNormDesc::residual; the executor
   // offers a batch norm the residual add that is its output's sole consumer where this holds).
   virtual bool fuses_batch_norm_residual(const BatchNormDesc& desc) const {
+    (void)desc;
+    return false;
+  }
+  // Whether the kernel make_batch_norm(desc) returns can write its training output again bit for bit
+  // (BatchNormKernel::recompute_output; never with desc.residual).
+  virtual bool recomputes_batch_norm_output(const BatchNormDesc& desc) const {
     (void)desc;
     return false;
   }

@@ -3,7 +3,10 @@
 // so they mean the same everywhere.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "backend/ops.hpp"
@@ -36,6 +39,19 @@ inline void declare_space_to_depth_flag(ArgParser& p) {
            "convolution over its input's S x S blocks taken as channels, where that times faster (forward and "
            "weight gradient each decided per layer on their first call); off runs it as it is",
            "on", {"on", "off"});
+}
+
+// --activation-budget-mib (train, profile; bench_train_throughput): ExecutorOptions::activation_budget_bytes.
+inline void declare_activation_budget_flag(ArgParser& p) {
+  p.option("activation-budget-mib",
+           "training: keep the activations and their gradients live at one step within this many MiB by "
+           "dropping batch-norm and pooling outputs after forward and recomputing them, bit for bit, just before "
+           "the first backward that reads them (batch norms first, until it fits; 0 recomputes as many as lower the "
+           "peak; each costs that layer's forward pass again). Unset: nothing is recomputed");
+}
+inline std::optional<std::size_t> activation_budget_from_flags(const ArgParser& p) {
+  if (!p.get_optional("activation-budget-mib")) return std::nullopt;
+  return static_cast<std::size_t>(p.get_int("activation-budget-mib", 0, std::int64_t{1} << 40)) << 20;
 }
 
 // --algo-cache's directory ("" when the cache is off), after the environment and defaults.

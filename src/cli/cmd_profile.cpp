@@ -70,6 +70,7 @@ int run_profile(const std::vector<std::string>& args) {
            "on", {"on", "off"});
   declare_fuse_epilogue_flag(p);
   declare_space_to_depth_flag(p);
+  declare_activation_budget_flag(p);
   p.option("extrapolate-epochs", "whole-training estimate for this many epochs (0 = none)", "0");
   p.option("dataset-size", "samples per epoch for the estimate", "1281167");
   declare_window_flags(p, "3", "1.0");
@@ -98,7 +99,8 @@ int run_profile(const std::vector<std::string>& args) {
 
   auto graph = build_model(p.get("MODEL"), input, classes);
   auto backend = create_backend(bo);
-  FixedBatchWorkload work(*graph, *backend, batch, 1, /*cuda_graph=*/false, p.get("fuse-relu") == "on");
+  FixedBatchWorkload work(*graph, *backend, batch, 1, /*cuda_graph=*/false, p.get("fuse-relu") == "on",
+                          /*fuse_residual=*/true, activation_budget_from_flags(p));
   Executor& ex = work.executor();
   SgdSolver& solver = work.solver();
   const AlgoSearchStats search = backend->algo_search_stats();  // binding searched, before any window

@@ -84,6 +84,9 @@ Json report_json(const Graph& graph, const Backend& backend, const std::string& 
   j["joules_to_target"] = optional_json(report.joules_to_target);
   j["flops_per_sample"] = report.flops_per_sample;
   j["peak_memory_bytes"] = report.peak_memory_bytes;
+  j["activation_bytes"] = report.activation_bytes;
+  j["activation_budget_bytes"] = tc.activation_budget_bytes ? Json(static_cast<double>(*tc.activation_budget_bytes)) : Json();
+  j["recomputed_outputs"] = report.recomputed_outputs;
   j["cuda_graph"] = tc.cuda_graph;
   j["graph_recordings"] = report.graph_recordings;
   return j;
@@ -125,6 +128,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("algo-cache", kAlgoCacheHelp);
   declare_fuse_epilogue_flag(p);
   declare_space_to_depth_flag(p);
+  declare_activation_budget_flag(p);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note)", "auto");
   p.option("workers", "data-loader threads", "2");
   p.option("prefetch", "batches prefetched", "3");
@@ -173,6 +177,7 @@ int run_train(const std::vector<std::string>& args) {
   tc.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
   tc.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
   tc.cuda_graph = p.get_flag("cuda-graph");
+  tc.activation_budget_bytes = activation_budget_from_flags(p);
 
   std::optional<Shape> input;
   if (auto s = p.get_optional("input")) input = parse_shape(*s);
@@ -217,6 +222,11 @@ int run_train(const std::vector<std::string>& args) {
     std::printf("  GFLOPS    %9.1f  (forward+backward FLOPs of the layers / iteration time)\n",
                 report.flops_per_sample * static_cast<double>(tc.batch_size) / it_s / 1e9);
   std::printf("  loader waits: %.1f ms in total; total time %.2f s\n", report.loader_wait_ms, report.total_seconds);
+  if (tc.activation_budget_bytes)
+    std::printf("activations and their gradients: %.1f MiB planned (budget %.1f MiB); %zu outputs recomputed in "
+                "backward\n",
+                static_cast<double>(report.activation_bytes) / 1048576.0,
+                static_cast<double>(*tc.activation_budget_bytes) / 1048576.0, report.recomputed_outputs);
   double train_s = 0, joules = 0;
   std::int64_t iters = 0;
   for (const auto& e : report.epochs) {

@@ -99,6 +99,14 @@ class BatchNormLayer final : public Layer {
     }
   }
 
+  bool recomputes_output() const override {
+    return bound() && !absorbed() && !desc_.residual && backend().recomputes_batch_norm_output(desc_);
+  }
+  void recompute_output(const Tensor& input, const Tensor& output) override {
+    kernel_->recompute_output(input, parameters()[0].master, parameters()[1].master, saved_mean_, saved_inv_std_,
+                              output);
+  }
+
   // The kernel always writes dgamma/dbeta; with no data gradient wanted (BN on the network
   // input) dx goes to a private scratch tensor.
   void backward(const BackwardContext& ctx) override {

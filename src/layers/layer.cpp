@@ -24,6 +24,12 @@ std::string_view category_name(LayerCategory c) {
   return "other";
 }
 
+void Layer::recompute_output(const Tensor& input, const Tensor& output) {
+  (void)input;
+  (void)output;
+  throw InternalError("layer '" + name_ + "' (" + type() + ") cannot recompute its output");
+}
+
 std::vector<Shape> Layer::setup(std::span<const Shape> input_shapes) {
   if (bound()) throw InternalError("layer '" + name_ + "': setup() after bind()");
   for (const auto& s : input_shapes) {

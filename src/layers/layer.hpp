@@ -166,6 +166,15 @@ class Layer {
   bool absorbed() const { return !absorbed_into_.empty(); }
   const std::string& absorbed_into() const { return absorbed_into_; }  // "" unless absorbed
 
+  // Recomputation (ExecutorOptions::activation_budget_bytes). Whether the bound layer can write its
+  // latest training output again, bit for bit, from its one input and its own saved state, any time
+  // between that forward(kTrain) and its own backward (a batch norm where the backend's kernel can:
+  // Backend::recomputes_batch_norm_output; never with a fused residual add); and doing it. The
+  // executor then keeps the output only through forward and rebuilds it before the first backward
+  // that reads it.
+  virtual bool recomputes_output() const { return false; }
+  virtual void recompute_output(const Tensor& input, const Tensor& output);
+
   // Device memory the bound layer holds besides parameters and buffers (BN saved statistics,
   // dropout mask, loss probabilities), for memory reports.
   virtual std::size_t private_bytes() const { return 0; }

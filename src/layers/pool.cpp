@@ -27,6 +27,9 @@ class PoolLayer final : public Layer {
   bool needs_outputs_in_backward() const override { return true; }
 
   void forward(const ForwardContext& ctx) override { kernel_->forward(ctx.inputs[0], ctx.outputs[0]); }
+  // Pooling is a function of its input alone: running forward again writes the same output.
+  bool recomputes_output() const override { return bound(); }
+  void recompute_output(const Tensor& input, const Tensor& output) override { kernel_->forward(input, output); }
   void backward(const BackwardContext& ctx) override {
     if (!ctx.input_grads[0].defined()) return;
     kernel_->backward(ctx.inputs[0], ctx.outputs[0], ctx.output_grads[0], ctx.input_grads[0], ctx.accumulate[0]);

@@ -59,13 +59,18 @@ std::size_t place(std::vector<Interval>& items) {
 }
 
 // The most bytes live at any one step: no placement can use less.
-std::size_t live_peak(const std::vector<Interval>& items) {
+std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items);
+std::size_t live_peak(const std::vector<Interval>& items) { return live_peak_at(items).first; }
+
+// live_peak with the first step where it is reached.
+std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items) {
   int last = 0;
   for (const auto& it : items) last = std::max(last, it.end);
   std::vector<std::size_t> live(static_cast<std::size_t>(last) + 2, 0);
   for (const auto& it : items)
     for (int s = it.start; s <= it.end; ++s) live[static_cast<std::size_t>(s)] += it.bytes;
-  return live.empty() ? 0 : *std::max_element(live.begin(), live.end());
+  const auto peak = std::max_element(live.begin(), live.end());
+  return {*peak, static_cast<int>(peak - live.begin())};
 }
 
 }  // namespace
@@ -311,34 +316,45 @@ void Executor::plan_and_allocate() {
     group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(x)];
   }
 
-  // Activation intervals per group.
-  std::vector<Interval> items;
-  std::vector<int> group_item(num_tensors, -1);
+  // Activation intervals per group: forward (producer to last forward reader) and backward (the
+  // backward steps that read it), kept apart so that a recomputed group can drop between them.
+  struct GroupSpan {
+    int start = 0, forward_end = 0;
+    int backward_start = std::numeric_limits<int>::max(), backward_end = -1;  // none: end < start
+    std::size_t bytes = 0;
+    bool used = false;
+  };
+  std::vector<GroupSpan> spans(num_tensors);
   std::size_t naive = 0;
   for (std::size_t t = 1; t < num_tensors; ++t) {
     const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
-    int start = gt.producer;
-    int end = gt.producer;
+    GroupSpan mine;
+    mine.start = gt.producer;
+    mine.forward_end = gt.producer;
+    auto read_in_backward = [&](int layer) {
+      mine.backward_start = std::min(mine.backward_start, bwd_step(layer));
+      mine.backward_end = std::max(mine.backward_end, bwd_step(layer));
+    };
     for (int c : gt.consumers) {
-      end = std::max(end, c);
-      if (train && layers_[static_cast<std::size_t>(c)]->needs_inputs_in_backward()) end = std::max(end, bwd_step(c));
+      mine.forward_end = std::max(mine.forward_end, c);
+      if (train && layers_[static_cast<std::size_t>(c)]->needs_inputs_in_backward()) read_in_backward(c);
     }
-    if (train && layers_[static_cast<std::size_t>(gt.producer)]->needs_outputs_in_backward())
-      end = std::max(end, bwd_step(gt.producer));
-    if (static_cast<int>(t) == graph_.logits_tensor()) end = 2 * num_layers;  // readable after the iteration
-    const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
+    if (train && layers_[static_cast<std::size_t>(gt.producer)]->needs_outputs_in_backward()) read_in_backward(gt.producer);
+    if (static_cast<int>(t) == graph_.logits_tensor()) read_in_backward(-1);  // readable after the iteration
+    mine.bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
     const auto producer = static_cast<std::size_t>(gt.producer);
-    if (!layers_[producer]->absorbed() && forward_taken_output_of_[producer] < 0) naive += bytes;  // else the producer's
-    const auto g = static_cast<std::size_t>(group[t]);
-    if (group_item[g] < 0) {
-      group_item[g] = static_cast<int>(items.size());
-      items.push_back(Interval{start, end, bytes, 0});
-    } else {
-      Interval& it = items[static_cast<std::size_t>(group_item[g])];
-      it.start = std::min(it.start, start);
-      it.end = std::max(it.end, end);
-      it.bytes = std::max(it.bytes, bytes);
+    if (!layers_[producer]->absorbed() && forward_taken_output_of_[producer] < 0) naive += mine.bytes;  // else the producer's
+    GroupSpan& g = spans[static_cast<std::size_t>(group[t])];
+    if (!g.used) {
+      g = mine;
+      g.used = true;
+      continue;
     }
+    g.start = std::min(g.start, mine.start);
+    g.forward_end = std::max(g.forward_end, mine.forward_end);
+    g.backward_start = std::min(g.backward_start, mine.backward_start);
+    g.backward_end = std::max(g.backward_end, mine.backward_end);
+    g.bytes = std::max(g.bytes, mine.bytes);
   }
   // Gradient storage groups (gradient_groups.hpp): an input's gradient shares its layer's output
   // gradient where the layer allows it (Layer::gradient_in_place: ReLU, add) and the plan stays
@@ -360,7 +376,8 @@ void Executor::plan_and_allocate() {
   }
   auto grad_root = [&](int t) { return grad_group[static_cast<std::size_t>(t)]; };
   // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
-  // producer's backward, united over a storage group.
+  // producer's backward, united over a storage group (indices into grad_items).
+  std::vector<Interval> grad_items;
   std::vector<int> grad_item(num_tensors, -1);
   if (train) {
     std::vector<int> group_grad_item(num_tensors, -1);
@@ -372,10 +389,10 @@ void Executor::plan_and_allocate() {
       const Interval mine{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, 0};
       int& item = group_grad_item[static_cast<std::size_t>(grad_root(static_cast<int>(t)))];
       if (item < 0) {
-        item = static_cast<int>(items.size());
-        items.push_back(mine);
+        item = static_cast<int>(grad_items.size());
+        grad_items.push_back(mine);
       } else {
-        Interval& it = items[static_cast<std::size_t>(item)];
+        Interval& it = grad_items[static_cast<std::size_t>(item)];
         it.start = std::min(it.start, mine.start);
         it.end = std::max(it.end, mine.end);
         it.bytes = std::max(it.bytes, mine.bytes);
@@ -383,6 +400,88 @@ void Executor::plan_and_allocate() {
       grad_item[t] = item;
     }
   }
+
+  // The plan's items for a choice of recomputed groups: every activation group one interval from its
+  // producer to its last reader, a recomputed one two (forward, and from its rebuild to its last
+  // backward reader); then the gradients. group_item / backward_item: a group's items (-1: none).
+  std::vector<int> group_item(num_tensors, -1), backward_item(num_tensors, -1);
+  auto build_items = [&](const std::vector<char>& recomputed) {
+    std::vector<Interval> out;
+    std::fill(group_item.begin(), group_item.end(), -1);
+    std::fill(backward_item.begin(), backward_item.end(), -1);
+    for (std::size_t g = 1; g < num_tensors; ++g) {
+      const GroupSpan& sp = spans[g];
+      if (!sp.used) continue;
+      const bool read_back = sp.backward_end >= sp.backward_start;
+      group_item[g] = static_cast<int>(out.size());
+      if (recomputed[g]) {
+        out.push_back(Interval{sp.start, sp.forward_end, sp.bytes, 0});
+        backward_item[g] = static_cast<int>(out.size());
+        out.push_back(Interval{sp.backward_start, sp.backward_end, sp.bytes, 0});
+      } else {
+        out.push_back(Interval{sp.start, read_back ? std::max(sp.forward_end, sp.backward_end) : sp.forward_end, sp.bytes, 0});
+      }
+    }
+    const auto base = static_cast<int>(out.size());
+    out.insert(out.end(), grad_items.begin(), grad_items.end());
+    return std::pair{std::move(out), base};
+  };
+  // Recomputation (ExecutorOptions::activation_budget_bytes): while the most bytes live at one step
+  // exceed the budget, a candidate group live at that step is recomputed (the most bytes freed per
+  // byte its rebuild moves first, then the largest).
+  std::vector<char> recomputed(num_tensors, 0);
+  recompute_before_.assign(layers_.size(), {});
+  memory_.recomputed_outputs = 0;
+  memory_.recomputed_bytes = 0;
+  if (train && reuse && options_.activation_budget_bytes) {
+    const std::vector<RecomputeCandidate> candidates = recompute_candidates(group, [&](int g) {
+      const GroupSpan& sp = spans[static_cast<std::size_t>(g)];
+      return sp.used && sp.backward_end >= sp.backward_start;
+    });
+    std::vector<char> taken(candidates.size(), 0);
+    auto better = [&](const RecomputeCandidate& a, const RecomputeCandidate& b) {
+      const double ba = static_cast<double>(spans[static_cast<std::size_t>(a.group)].bytes);
+      const double bb = static_cast<double>(spans[static_cast<std::size_t>(b.group)].bytes);
+      const double ra = ba / (ba + static_cast<double>(bytes_of(shape_of(a.input), dtype)));
+      const double rb = bb / (bb + static_cast<double>(bytes_of(shape_of(b.input), dtype)));
+      return ra != rb ? ra > rb : ba > bb;
+    };
+    for (;;) {
+      const auto [trial, base] = build_items(recomputed);
+      (void)base;
+      const auto [peak_bytes, peak_step] = live_peak_at(trial);
+      if (peak_bytes <= *options_.activation_budget_bytes) break;
+      int best = -1;
+      for (std::size_t k = 0; k < candidates.size(); ++k) {
+        const RecomputeCandidate& c = candidates[k];
+        const GroupSpan& sp = spans[static_cast<std::size_t>(c.group)];
+        if (taken[k] || sp.forward_end >= peak_step || sp.backward_start <= peak_step) continue;  // not freed there
+        // A batch norm reading a recomputed output, or whose output another recomputation reads,
+        // would rebuild from a buffer not yet rebuilt: one of the two only.
+        if (recomputed[static_cast<std::size_t>(group[static_cast<std::size_t>(c.input)])]) continue;
+        bool read_by_taken = false;
+        for (std::size_t j = 0; j < candidates.size(); ++j)
+          read_by_taken = read_by_taken || (taken[j] && group[static_cast<std::size_t>(candidates[j].input)] == c.group);
+        if (read_by_taken) continue;
+        // The most bytes freed per byte the rebuild moves (it reads the input, writes the output): a
+        // batch norm's output before a pooled one; then the larger.
+        if (best < 0 || better(c, candidates[static_cast<std::size_t>(best)])) best = static_cast<int>(k);
+      }
+      if (best < 0) break;  // nothing left that is live at the peak
+      const RecomputeCandidate& c = candidates[static_cast<std::size_t>(best)];
+      taken[static_cast<std::size_t>(best)] = 1;
+      recomputed[static_cast<std::size_t>(c.group)] = 1;
+      // Rebuilt just before the first backward that reads it.
+      const int reader = 2 * num_layers - 1 - spans[static_cast<std::size_t>(c.group)].backward_start;
+      recompute_before_[static_cast<std::size_t>(reader)].push_back(Recompute{c.layer, c.input, c.group});
+      ++memory_.recomputed_outputs;
+      memory_.recomputed_bytes += spans[static_cast<std::size_t>(c.group)].bytes;
+    }
+  }
+  auto built = build_items(recomputed);
+  std::vector<Interval>& items = built.first;
+  for (int& g : grad_item)
+    if (g >= 0) g += built.second;
 
   const std::size_t arena = reuse ? place(items) : 0;
   if (host_budget_) {  // CPU: the planned activations plus what binding allocated, before allocating them
@@ -421,9 +520,13 @@ void Executor::plan_and_allocate() {
     return Tensor(s, dtype, layout, pool_.front(), it.offset);
   };
   activations_.assign(num_tensors, Tensor{});
+  backward_activations_.assign(num_tensors, Tensor{});
   gradients_.assign(num_tensors, Tensor{});
   for (std::size_t t = 1; t < num_tensors; ++t) {
-    activations_[t] = view(static_cast<int>(t), group_item[static_cast<std::size_t>(group[t])]);
+    const auto g = static_cast<std::size_t>(group[t]);
+    activations_[t] = view(static_cast<int>(t), group_item[g]);
+    // A recomputed group's backward readers get the buffer it is rebuilt in.
+    backward_activations_[t] = backward_item[g] >= 0 ? view(static_cast<int>(t), backward_item[g]) : activations_[t];
     if (grad_item[t] >= 0) gradients_[t] = view(static_cast<int>(t), grad_item[t]);
   }
 
@@ -448,7 +551,41 @@ void Executor::plan_and_allocate() {
   refresh_views();
 }
 
+// Groups whose producer can write them again from its input (Layer::recomputes_output: a batch norm
+// without a fused add, a pooling layer) and whose other members are the outputs of ReLUs absorbed into it, so that
+// what backward reads is exactly what the producer writes. The logits and the network input never.
+std::vector<Executor::RecomputeCandidate> Executor::recompute_candidates(
+    const std::vector<int>& group, const std::function<bool(int)>& read_in_backward) const {
+  std::vector<RecomputeCandidate> out;
+  const auto num_tensors = graph_.num_tensors();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    const auto& outs = graph_.layer_outputs(i);
+    if (!l.recomputes_output() || ins.size() != 1 || outs.size() != 1 || forward_taken_output_of_[i] >= 0) continue;
+    const int t = outs[0];
+    const int g = group[static_cast<std::size_t>(t)];
+    if (t == graph_.logits_tensor() || !read_in_backward(g)) continue;
+    bool clean = true;
+    for (std::size_t u = 1; u < num_tensors && clean; ++u) {
+      if (group[u] != g || static_cast<int>(u) == t) continue;
+      const auto producer = static_cast<std::size_t>(graph_.tensor(static_cast<int>(u)).producer);
+      const Layer& p = *layers_[producer];
+      clean = p.absorbed() && p.absorbed_into() == l.name() && absorbed_output_of_[producer] < 0 &&
+              static_cast<int>(u) != graph_.logits_tensor();
+    }
+    if (clean) out.push_back(RecomputeCandidate{static_cast<int>(i), ins[0], g});
+  }
+  return out;
+}
+
 void Executor::refresh_views() {
+  // What backward reads of tensor t: its rebuilt copy where it is recomputed (the network input,
+  // tensor 0, is set_input's and never is).
+  auto read_back = [&](std::size_t t) -> const Tensor& {
+    return t < backward_activations_.size() && backward_activations_[t].defined() ? backward_activations_[t]
+                                                                                   : activations_[t];
+  };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     LayerIo& io = io_[i];
     const Layer& l = *layers_[i];
@@ -461,7 +598,7 @@ void Executor::refresh_views() {
     for (int t : graph_.layer_inputs(i)) {
       const auto ti = static_cast<std::size_t>(t);
       io.fwd_in.push_back(activations_[ti]);
-      io.bwd_in.push_back(l.needs_inputs_in_backward() ? activations_[ti] : Tensor{});
+      io.bwd_in.push_back(l.needs_inputs_in_backward() ? read_back(ti) : Tensor{});
       io.in_grads.push_back(graph_.tensor(t).needs_grad ? gradients_[ti] : Tensor{});
     }
     if (residual_input_[i] >= 0)  // a fused residual add's other input (forward only, after the layer's own)
@@ -469,7 +606,7 @@ void Executor::refresh_views() {
     for (int t : graph_.layer_outputs(i)) {
       const auto ti = static_cast<std::size_t>(t);
       io.fwd_out.push_back(activations_[ti]);
-      io.bwd_out.push_back(l.needs_outputs_in_backward() ? activations_[ti] : Tensor{});
+      io.bwd_out.push_back(l.needs_outputs_in_backward() ? read_back(ti) : Tensor{});
       io.out_grads.push_back(gradients_[ti]);
     }
   }
@@ -566,6 +703,11 @@ void Executor::run_forward_layer(std::size_t i, Phase phase) {
 
 void Executor::run_backward_layer(std::size_t i, float loss_scale) {
   if (!options_.training) throw InvalidArgument("this executor was bound for evaluation only: no backward");
+  // Outputs this layer is the first to read in backward, rebuilt (even where it runs no backward
+  // itself: a later reader may).
+  for (const Recompute& r : recompute_before_[i])
+    layers_[static_cast<std::size_t>(r.layer)]->recompute_output(backward_activations_[static_cast<std::size_t>(r.input)],
+                                                                  backward_activations_[static_cast<std::size_t>(r.group)]);
   LayerIo& io = io_[i];
   if (!io.run_backward) return;
   BackwardContext ctx;

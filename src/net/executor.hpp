@@ -89,6 +89,14 @@ struct ExecutorOptions {
   // killer half-way through. Unset: the budget the OS gives at construction (core/host_memory.hpp);
   // tests inject one.
   std::optional<HostMemoryBudget> host_memory;
+  // Training: recompute instead of keep (see above). While the most activation and gradient bytes
+  // live at one step exceed this budget, an output live at that step whose layer can write it again
+  // from its input (Layer::recomputes_output: batch norm without a fused add, pooling) is dropped
+  // after forward and written again, bit for bit, just before the first backward that reads it; the
+  // most bytes freed per byte the rebuild moves first (batch norms before pools), then the largest.
+  // 0 recomputes as many as lower the peak (one that is not live at the step where the most is live
+  // saves nothing). Unset: nothing is recomputed. Each costs that layer's forward pass again in backward.
+  std::optional<std::size_t> activation_budget_bytes;
 };
 
 struct MemoryReport {
@@ -103,6 +111,8 @@ struct MemoryReport {
   std::size_t parked_master_bytes = 0;  // fp32 masters waiting in host memory (masters_on_host)
   std::size_t layer_state_bytes = 0;  // BN statistics, dropout masks, loss buffers
   std::size_t num_buffers = 0;        // buffers allocated for them (1: the arena, when reusing)
+  std::size_t recomputed_outputs = 0; // batch-norm and pooling outputs rebuilt in backward (activation_budget_bytes)
+  std::size_t recomputed_bytes = 0;   // their bytes
 };
 
 enum class Pass { kForward, kBackward };
@@ -186,6 +196,11 @@ class Executor {
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);
   void run_backward_layer(std::size_t i, float loss_scale);
+  struct RecomputeCandidate {
+    int layer, input, group;  // the producer, its input tensor, the output's storage group (its root tensor)
+  };
+  std::vector<RecomputeCandidate> recompute_candidates(const std::vector<int>& group,
+                                                       const std::function<bool(int)>& read_in_backward) const;
 
   const Graph& graph_;
   Backend& backend_;
@@ -196,6 +211,11 @@ class Executor {
   LossLayer* loss_layer_ = nullptr;
   std::vector<Tensor> activations_;  // by tensor id (0: the images set_input gave)
   std::vector<Tensor> gradients_;    // by tensor id
+  std::vector<Tensor> backward_activations_;  // what backward reads: activations_, or a recomputed group's rebuilt copy
+  struct Recompute {
+    int layer, input, group;  // layer writes tensor `group` again from tensor `input`
+  };
+  std::vector<std::vector<Recompute>> recompute_before_;  // per layer: rebuilt before its backward
   std::vector<std::shared_ptr<Buffer>> pool_;  // planned buffers
   // Per layer, the tensors its forward/backward get (rebuilt when the input tensor changes).
   struct LayerIo {

@@ -28,7 +28,8 @@ class FixedBatchWorkload {
   // fuse_residual: ExecutorOptions::fuse_relu, ::fuse_residual (off only to measure what the
   // fusions bring).
   FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1,
-                     bool cuda_graph = false, bool fuse_relu = true, bool fuse_residual = true);
+                     bool cuda_graph = false, bool fuse_relu = true, bool fuse_residual = true,
+                     std::optional<std::size_t> activation_budget_bytes = std::nullopt);
 
   Executor& executor() { return *executor_; }
   SgdSolver& solver() { return *solver_; }

@@ -44,6 +44,7 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   ExecutorOptions eo;
   eo.batch_size = config.batch_size;
   eo.dropout_seed = config.seed;
+  eo.activation_budget_bytes = config.activation_budget_bytes;
   Executor exec(graph, backend, eo);
   exec.initialize_parameters(config.seed);
 
@@ -82,6 +83,8 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   report.energy_source = energy ? energy->source() : "none";
   const Workload w = graph.total_workload();
   report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
+  report.activation_bytes = exec.memory().activation_bytes;
+  report.recomputed_outputs = exec.memory().recomputed_outputs;
   if (lo.epochs == 0) {  // a checkpoint that already covers the requested epochs: nothing to run
     report.phase_ms.assign(report.phase_names.size(), Summary{});
     return report;

@@ -38,6 +38,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   std::int64_t loss_every = 20;               // read the loss every N iterations (a device sync)
   bool cuda_graph = false;                    // replay each step as a recorded CUDA graph (TrainStep)
+  std::optional<std::size_t> activation_budget_bytes;  // ExecutorOptions::activation_budget_bytes
 };
 
 struct EpochReport {
@@ -66,6 +67,8 @@ struct TrainReport {
   std::int64_t samples = 0;
   double flops_per_sample = 0;           // forward + backward, from the layers' workload
   std::size_t peak_memory_bytes = 0;
+  std::size_t activation_bytes = 0;      // the executor's activations and their gradients (MemoryReport)
+  std::size_t recomputed_outputs = 0;    // outputs recomputed in backward (TrainConfig::activation_budget_bytes)
   std::int64_t graph_recordings = 0;     // --cuda-graph: recordings made (one per input slot, learning
                                          // rate and loss scale seen)
 };

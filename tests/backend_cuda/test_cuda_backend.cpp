@@ -409,5 +409,57 @@ TEST_F(CudaBackend, GraphCaptureReplaysTheWork) {
   EXPECT_TRUE(all_close(direct(x2), expected2, 0.0, 0.0));
 }
 
+// Scratch freed inside a capture serves the capture's later requests of its size (as the eager
+// allocator's cache does), so a captured step holds no more memory than the same step run eagerly,
+// and the replay still computes what the direct run does (each buffer is reused only after its last
+// reader in the captured order).
+TEST_F(CudaBackend, CaptureReusesItsOwnFreedScratchAndHoldsNoMoreThanEager) {
+  auto b = gpu(kFp32, Layout::kNCHW);
+  ASSERT_TRUE(b);
+  const Shape shape{4, 16, 32, 32};  // 256 KiB a buffer
+  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sizeof(float);
+  Tensor x = b->alloc(shape, DType::kF32);
+  Tensor out = b->alloc(shape, DType::kF32);
+  // Five scratch buffers of one size, each freed before the next is asked for: a chain of
+  // x -> relu -> +x -> relu ... through them, so a wrong reuse order would change the result.
+  auto step = [&] {
+    Tensor prev = x;
+    for (int i = 0; i < 5; ++i) {
+      Tensor next = b->alloc(shape, DType::kF32);
+      b->relu_forward(prev, next);
+      b->accumulate(x, next);
+      prev = next;
+    }
+    b->copy(prev, out);
+  };
+  const Tensor input = random(shape, DType::kF32);
+  b->upload(input, x);
+  b->synchronize();
+  b->reset_peak_memory();
+  const std::size_t before = b->memory_stats().in_use_bytes;
+  step();
+  b->synchronize();
+  const std::size_t eager_peak = b->memory_stats().peak_bytes - before;
+  const Tensor expected = download(*b, out);
+  EXPECT_GE(eager_peak, bytes);
+  EXPECT_LE(eager_peak, 2 * cuda::CachingAllocator::size_class(bytes));
+
+  cuda::CudaGraph graph(*b);
+  b->reset_peak_memory();
+  graph.capture(step);
+  ASSERT_TRUE(graph.captured());
+  const std::size_t captured_peak = b->memory_stats().peak_bytes - before;
+  EXPECT_LE(captured_peak, eager_peak) << "the capture kept each freed scratch block apart";
+  b->fill(out, 0.0f);
+  graph.replay();
+  EXPECT_TRUE(all_close(download(*b, out), expected, 0.0, 0.0));
+  // What the graph holds stays out of the cache while it lives: a new tensor is not one of them.
+  Tensor later = b->alloc(shape, DType::kF32);
+  b->fill(later, 7.0f);
+  graph.replay();
+  EXPECT_TRUE(all_close(download(*b, out), expected, 0.0, 0.0));
+  for (const float v : download(*b, later).f32()) ASSERT_EQ(v, 7.0f) << "the graph wrote into a later tensor";
+}
+
 }  // namespace
 }  // namespace cnnergy::test

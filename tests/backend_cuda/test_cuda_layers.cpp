@@ -411,6 +411,61 @@ TEST_F(CudaLayers, BatchNormFusedReluIsThePairBitForBit) {
   }
 }
 
+// recompute_output writes forward_training's y again bit for bit (with and without a fused ReLU),
+// after another forward of other data in between has not run (the kernel keeps forward's own
+// coefficients), on the tiled path (NHWC, packs filled), the generic path (bf16 NCHW, odd channel
+// counts) and 2-D; where cuDNN normalises, the backend says it cannot and the kernel refuses; a
+// kernel made with a residual add refuses too.
+TEST_F(CudaLayers, BatchNormRecomputesItsTrainingOutputBitForBit) {
+  const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16}};
+  int recomputed_cases = 0;
+  for (const Shape& s : shapes) {
+    const bool flat = s.rank() == 2;
+    BatchNormDesc d;
+    d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3];
+    for (const Precision& p : {kFp32, kFp16, kBf16}) {
+      for (const Layout l : kAllLayouts) {
+        for (const bool relu : {false, true}) {
+          auto g = gpu(p, l);
+          if (!g) continue;
+          BatchNormDesc dr = d;
+          dr.relu = relu;
+          const std::string what = std::string("batch_norm") + (relu ? " + relu " : " ") + s.str() + " " + label(p, l);
+          if (relu && !g->fuses_batch_norm_relu(dr)) continue;
+          auto bn = g->make_batch_norm(dr);
+          auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+          const Tensor gd = up32(random({d.c}, DType::kF32, -1.0f, 1.5f)), bd = up32(random({d.c}, DType::kF32));
+          std::vector<Tensor> st;
+          for (int i = 0; i < 4; ++i) st.push_back(up32(Tensor::host({d.c})));
+          g->fill(st[1], 1.0f);
+          const Tensor xd = upload(*g, random(s, p.dtype, -1.0f, 2.0f), p.dtype, l);
+          Tensor y = g->alloc(s, p.dtype, l), again = g->alloc(s, p.dtype, l);
+          bn->forward_training(xd, gd, bd, st[0], st[1], y, st[2], st[3]);
+          if (!g->recomputes_batch_norm_output(dr)) {
+            EXPECT_THROW(bn->recompute_output(xd, gd, bd, st[2], st[3], again), NotSupported) << what;
+            continue;
+          }
+          ++recomputed_cases;
+          g->fill(again, 7.0f);
+          bn->recompute_output(xd, gd, bd, st[2], st[3], again);
+          EXPECT_TRUE(all_close(download(*g, again), download(*g, y), 0.0, 0.0)) << what;
+          // The residual kernel has no output to recompute.
+          BatchNormDesc dz = d;
+          dz.residual = true;
+          EXPECT_FALSE(g->recomputes_batch_norm_output(dz)) << what;
+          if (g->fuses_batch_norm_residual(dz)) {
+            auto with_add = g->make_batch_norm(dz);
+            EXPECT_THROW(with_add->recompute_output(xd, gd, bd, st[2], st[3], again), InvalidArgument) << what;
+          }
+        }
+      }
+    }
+  }
+  if (cuda_device_count() > 0) {
+    EXPECT_GE(recomputed_cases, 12);
+  }
+}
+
 // A fused residual add on the GPU is exactly the GPU's batch norm followed by its add (+ ReLU):
 // training and inference outputs and the statistics bit for bit, the backward the plain batch
 // norm's bit for bit; and the CPU's fused kernel within the dtype's tolerance. Tiled path (NHWC,

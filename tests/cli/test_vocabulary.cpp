@@ -112,6 +112,25 @@ TEST_F(Vocabulary, EveryCommandWritesItsOutputWhereTheFlagsSay) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("t.json"))).at("epochs").items().size(), 1u);
   EXPECT_TRUE(read(f("t.csv")).starts_with("epoch,")) << read(f("t.csv"));
+  // --activation-budget-mib (train and profile): 0 recomputes the batch-norm outputs that lower the
+  // peak (ResNet-34's 17), and the report says how many; a negative budget is refused before anything runs.
+  r = run_cli("train --model resnet34 --input 3x32x32 --classes 10 --data synthetic:3x32x32 --dataset-size 8 --batch 4 "
+              "--max-iters 1 --eval-batches 1 --device cpu --no-energy --activation-budget-mib 0 -o " + f("tb.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "outputs recomputed in backward")) << r.output;
+  {
+    const Json tb = Json::parse(read(f("tb.json")));
+    EXPECT_EQ(tb.at("recomputed_outputs").number(), 17) << read(f("tb.json"));
+    EXPECT_EQ(tb.at("activation_budget_bytes").number(), 0);
+  }
+  r = run_cli("train --model lenet5 --data synthetic --dataset-size 64 --batch 32 --max-iters 1 --device cpu --no-energy "
+              "--activation-budget-mib -1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "activation-budget-mib")) << r.output;
+  r = run_cli("profile lenet5 --device cpu --batch 4 --passes 1 -r 1 --window-s 0 --no-phases --energy-top 0 "
+              "--activation-budget-mib 0 --format json 2>/dev/null > " + f("pb.out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Json::parse(read(f("pb.out"))).at("model").str(), "lenet5");
   // --space-to-depth and --fuse-epilogue: the same backend flags as train and infer (GPU-only effects).
   r = run_cli("profile lenet5 --device cpu --batch 4 --passes 1 -r 1 --window-s 0 --no-phases --energy-top 0 "
               "--space-to-depth off --fuse-epilogue on --format json --json " + f("p.json") + " 2>/dev/null > " + f("p.out"));

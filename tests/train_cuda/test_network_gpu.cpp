@@ -271,6 +271,72 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
   }
 }
 
+// Batch-norm outputs recomputed in backward (ExecutorOptions::activation_budget_bytes = 0) train as
+// kept ones do on the GPU: one ResNet-50 step, the logits and running statistics bit for bit (forward
+// is unchanged), the loss, and every parameter gradient within cuDNN's weight-gradient ordering
+// tolerance; the 33 batch norms are recomputed where the backend's own kernels normalise (NHWC, bf16
+// NCHW), and where cuDNN's do (fp32 NCHW) none of them, only the stem's max pool (which a recomputed
+// stem batch norm rules out elsewhere); the planned peak drops.
+TEST_F(GpuTraining, RecomputedBatchNormOutputsStepMatchesKeptOnes) {
+  struct Step {
+    float loss = 0;
+    Tensor logits;
+    std::vector<Tensor> grads, buffers;
+    MemoryReport memory;
+  };
+  auto run_step = [](const Graph& graph, Backend& backend, std::optional<std::size_t> budget) {
+    ExecutorOptions eo;
+    eo.batch_size = 8;
+    eo.activation_budget_bytes = budget;
+    Executor ex(graph, backend, eo);
+    const std::uint64_t seed = 93;
+    ex.initialize_parameters(seed);
+    Rng rng(seed + 1);
+    Tensor images = Tensor::host(Shape{8, 3, 64, 64});
+    rng.fill_normal(images.f32(), 0, 1);
+    Tensor labels = Tensor::host(Shape{8}, DType::kI32);
+    for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((7 * i) % 10);
+    const Tensor gi = backend.alloc(images.shape(), DType::kF32), gl = backend.alloc(labels.shape(), DType::kI32);
+    backend.upload(images, gi);
+    backend.upload(labels, gl);
+    ex.set_input(gi, gl);
+    ex.forward(Phase::kTrain);
+    Step st;
+    st.logits = to_host_f32(backend, ex.logits());
+    ex.backward(1.0f);
+    st.loss = ex.read_loss();
+    for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
+    for (StateBuffer* b : ex.buffers()) st.buffers.push_back(to_host_f32(backend, b->tensor));
+    st.memory = ex.memory();
+    return st;
+  };
+  auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
+  for (const auto& [dtype, layout, tol, expected] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4, 33u},
+                                                      std::tuple{DType::kBF16, Layout::kNHWC, 2e-2, 33u},
+                                                      std::tuple{DType::kBF16, Layout::kNCHW, 2e-2, 33u},
+                                                      std::tuple{DType::kF32, Layout::kNCHW, 1e-4, 1u}}) {
+    const std::string what = std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
+    auto backend = gpu(dtype, layout, "heuristic");
+    const Step rebuilt = run_step(*graph, *backend, std::size_t{0});
+    const Step kept = run_step(*graph, *backend, std::nullopt);
+    EXPECT_EQ(rebuilt.memory.recomputed_outputs, expected) << what;
+    if (expected > 0) {
+      EXPECT_LT(rebuilt.memory.live_peak_bytes, kept.memory.live_peak_bytes) << what;
+    }
+    EXPECT_TRUE(all_close(rebuilt.logits, kept.logits, 0.0, 0.0)) << what << ": logits";
+    EXPECT_NEAR(rebuilt.loss, kept.loss, 1e-6 * std::max(1.0f, std::abs(kept.loss))) << what;
+    ASSERT_EQ(rebuilt.grads.size(), kept.grads.size());
+    int reported = 0;
+    for (std::size_t k = rebuilt.grads.size(); k-- > 0;) {
+      const double err = relative_norm_error(rebuilt.grads[k], kept.grads[k]);
+      if (err >= tol && reported++ < 8)
+        ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
+    }
+    for (std::size_t k = 0; k < rebuilt.buffers.size(); ++k)
+      EXPECT_TRUE(all_close(rebuilt.buffers[k], kept.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
+  }
+}
+
 // The first layer run space-to-depth in training (BackendOptions::conv_space_to_depth: forward and
 // weight gradient each timed against the plain convolution on their first call) trains as the
 // plain one does: one ResNet-50 step (7x7/2 over 3 channels) from the same weights and batch. In

@@ -94,6 +94,23 @@ class BatchNormCpu final : public BatchNormKernel {
     }
   }
 
+  // forward training's output again: the same Affine from the saved statistics, the same rounding.
+  void reapply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& saved_mean,
+               const Tensor& saved_inv_std, const Tensor& y) override {
+    check_activation(x, "x");
+    check_activation(y, "y");
+    check_param(gamma, "gamma");
+    check_param(beta, "beta");
+    check_param(saved_mean, "saved_mean");
+    check_param(saved_inv_std, "saved_inv_std");
+    const float* xp = cf32(x);
+    float* yp = mf32(y);
+    for (std::int64_t c = 0; c < d_.c; ++c) {
+      const Affine a = affine(cf32(gamma)[c], cf32(beta)[c], cf32(saved_mean)[c], cf32(saved_inv_std)[c]);
+      for_channel(c, [&](std::int64_t i) { yp[i] = output(a.apply(xp[i]), nullptr, i); });
+    }
+  }
+
  public:
   // With xhat = (x - mean) * inv_std over the M = N*H*W values of a channel:
   // dbeta = sum dy, dgamma = sum dy*xhat, dx = gamma * inv_std / M * (M dy - dbeta - xhat dgamma).

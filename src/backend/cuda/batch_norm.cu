@@ -201,6 +201,13 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
   launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
+void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& view, const float* coef,
+                        bool relu, cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  const bool fast = t.usable && aligned_for(16, x, y);
+  launch_apply(x, nullptr, y, dtype, view, t, fast, coef, relu, stream);
+}
+
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
                                   const float* gamma, const float* beta, const float* running_mean,
                                   const float* running_var, const BatchNormParams& params,

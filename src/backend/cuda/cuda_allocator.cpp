@@ -58,10 +58,25 @@ std::shared_ptr<Buffer> CachingAllocator::allocate(std::size_t size_bytes) {
   if (size_bytes == 0) return std::make_shared<Buffer>(nullptr, 0, device, nullptr);
   const std::size_t class_bytes = size_class(size_bytes);
   void* ptr = nullptr;
+  bool reused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_lists_.find(class_bytes);
-    if (it != free_lists_.end() && !it->second.empty()) {
+    if (retain_depth_ > 0) {
+      // A block freed earlier in this capture serves a later request of its size: the graph replays
+      // the captured work in the order it was enqueued, so this reuse is as stream-ordered as the
+      // eager path's. The block stayed counted as in use, and the graph keeps it either way.
+      auto r = std::find_if(retained_.begin(), retained_.end(),
+                            [class_bytes](const Block& b) { return b.class_bytes == class_bytes; });
+      if (r != retained_.end()) {
+        ptr = r->ptr;
+        retained_.erase(r);
+        reused = true;
+        ++stats_.capture_reuses;
+      }
+    }
+    if (reused) {
+      // still counted as in use: give_back kept it so during the capture
+    } else if (auto it = free_lists_.find(class_bytes); it != free_lists_.end() && !it->second.empty()) {
       ptr = it->second.back();
       it->second.pop_back();
       stats_.cached_bytes -= class_bytes;
@@ -86,8 +101,10 @@ std::shared_ptr<Buffer> CachingAllocator::allocate(std::size_t size_bytes) {
       CNNERGY_CUDA_CALL(status);
       ++stats_.device_allocations;
     }
-    stats_.in_use_bytes += class_bytes;
-    if (stats_.in_use_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.in_use_bytes;
+    if (!reused) {
+      stats_.in_use_bytes += class_bytes;
+      if (stats_.in_use_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.in_use_bytes;
+    }
   }
   auto self = shared_from_this();
   return std::make_shared<Buffer>(

@@ -19,6 +19,7 @@ struct AllocatorStats {
   std::size_t peak_bytes = 0;          // highest in_use_bytes so far
   std::size_t cached_bytes = 0;        // freed blocks kept for reuse
   std::size_t device_allocations = 0;  // cudaMalloc calls that succeeded (cache misses)
+  std::size_t capture_reuses = 0;      // requests served by a block freed earlier in the same capture
 };
 
 class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
@@ -38,9 +39,12 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   // Returns every cached block to the driver (cudaFree).
   void release_cached();
 
-  // While retaining (CUDA graph capture), freed blocks are not reused: a captured graph keeps
-  // addressing them on every replay. end_retain() hands them to the graph, which gives them back
-  // with release_retained() when it is destroyed. They count as in use meanwhile.
+  // While retaining (CUDA graph capture), freed blocks go to the capture's own list, not back to the
+  // cache: a captured graph keeps addressing them on every replay. Later requests of the same size
+  // class in the same capture take them from that list (the graph replays its work in the order it
+  // was captured, so the reuse is ordered as in eager execution, and the captured step holds no more
+  // than the eager step). end_retain() hands the list to the graph, which gives the blocks back with
+  // release_retained() when it is destroyed. They count as in use meanwhile.
   struct Block {
     void* ptr;
     std::size_t class_bytes;

@@ -251,6 +251,11 @@ class CudaBackend final : public Backend {
   bool fuses_batch_norm_residual(const BatchNormDesc& desc) const override {
     return !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
   }
+  // The own kernels keep forward's coefficients (2 floats a channel) and apply them again; cuDNN's
+  // batch norm keeps none, and its rounding is its own.
+  bool recomputes_batch_norm_output(const BatchNormDesc& desc) const override {
+    return !desc.residual && !batch_norm_uses_cudnn(desc, ctx_->dtype(), ctx_->layout());
+  }
   // A folded inference convolution's ReLU rides its bias pass (kernels::bias_add): one pass over
   // the output instead of two, the same values.
   bool fuses_conv_relu(const Conv2dDesc& desc) const override { return desc.bias; }

@@ -131,6 +131,10 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
                                  float* running_var, float* saved_mean, float* saved_inv_std,
                                  const BatchNormParams& params, void* scratch, cudaStream_t stream,
                                  float* saved_coef = nullptr);
+// forward_training's output again from the same x with the coefficients it kept (saved_coef):
+// y = relu?(x * scale + shift), the apply pass alone, bit for bit what forward wrote.
+void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& view, const float* coef,
+                        bool relu, cudaStream_t stream);
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
                                   const float* gamma, const float* beta, const float* running_mean,
                                   const float* running_var, const BatchNormParams& params,

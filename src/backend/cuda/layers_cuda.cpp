@@ -227,9 +227,10 @@ class CudaBatchNorm final : public BatchNormKernel {
                          std::string(dtype_name(dtype_)) + " " + std::string(layout_name(layout_)) +
                          " with " + std::to_string(d.c) + " channels (ask fuses_batch_norm_" +
                          (d.residual ? "residual" : "relu") + " first)");
-    // A fused ReLU's backward recomputes forward's output from x with forward's own coefficients
-    // (not after a fused residual add: the add's backward masks its gradient itself).
-    if (d.relu && !d.residual) forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
+    // Forward's own coefficients, kept: a fused ReLU's backward recomputes forward's output from x with
+    // them, and recompute_output applies them again (not after a fused residual add: the add's
+    // backward masks its gradient itself, and that output is never recomputed).
+    if (!d.residual && !use_cudnn_) forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
     if (use_cudnn_) {
       // cuDNN's exponentialAverageFactor is the contract's momentum, and it keeps the unbiased
       // variance in the running estimate and 1/sqrt(var + eps) as the saved inverse deviation.
@@ -324,7 +325,24 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     kernels::batch_norm_backward(x.raw(), dy.raw(), dx.raw(), dtype_, view_, f32(gamma),
                                  f32(saved_mean), f32(saved_inv_std), f32(dgamma), f32(dbeta),
-                                 forward_coef(), accumulate, scratch->data(), ctx_->stream());
+                                 d_.relu && !d_.residual ? forward_coef() : nullptr, accumulate, scratch->data(),
+                                 ctx_->stream());
+  }
+
+ protected:
+  // The coefficients forward_training kept (use_cudnn_ is never set for a kernel that has them:
+  // Backend::recomputes_batch_norm_output asks batch_norm_uses_cudnn first).
+  void reapply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& saved_mean,
+               const Tensor& saved_inv_std, const Tensor& y) override {
+    (void)gamma, (void)beta, (void)saved_mean, (void)saved_inv_std;  // all in the kept coefficients
+    ctx_->activate();
+    check_activation(x, "recompute_output", "x");
+    check_activation(y, "recompute_output", "y");
+    if (!forward_coef_ || use_cudnn_)
+      throw NotSupported("batch_norm: recompute_output needs the backend's own kernels (" +
+                         std::string(dtype_name(dtype_)) + " " + std::string(layout_name(layout_)) + " with " +
+                         std::to_string(d_.c) + " channels runs cuDNN's; ask recomputes_batch_norm_output first)");
+    kernels::batch_norm_reapply(x.raw(), y.raw(), dtype_, view_, forward_coef(), d_.relu, ctx_->stream());
   }
 
  private:
