@@ -107,7 +107,8 @@ class CudaContext {
   // Stream-ordered scratch memory from the caching allocator (freed back when the pointer dies).
   std::shared_ptr<Buffer> scratch(std::size_t bytes) { return allocator_->allocate(bytes); }
   // The shared convolution workspace, grown to at least `bytes` (callers never ask beyond the cap).
-  // Valid until the next call; safe to share because every kernel runs on the one stream.
+  // Valid until the next call; safe to share because every kernel runs on the one stream. Max
+  // pooling's backward keeps its argmax bytes there too.
   void* conv_workspace(std::size_t bytes);
   // Drops the workspace (back to the allocator once no captured graph holds it).
   void release_conv_workspace() { workspace_.reset(); }

@@ -111,9 +111,12 @@ class CudaPool final : public PoolKernel {
       use_cudnn_ = false;
     }
     const kernels::Dims x_dims = dims_of(x);
-    auto scratch = ctx_->scratch(kernels::pool_backward_scratch_bytes(x_dims, params_));
-    kernels::pool_backward(x.raw(), dy.raw(), dx.raw(), x_dims, dtype_, params_, accumulate,
-                           scratch->data(), ctx_->stream());
+    // The argmax bytes (one per output) live in the shared workspace the convolutions hold anyway
+    // (a max pool runs between convolutions, on the same stream): VGG-16's first pool at batch 128
+    // needs 98 MiB, which a scratch block would add to the peak on top of the activation arena.
+    void* scratch = ctx_->conv_workspace(kernels::pool_backward_scratch_bytes(x_dims, params_));
+    kernels::pool_backward(x.raw(), dy.raw(), dx.raw(), x_dims, dtype_, params_, accumulate, scratch,
+                           ctx_->stream());
   }
 
  private:
