@@ -51,6 +51,7 @@ void declare_common(ArgParser& p) {
   p.option("algo-cache", kAlgoCacheHelp);
   declare_fuse_epilogue_flag(p);
   declare_space_to_depth_flag(p);
+  declare_activation_budget_flag(p);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note)",
            "auto");
   p.option("epochs", "epochs", "1");
@@ -112,6 +113,7 @@ Common parse_common(const ArgParser& p) {
     throw InvalidArgument("--device must be cpu or cuda here (replicas take GPUs 0..N-1), got '" + *d + "'");
   c.backend.device = device_from_flags(p);
   c.config.cuda_graph = p.get_flag("cuda-graph");
+  c.config.activation_budget_bytes = activation_budget_from_flags(p);
   if (c.config.cuda_graph && !c.backend.device.is_cuda())  // before any data is opened
     throw NotSupported(
         "--cuda-graph records the step as a CUDA graph and needs --device cuda (this run is on " +

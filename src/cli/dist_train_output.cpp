@@ -39,6 +39,7 @@ Json report_json(const DataParallelReport& r) {
                          ? "not measured (steps replayed as CUDA graphs: step timed as a whole)"
                          : "per bucket (" + r.wait_method + ")";
   j["weights_checksum"] = r.weights_checksum;
+  j["recomputed_outputs"] = r.recomputed_outputs;
   j["energy_note"] = r.energy_note;
   Json ranks = Json::array();
   for (const RankReport& k : r.ranks) {

@@ -143,6 +143,12 @@ TEST_F(Vocabulary, EveryCommandWritesItsOutputWhereTheFlagsSay) {
               "--max-iters 2 --no-eval --no-energy --space-to-depth on --fuse-epilogue off -o " + f("dt.json") + " --csv " + f("dt.csv"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("dt.json"))).at("world_size").number(), 2);
+  // dist-train takes the budget per replica, as train does: ResNet-34's 17 batch-norm outputs.
+  r = run_cli("dist-train --model resnet34 --input 3x32x32 --classes 10 --data synthetic:3x32x32 --dataset-size 32 "
+              "--device cpu --gpus 2 --global-batch 8 --max-iters 1 --no-eval --no-energy --activation-budget-mib 0 -o " +
+              f("dtb.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Json::parse(read(f("dtb.json"))).at("recomputed_outputs").number(), 17) << read(f("dtb.json"));
   EXPECT_TRUE(has(read(f("dt.csv")), "rank")) << read(f("dt.csv"));
 
   // sweep of a command (no GPU needed), then report, export and merge of its database.

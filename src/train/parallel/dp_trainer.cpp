@@ -199,6 +199,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   ExecutorOptions eo;
   eo.batch_size = b;
   eo.dropout_seed = mix_rank_seed(config.seed, rank);
+  eo.activation_budget_bytes = config.activation_budget_bytes;
   Executor exec(graph, backend, eo);
   const bool graphed = config.cuda_graph;
   // NotSupported on every rank alike (same backend and model, agreed above), before any collective.
@@ -437,6 +438,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   report.weights_checksum = checksum;
   report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
   report.model = graph.model_name();
+  report.recomputed_outputs = exec.memory().recomputed_outputs;  // the same plan on every rank
   return report;
 }
 

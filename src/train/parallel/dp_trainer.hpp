@@ -70,6 +70,7 @@ struct DataParallelConfig {
   // when the learning rate or the fp16 loss scale changes (TrainStep). NotSupported on the CPU and
   // for networks with dropout; InvalidArgument with WaitMethod::kBarrier (nothing is timed).
   bool cuda_graph = false;
+  std::optional<std::size_t> activation_budget_bytes;  // per replica: ExecutorOptions::activation_budget_bytes
   int loader_workers = 2;
   int prefetch = 3;
   std::int64_t loss_every = 20;  // read the loss every N steps (a bounded synchronisation)
@@ -156,6 +157,7 @@ struct DataParallelReport {
   double flops_per_sample = 0;
   std::string model;
   std::string energy_note;  // e.g. which ranks had no energy reading
+  std::size_t recomputed_outputs = 0;  // per replica (DataParallelConfig::activation_budget_bytes)
 };
 
 // One rank's part: call on every rank with the same graph, data, config; returns the report of the
