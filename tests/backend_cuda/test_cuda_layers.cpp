@@ -411,11 +411,10 @@ TEST_F(CudaLayers, BatchNormFusedReluIsThePairBitForBit) {
   }
 }
 
-// recompute_output writes forward_training's y again bit for bit (with and without a fused ReLU),
-// after another forward of other data in between has not run (the kernel keeps forward's own
-// coefficients), on the tiled path (NHWC, packs filled), the generic path (bf16 NCHW, odd channel
-// counts) and 2-D; where cuDNN normalises, the backend says it cannot and the kernel refuses; a
-// kernel made with a residual add refuses too.
+// recompute_output writes forward_training's y again bit for bit (with and without a fused ReLU)
+// from the coefficients the kernel kept, on the tiled path (NHWC, packs filled), the generic path
+// (bf16 NCHW, odd channel counts) and 2-D; where cuDNN normalises, the backend says it cannot and the
+// kernel refuses; a kernel made with a residual add refuses too.
 TEST_F(CudaLayers, BatchNormRecomputesItsTrainingOutputBitForBit) {
   const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16}};
   int recomputed_cases = 0;

@@ -132,6 +132,39 @@ TEST_F(GpuTraining, ImportedNetworkLayersGradientsMatchTheCpu) {
   for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) expect_graph_gradients_match(*graph, c, layout);
 }
 
+// One training step at batch 8 from `seed`'s weights and 3x64x64 images drawn from seed + 1, labels
+// (label_step * i) % 10: the logits (before backward), the loss, every parameter gradient and state
+// buffer, and the executor's memory report; for the tests that set one executor option against another.
+struct OneStep {
+  float loss = 0;
+  Tensor logits;
+  std::vector<Tensor> grads, buffers;
+  MemoryReport memory;
+};
+OneStep one_step(const Graph& graph, Backend& backend, ExecutorOptions eo, std::uint64_t seed, int label_step) {
+  eo.batch_size = 8;
+  Executor ex(graph, backend, eo);
+  ex.initialize_parameters(seed);
+  Rng rng(seed + 1);
+  Tensor images = Tensor::host(Shape{8, 3, 64, 64});
+  rng.fill_normal(images.f32(), 0, 1);
+  Tensor labels = Tensor::host(Shape{8}, DType::kI32);
+  for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((label_step * i) % 10);
+  const Tensor gi = backend.alloc(images.shape(), DType::kF32), gl = backend.alloc(labels.shape(), DType::kI32);
+  backend.upload(images, gi);
+  backend.upload(labels, gl);
+  ex.set_input(gi, gl);
+  ex.forward(Phase::kTrain);
+  OneStep st;
+  st.logits = to_host_f32(backend, ex.logits());
+  ex.backward(1.0f);
+  st.loss = ex.read_loss();
+  for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
+  for (StateBuffer* b : ex.buffers()) st.buffers.push_back(to_host_f32(backend, b->tensor));
+  st.memory = ex.memory();
+  return st;
+}
+
 // Batch norms, adds and convolutions with a bias that take the ReLU after them compute what separate
 // layers compute on the GPU too: one step of ResNet-34 (every batch-norm + ReLU and add + ReLU
 // pattern) and of VGG-16 (convolution + bias + ReLU, there with cuDNN's fused epilogue offered, as
@@ -141,45 +174,24 @@ TEST_F(GpuTraining, ImportedNetworkLayersGradientsMatchTheCpu) {
 // a deep network without batch norm amplifies, so there both bf16 steps are set against the fp32 step
 // and the fused one must be as close to it as the pair's (within 1.5x and 2e-3).
 TEST_F(GpuTraining, FusedReluStepMatchesSeparateLayers) {
-  struct Step {
-    float loss = 0;
-    std::vector<Tensor> grads;
-  };
   auto run_step = [](const Graph& graph, Backend& backend, bool fuse_relu) {
     ExecutorOptions eo;
-    eo.batch_size = 8;
     eo.fuse_relu = fuse_relu;
-    Executor ex(graph, backend, eo);
-    const std::uint64_t seed = 77;
-    ex.initialize_parameters(seed);
-    Rng rng(seed + 1);
-    Tensor images = Tensor::host(Shape{8, 3, 64, 64});
-    rng.fill_normal(images.f32(), 0, 1);
-    Tensor labels = Tensor::host(Shape{8}, DType::kI32);
-    for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
-    const Tensor gi = backend.alloc(images.shape(), DType::kF32), gl = backend.alloc(labels.shape(), DType::kI32);
-    backend.upload(images, gi);
-    backend.upload(labels, gl);
-    ex.set_input(gi, gl);
-    ex.forward(Phase::kTrain);
-    ex.backward(1.0f);
-    Step st;
-    st.loss = ex.read_loss();
-    for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
-    return std::make_pair(st, fuse_relu ? ex.memory().fused_relus : std::size_t{0});
+    const OneStep st = one_step(graph, backend, eo, 77, 1);
+    return std::make_pair(st, fuse_relu ? st.memory.fused_relus : std::size_t{0});
   };
   for (const auto& [model, fusable] : {std::pair{"resnet34", 30u}, {"vgg16", 13u}}) {
     SCOPED_TRACE(model);
     auto graph = build_model(model, Shape{3, 64, 64}, 10);
     const bool epilogue = std::string(model) == "vgg16";
-    Step fp32_reference;
+    OneStep fp32_reference;
     for (const auto& [dtype, layout, tol] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4},
                                               std::tuple{DType::kBF16, Layout::kNHWC, 2e-2}}) {
       const std::string what = std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
       auto plain_backend = gpu(dtype, layout, "heuristic");
       auto fused_backend = gpu(dtype, layout, "heuristic", epilogue);
       const auto [fused, fused_count] = run_step(*graph, *fused_backend, true);
-      const Step separate = run_step(*graph, *plain_backend, false).first;
+      const OneStep separate = run_step(*graph, *plain_backend, false).first;
       EXPECT_GE(fused_count, fusable) << what;
       if (dtype == DType::kF32) fp32_reference = separate;
       ASSERT_EQ(fused.grads.size(), separate.grads.size());
@@ -212,37 +224,10 @@ TEST_F(GpuTraining, FusedReluStepMatchesSeparateLayers) {
 // for bit (the fused pass rounds as the pair did), the loss, every parameter gradient and the
 // running statistics (cuDNN's weight-gradient kernels may add in any order, hence a tolerance).
 TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
-  struct Step {
-    float loss = 0;
-    Tensor logits;
-    std::vector<Tensor> grads, buffers;
-    std::size_t fused = 0;
-  };
   auto run_step = [](const Graph& graph, Backend& backend, bool fuse_residual) {
     ExecutorOptions eo;
-    eo.batch_size = 8;
     eo.fuse_residual = fuse_residual;
-    Executor ex(graph, backend, eo);
-    const std::uint64_t seed = 91;
-    ex.initialize_parameters(seed);
-    Rng rng(seed + 1);
-    Tensor images = Tensor::host(Shape{8, 3, 64, 64});
-    rng.fill_normal(images.f32(), 0, 1);
-    Tensor labels = Tensor::host(Shape{8}, DType::kI32);
-    for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((3 * i) % 10);
-    const Tensor gi = backend.alloc(images.shape(), DType::kF32), gl = backend.alloc(labels.shape(), DType::kI32);
-    backend.upload(images, gi);
-    backend.upload(labels, gl);
-    ex.set_input(gi, gl);
-    ex.forward(Phase::kTrain);
-    Step st;
-    st.logits = to_host_f32(backend, ex.logits());
-    ex.backward(1.0f);
-    st.loss = ex.read_loss();
-    for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
-    for (StateBuffer* b : ex.buffers()) st.buffers.push_back(to_host_f32(backend, b->tensor));
-    st.fused = ex.memory().fused_residuals;
-    return st;
+    return one_step(graph, backend, eo, 91, 3);
   };
   for (const char* model : {"resnet50", "resnet34"}) {
     auto graph = build_model(model, Shape{3, 64, 64}, 10);
@@ -251,10 +236,10 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
                                               std::tuple{DType::kBF16, Layout::kNCHW, 2e-2}}) {
       const std::string what = std::string(model) + " " + std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
       auto backend = gpu(dtype, layout, "heuristic");
-      const Step fused = run_step(*graph, *backend, true);
-      const Step separate = run_step(*graph, *backend, false);
-      EXPECT_EQ(fused.fused, 16u) << what;  // one add per residual block
-      EXPECT_EQ(separate.fused, 0u) << what;
+      const OneStep fused = run_step(*graph, *backend, true);
+      const OneStep separate = run_step(*graph, *backend, false);
+      EXPECT_EQ(fused.memory.fused_residuals, 16u) << what;  // one add per residual block
+      EXPECT_EQ(separate.memory.fused_residuals, 0u) << what;
       EXPECT_TRUE(all_close(fused.logits, separate.logits, 0.0, 0.0)) << what << ": logits";
       EXPECT_NEAR(fused.loss, separate.loss, 1e-6 * std::max(1.0f, std::abs(separate.loss))) << what;
       ASSERT_EQ(fused.grads.size(), separate.grads.size());
@@ -278,37 +263,10 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
 // NCHW), and where cuDNN's do (fp32 NCHW) none of them, only the stem's max pool (which a recomputed
 // stem batch norm rules out elsewhere); the planned peak drops.
 TEST_F(GpuTraining, RecomputedBatchNormOutputsStepMatchesKeptOnes) {
-  struct Step {
-    float loss = 0;
-    Tensor logits;
-    std::vector<Tensor> grads, buffers;
-    MemoryReport memory;
-  };
   auto run_step = [](const Graph& graph, Backend& backend, std::optional<std::size_t> budget) {
     ExecutorOptions eo;
-    eo.batch_size = 8;
     eo.activation_budget_bytes = budget;
-    Executor ex(graph, backend, eo);
-    const std::uint64_t seed = 93;
-    ex.initialize_parameters(seed);
-    Rng rng(seed + 1);
-    Tensor images = Tensor::host(Shape{8, 3, 64, 64});
-    rng.fill_normal(images.f32(), 0, 1);
-    Tensor labels = Tensor::host(Shape{8}, DType::kI32);
-    for (std::int64_t i = 0; i < 8; ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((7 * i) % 10);
-    const Tensor gi = backend.alloc(images.shape(), DType::kF32), gl = backend.alloc(labels.shape(), DType::kI32);
-    backend.upload(images, gi);
-    backend.upload(labels, gl);
-    ex.set_input(gi, gl);
-    ex.forward(Phase::kTrain);
-    Step st;
-    st.logits = to_host_f32(backend, ex.logits());
-    ex.backward(1.0f);
-    st.loss = ex.read_loss();
-    for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
-    for (StateBuffer* b : ex.buffers()) st.buffers.push_back(to_host_f32(backend, b->tensor));
-    st.memory = ex.memory();
-    return st;
+    return one_step(graph, backend, eo, 93, 7);
   };
   auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
   for (const auto& [dtype, layout, tol, expected] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4, 33u},
@@ -317,8 +275,8 @@ TEST_F(GpuTraining, RecomputedBatchNormOutputsStepMatchesKeptOnes) {
                                                       std::tuple{DType::kF32, Layout::kNCHW, 1e-4, 1u}}) {
     const std::string what = std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
     auto backend = gpu(dtype, layout, "heuristic");
-    const Step rebuilt = run_step(*graph, *backend, std::size_t{0});
-    const Step kept = run_step(*graph, *backend, std::nullopt);
+    const OneStep rebuilt = run_step(*graph, *backend, std::size_t{0});
+    const OneStep kept = run_step(*graph, *backend, std::nullopt);
     EXPECT_EQ(rebuilt.memory.recomputed_outputs, expected) << what;
     if (expected > 0) {
       EXPECT_LT(rebuilt.memory.live_peak_bytes, kept.memory.live_peak_bytes) << what;
