@@ -562,7 +562,11 @@ std::vector<Executor::RecomputeCandidate> Executor::recompute_candidates(
     const Layer& l = *layers_[i];
     const auto& ins = graph_.layer_inputs(i);
     const auto& outs = graph_.layer_outputs(i);
-    if (!l.recomputes_output() || ins.size() != 1 || outs.size() != 1 || forward_taken_output_of_[i] >= 0) continue;
+    // The input must still be there when the output is rebuilt: a layer that reads its input in its
+    // own backward keeps it live until then, after every reader of its output.
+    if (!l.recomputes_output() || !l.needs_inputs_in_backward() || ins.size() != 1 || outs.size() != 1 ||
+        forward_taken_output_of_[i] >= 0)
+      continue;
     const int t = outs[0];
     const int g = group[static_cast<std::size_t>(t)];
     if (t == graph_.logits_tensor() || !read_in_backward(g)) continue;
