@@ -447,9 +447,7 @@ void Executor::plan_and_allocate() {
       return ra != rb ? ra > rb : ba > bb;
     };
     for (;;) {
-      const auto [trial, base] = build_items(recomputed);
-      (void)base;
-      const auto [peak_bytes, peak_step] = live_peak_at(trial);
+      const auto [peak_bytes, peak_step] = live_peak_at(build_items(recomputed).first);
       if (peak_bytes <= *options_.activation_budget_bytes) break;
       int best = -1;
       for (std::size_t k = 0; k < candidates.size(); ++k) {
