@@ -1,7 +1,7 @@
-// The fused-epilogue convolution (conv_epilogue_plan.hpp): y = relu?(conv(x, w) + b + z?) as one cuDNN
-// graph, run directly from its plans and through the backend's offer (BackendOptions::
-// conv_epilogue_fusion), against the CPU reference on fresh random inputs, in every precision and
-// layout where cuDNN has an engine for the graph.
+// The fused-epilogue convolution (conv_epilogue_plan.hpp): y = relu?(conv(x, w) + b? + z?) and the
+// per-channel statistics of y as one cuDNN graph, run directly from its plans and through the
+// backend's offer (BackendOptions::conv_epilogue_fusion), against the CPU reference on fresh random
+// inputs, in every precision and layout where cuDNN has an engine for the graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,6 +146,97 @@ TEST_F(CudaConvEpilogue, BackendOfferKeepsTheValues) {
         conv->forward(upload(*g, x, p.dtype, l), upload(*g, w, p.dtype, l), upload(*g, b, p.dtype, l), y2);
         EXPECT_TRUE(close(download(*g, y2), want, p.tol, what + " again"));
       }
+}
+
+// Statistics in the epilogue: y = conv(x', w) with no bias, and sum[k], sqsum[k] of y, where x' is x
+// or, with the prologue, relu(x * scale + shift) per input channel. y against the CPU reference;
+// the sums against fp64 sums of the y the GPU wrote (whether cuDNN sums its fp32 accumulators or the
+// rounded values, the difference is within y's rounding: tolerance p.tol on the sum of |y|),
+// overwriting whatever the sums held. The note says where cuDNN has no engine.
+TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
+  const Conv2dDesc shapes[] = {desc(4, 64, 14, 64, 3, 1, 1), desc(3, 64, 10, 128, 1, 2, 0)};
+  std::size_t ran = 0;
+  for (const Precision& p : kAllPrecisions)
+    for (const Layout l : kAllLayouts) {
+      BackendOptions o;
+      o.device = Device{DeviceKind::kCuda, 0};
+      o.dtype = p.dtype;
+      o.allow_tf32 = p.tf32;
+      o.layout = l;
+      std::unique_ptr<Backend> g = gpu(p, l);
+      if (!g) continue;
+      cuda::CudaContext ctx(o);
+      for (const bool prologue : {false, true})
+      for (Conv2dDesc d : shapes) {
+        d.bias = false;
+        const std::string what = label(p, l) + " " + d.input_shape().str() + " k" + std::to_string(d.k) +
+                                 (prologue ? " prologue" : "") + " stats";
+        cuda::EpilogueConvProblem e = problem_of(d, p, l, false, false);
+        e.bias = false;
+        e.statistics = true;
+        e.input_affine_relu = prologue;
+        std::string why;
+        const auto plans = cuda::epilogue_conv_candidates(ctx.cudnn(), e, std::size_t{256} << 20, 2, &why);
+        if (plans.empty()) {
+          std::printf("[  NOTE    ] %s: %s\n", what.c_str(), why.c_str());
+          continue;
+        }
+        const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+        const Tensor scale = random(Shape{d.c}, p.dtype, 0.5f, 1.5f), shift = random(Shape{d.c}, p.dtype);
+        Tensor x_in = clone(x);
+        if (prologue) {
+          const std::int64_t hw = d.h * d.w;
+          auto v = x_in.f32();
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            const auto c = static_cast<std::size_t>((static_cast<std::int64_t>(i) / hw) % d.c);
+            v[i] = std::max(0.0f, v[i] * scale.f32()[c] + shift.f32()[c]);
+          }
+          x_in = rounded(x_in, p.dtype);
+        }
+        const Tensor want = reference(d, x_in, w, Tensor(), nullptr, false);
+        const Tensor xd = upload(*g, x, p.dtype, l), wd = upload(*g, w, p.dtype, l);
+        const Tensor scale_d = upload(*g, scale, p.dtype, l), shift_d = upload(*g, shift, p.dtype, l);
+        for (const auto& plan : plans) {
+          Tensor yd = g->alloc(d.output_shape(), p.dtype, l);
+          Tensor sums = g->alloc(Shape{2 * d.k}, DType::kF32);
+          g->fill(sums, 12345.0f);  // overwritten, not added to
+          auto ws = ctx.scratch(std::max<std::size_t>(plan->workspace_bytes(), 1));
+          cuda::EpilogueConvLaunch launch(plan);
+          cuda::EpilogueConvOperands ops{xd.raw(), wd.raw(), nullptr, nullptr, yd.raw(), ws->data()};
+          ops.sum = static_cast<float*>(sums.raw());
+          ops.sqsum = static_cast<float*>(sums.raw()) + d.k;
+          if (prologue) ops.in_scale = scale_d.raw(), ops.in_shift = shift_d.raw();
+          ASSERT_EQ(launch.execute(ctx.cudnn(), ops), CUDNN_STATUS_SUCCESS) << what << " " << plan->engine();
+          std::printf("[  NOTE    ] %s: %s%s\n", what.c_str(), plan->engine().c_str(),
+                      plan->compiled_at_run_time() ? " (compiled at run time)" : " (pre-compiled)");
+          ASSERT_EQ(cudaStreamSynchronize(ctx.stream()), cudaSuccess);
+          const Tensor y = download(*g, yd);
+          EXPECT_TRUE(close(y, want, p.tol, what + " " + plan->engine()));
+          Tensor got = Tensor::host(Shape{2 * d.k});
+          g->download(sums, got);
+          const std::int64_t per = d.out_h() * d.out_w();
+          int bad = 0;
+          for (std::int64_t k = 0; k < d.k; ++k) {
+            double s1 = 0, s2 = 0, a1 = 0, a2 = 0;
+            for (std::int64_t n = 0; n < d.n; ++n)
+              for (std::int64_t i = 0; i < per; ++i) {
+                const double v = y.f32()[static_cast<std::size_t>((n * d.k + k) * per + i)];
+                s1 += v, s2 += v * v, a1 += std::abs(v), a2 += v * v;
+              }
+            const double got1 = got.f32()[static_cast<std::size_t>(k)];
+            const double got2 = got.f32()[static_cast<std::size_t>(d.k + k)];
+            if (std::abs(got1 - s1) > p.tol * a1 + 1e-3 || std::abs(got2 - s2) > 2 * p.tol * a2 + 1e-3) {
+              if (++bad <= 3)
+                ADD_FAILURE() << what << " " << plan->engine() << " channel " << k << ": sums " << got1 << ", "
+                              << got2 << " against " << s1 << ", " << s2;
+            }
+          }
+          EXPECT_EQ(bad, 0) << what << " " << plan->engine();
+          ++ran;
+        }
+      }
+    }
+  std::printf("[  NOTE    ] %zu statistics plans ran\n", ran);
 }
 
 }  // namespace

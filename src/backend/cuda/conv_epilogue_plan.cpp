@@ -20,38 +20,10 @@ using namespace graph_detail;
 namespace {
 
 // Operand ids of the variant pack; 100 and up name the virtual (never materialized) tensors.
-constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3, kUidB = 4, kUidZ = 5;
-constexpr std::int64_t kUidConv = 100, kUidBiased = 101, kUidSummed = 102;
-
-BackendDescriptor strided_tensor(std::int64_t uid, cudnnDataType_t type,
-                                 const std::vector<std::int64_t>& dims,
-                                 const std::vector<std::int64_t>& strides, bool is_virtual) {
-  BackendDescriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
-  d.set_int64(CUDNN_ATTR_TENSOR_DIMENSIONS, dims);
-  d.set_int64(CUDNN_ATTR_TENSOR_STRIDES, strides);
-  d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-  d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignmentBytes);
-  d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-  d.finalize();
-  return d;
-}
-
-// y's strides for (n, k, h, w) in the problem's layout.
-std::vector<std::int64_t> output_strides(const GraphConvProblem& p) {
-  const std::int64_t k = p.k, h = p.out_h, w = p.out_w;
-  return p.nhwc ? std::vector<std::int64_t>{h * w * k, 1, w * k, k}
-                : std::vector<std::int64_t>{k * h * w, h * w, w, 1};
-}
-
-BackendDescriptor pointwise(cudnnPointwiseMode_t mode) {
-  BackendDescriptor d(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  d.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;  // the epilogue computes in fp32
-  d.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
-  d.finalize();
-  return d;
-}
+constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3, kUidB = 4, kUidZ = 5, kUidSum = 6, kUidSqsum = 7;
+constexpr std::int64_t kUidInScale = 8, kUidInShift = 9;
+constexpr std::int64_t kUidConv = 100, kUidBiased = 101;  // 101 to 199: the epilogue steps' outputs
+constexpr std::int64_t kUidPrologue = 200;                // 200 to 202: the prologue's
 
 BackendDescriptor pointwise_operation(const BackendDescriptor& mode, const BackendDescriptor& x,
                                       const BackendDescriptor* b, const BackendDescriptor& y) {
@@ -89,7 +61,8 @@ EpilogueConvPlan::EpilogueConvPlan(std::shared_ptr<const Parts> parts, BackendDe
 EpilogueConvPlan::~EpilogueConvPlan() = default;
 
 std::string EpilogueConvProblem::key() const {
-  return "epilogue," + conv.key() + (residual ? ",z" : "") + (relu ? ",relu" : "");
+  return "epilogue," + conv.key() + (bias ? "" : ",nobias") + (residual ? ",z" : "") + (relu ? ",relu" : "") +
+         (statistics ? ",stats" : "") + (input_affine_relu ? ",prologue" : "");
 }
 
 namespace {
@@ -104,20 +77,43 @@ std::shared_ptr<EpilogueConvPlan::Parts> make_parts(cudnnHandle_t handle,
   const BackendDescriptor& x = keep.emplace_back(make_tensor(kUidX, p.data_type, p.nhwc, p.n, p.c, p.h, p.w));
   const BackendDescriptor& w =
       keep.emplace_back(make_tensor(kUidW, p.data_type, p.nhwc, p.k, p.c_per_group, p.r, p.s));
-  const BackendDescriptor& b = keep.emplace_back(strided_tensor(
-      kUidB, p.data_type, {1, p.k, 1, 1},
-      p.nhwc ? std::vector<std::int64_t>{p.k, 1, p.k, p.k} : std::vector<std::int64_t>{p.k, 1, 1, 1},
-      false));
   const BackendDescriptor& y = keep.emplace_back(strided_tensor(kUidY, p.data_type, y_dims, y_strides, false));
+  const bool pointwise_steps = e.bias || e.residual || e.relu;
   const BackendDescriptor& conv_out =
-      keep.emplace_back(strided_tensor(kUidConv, CUDNN_DATA_FLOAT, y_dims, y_strides, true));
+      pointwise_steps ? keep.emplace_back(strided_tensor(kUidConv, CUDNN_DATA_FLOAT, y_dims, y_strides, true)) : y;
   const BackendDescriptor& convolution = keep.emplace_back(make_convolution(p));
 
   std::vector<cudnnBackendDescriptor_t> ops;
+  const BackendDescriptor* conv_in = &x;
+  if (e.input_affine_relu) {  // relu(x * scale + shift), per input channel, into the convolution
+    const std::vector<std::int64_t> x_dims{p.n, p.c, p.h, p.w};
+    const std::vector<std::int64_t> x_strides =
+        p.nhwc ? std::vector<std::int64_t>{p.h * p.w * p.c, 1, p.w * p.c, p.c}
+               : std::vector<std::int64_t>{p.c * p.h * p.w, p.h * p.w, p.w, 1};
+    const std::vector<std::int64_t> c_strides =
+        p.nhwc ? std::vector<std::int64_t>{p.c, 1, p.c, p.c} : std::vector<std::int64_t>{p.c, 1, 1, 1};
+    const BackendDescriptor& scale =
+        keep.emplace_back(strided_tensor(kUidInScale, p.data_type, {1, p.c, 1, 1}, c_strides, false));
+    const BackendDescriptor& shift =
+        keep.emplace_back(strided_tensor(kUidInShift, p.data_type, {1, p.c, 1, 1}, c_strides, false));
+    const BackendDescriptor& scaled =
+        keep.emplace_back(strided_tensor(kUidPrologue, CUDNN_DATA_FLOAT, x_dims, x_strides, true));
+    const BackendDescriptor& shifted =
+        keep.emplace_back(strided_tensor(kUidPrologue + 1, CUDNN_DATA_FLOAT, x_dims, x_strides, true));
+    const BackendDescriptor& activated =
+        keep.emplace_back(strided_tensor(kUidPrologue + 2, p.data_type, x_dims, x_strides, true));
+    const BackendDescriptor& mul = keep.emplace_back(pointwise(CUDNN_POINTWISE_MUL));
+    const BackendDescriptor& add = keep.emplace_back(pointwise(CUDNN_POINTWISE_ADD));
+    const BackendDescriptor& relu = keep.emplace_back(pointwise(CUDNN_POINTWISE_RELU_FWD));
+    ops.push_back(keep.emplace_back(pointwise_operation(mul, x, &scale, scaled)).get());
+    ops.push_back(keep.emplace_back(pointwise_operation(add, scaled, &shift, shifted)).get());
+    ops.push_back(keep.emplace_back(pointwise_operation(relu, shifted, nullptr, activated)).get());
+    conv_in = &activated;
+  }
   BackendDescriptor& conv_op =
       keep.emplace_back(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
   const float alpha = 1.0f, beta = 0.0f;
-  conv_op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
+  conv_op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, *conv_in);
   conv_op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
   conv_op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, conv_out);
   conv_op.set_descriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, convolution);
@@ -126,23 +122,47 @@ std::shared_ptr<EpilogueConvPlan::Parts> make_parts(cudnnHandle_t handle,
   conv_op.finalize();
   ops.push_back(conv_op.get());
 
-  // conv + b, then + z, then relu; the last step writes y, the others virtual fp32 tensors.
+  // conv (+ b) (+ z) (relu): each step writes a virtual fp32 tensor, the last one y.
   const BackendDescriptor& add = keep.emplace_back(pointwise(CUDNN_POINTWISE_ADD));
-  const bool bias_last = !e.residual && !e.relu;
-  const BackendDescriptor& biased =
-      bias_last ? y : keep.emplace_back(strided_tensor(kUidBiased, CUDNN_DATA_FLOAT, y_dims, y_strides, true));
-  ops.push_back(keep.emplace_back(pointwise_operation(add, conv_out, &b, biased)).get());
-  const BackendDescriptor* last = &biased;
+  const BackendDescriptor* last = &conv_out;
+  int steps_left = int{e.bias} + int{e.residual} + int{e.relu};
+  std::int64_t next_uid = kUidBiased;
+  auto step_output = [&]() -> const BackendDescriptor& {
+    return --steps_left == 0 ? y
+                             : keep.emplace_back(strided_tensor(next_uid++, CUDNN_DATA_FLOAT, y_dims, y_strides, true));
+  };
+  if (e.bias) {
+    const BackendDescriptor& b =
+        keep.emplace_back(strided_tensor(kUidB, p.data_type, {1, p.k, 1, 1}, channel_strides(p), false));
+    const BackendDescriptor& out = step_output();
+    ops.push_back(keep.emplace_back(pointwise_operation(add, *last, &b, out)).get());
+    last = &out;
+  }
   if (e.residual) {
     const BackendDescriptor& z = keep.emplace_back(strided_tensor(kUidZ, p.data_type, y_dims, y_strides, false));
-    const BackendDescriptor& summed =
-        e.relu ? keep.emplace_back(strided_tensor(kUidSummed, CUDNN_DATA_FLOAT, y_dims, y_strides, true)) : y;
-    ops.push_back(keep.emplace_back(pointwise_operation(add, biased, &z, summed)).get());
-    last = &summed;
+    const BackendDescriptor& out = step_output();
+    ops.push_back(keep.emplace_back(pointwise_operation(add, *last, &z, out)).get());
+    last = &out;
   }
   if (e.relu) {
     const BackendDescriptor& relu = keep.emplace_back(pointwise(CUDNN_POINTWISE_RELU_FWD));
-    ops.push_back(keep.emplace_back(pointwise_operation(relu, *last, nullptr, y)).get());
+    ops.push_back(keep.emplace_back(pointwise_operation(relu, *last, nullptr, step_output())).get());
+  }
+  if (e.statistics) {
+    const BackendDescriptor& sum =
+        keep.emplace_back(strided_tensor(kUidSum, CUDNN_DATA_FLOAT, {1, p.k, 1, 1}, channel_strides(p), false));
+    const BackendDescriptor& sqsum =
+        keep.emplace_back(strided_tensor(kUidSqsum, CUDNN_DATA_FLOAT, {1, p.k, 1, 1}, channel_strides(p), false));
+    BackendDescriptor& stats = keep.emplace_back(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+    const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode);
+    stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
+    stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y);
+    stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum);
+    stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum);
+    stats.finalize();
+    ops.push_back(stats.get());
   }
   parts->graph = std::make_unique<BackendDescriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   parts->graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
@@ -206,15 +226,22 @@ std::vector<std::shared_ptr<const EpilogueConvPlan>> epilogue_conv_candidates(
 }
 
 cudnnStatus_t EpilogueConvLaunch::execute(cudnnHandle_t handle, const EpilogueConvOperands& o) {
-  const std::array<const void*, 6> addresses{o.x, o.w, o.b, o.z, o.y, o.workspace};
+  const std::array<const void*, 10> addresses{o.x,         o.w,   o.b,     o.z,        o.y,
+                                              o.workspace, o.sum, o.sqsum, o.in_scale, o.in_shift};
   if (!pack_ || addresses != pack_addresses_) {
-    std::vector<std::int64_t> uids{kUidX, kUidW, kUidB, kUidY};
-    std::vector<void*> pointers{const_cast<void*>(o.x), const_cast<void*>(o.w),
-                                const_cast<void*>(o.b), o.y};
-    if (o.z != nullptr) {  // a residual problem
-      uids.push_back(kUidZ);
-      pointers.push_back(const_cast<void*>(o.z));
-    }
+    std::vector<std::int64_t> uids{kUidX, kUidW, kUidY};
+    std::vector<void*> pointers{const_cast<void*>(o.x), const_cast<void*>(o.w), o.y};
+    auto add_operand = [&](std::int64_t uid, const void* p) {
+      if (p == nullptr) return;  // not an operand of this problem
+      uids.push_back(uid);
+      pointers.push_back(const_cast<void*>(p));
+    };
+    add_operand(kUidB, o.b);
+    add_operand(kUidZ, o.z);
+    add_operand(kUidSum, o.sum);
+    add_operand(kUidSqsum, o.sqsum);
+    add_operand(kUidInScale, o.in_scale);
+    add_operand(kUidInShift, o.in_shift);
     pack_ = variant_pack(uids, pointers, o.workspace, "fused-epilogue convolution");
     pack_addresses_ = addresses;
   }

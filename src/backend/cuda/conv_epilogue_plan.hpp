@@ -1,9 +1,13 @@
 // A forward convolution with its epilogue fused, through cuDNN's graph API:
-//   y = relu?(conv(x, w) + b + z?)
+//   y = relu?(conv(x, w) + b? + z?)    and, with statistics, sum[k] and sqsum[k] of y per channel
 // one operation graph (the convolution into a virtual fp32 tensor, pointwise add of the per-channel
 // bias, optionally the add of a residual z of y's shape, optionally ReLU), so the convolution's
 // accumulators get the bias (and the ReLU) before they are rounded and written once: no second pass
 // over the output, and one rounding instead of two in bf16/fp16.
+// With statistics (a GenStats operation on y: the sums a training batch norm of y needs, as the
+// fastest ResNet-50 training computes them, in the convolution's epilogue), the batch norm after
+// the convolution need not read y to reduce it. Without a bias and pointwise steps the convolution
+// writes y directly.
 //
 // cuDNN serves such graphs with its runtime-fusion engines (kernels generated and compiled for the
 // graph when the plan is finalized: the first plan of a shape costs hundreds of milliseconds to
@@ -29,8 +33,14 @@ namespace cnnergy::cuda {
 
 struct EpilogueConvProblem {
   GraphConvProblem conv;  // the forward convolution (dir kForward, beta 0)
+  bool bias = true;       // + b (per channel, y's type)
   bool residual = false;  // + z (y's shape and type)
   bool relu = false;      // max(0, .) last
+  bool statistics = false;  // sum and sum of squares of y per channel (fp32, k each)
+  // The convolution reads relu(x * scale + shift) (per input channel, y's type) instead of x: the
+  // previous batch norm's normalisation folded into this convolution's prologue, as in cuDNN's
+  // ConvBNfprop pattern. Studied by bench_conv_statistics; the training executor does not use it.
+  bool input_affine_relu = false;
 
   std::string key() const;
 };
@@ -69,10 +79,14 @@ std::vector<std::shared_ptr<const EpilogueConvPlan>> epilogue_conv_candidates(
 struct EpilogueConvOperands {
   const void* x = nullptr;
   const void* w = nullptr;
-  const void* b = nullptr;
+  const void* b = nullptr;  // problems with a bias only
   const void* z = nullptr;  // residual problems only
   void* y = nullptr;
   void* workspace = nullptr;
+  float* sum = nullptr;    // statistics problems only: k floats each, overwritten
+  float* sqsum = nullptr;
+  const void* in_scale = nullptr;  // input_affine_relu problems only: c values each
+  const void* in_shift = nullptr;
 };
 
 // One kernel's use of a plan, with the variant pack of its last operands (rebuilt only when an
@@ -92,7 +106,7 @@ class EpilogueConvLaunch {
  private:
   std::shared_ptr<const EpilogueConvPlan> plan_;
   std::unique_ptr<BackendDescriptor> pack_;
-  std::array<const void*, 6> pack_addresses_{};
+  std::array<const void*, 10> pack_addresses_{};
 };
 
 }  // namespace cnnergy::cuda

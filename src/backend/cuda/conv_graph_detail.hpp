@@ -21,6 +21,17 @@ inline constexpr std::int64_t kAlignmentBytes = 16;
 // A 4-D tensor (N, C, H, W) in `nhwc` or NCHW strides.
 BackendDescriptor make_tensor(std::int64_t uid, cudnnDataType_t type, bool nhwc, std::int64_t n,
                               std::int64_t c, std::int64_t h, std::int64_t w);
+// A 4-D tensor of any dimensions and strides, virtual (never materialized: an intermediate of a
+// fused graph) or not.
+BackendDescriptor strided_tensor(std::int64_t uid, cudnnDataType_t type,
+                                 const std::vector<std::int64_t>& dims,
+                                 const std::vector<std::int64_t>& strides, bool is_virtual);
+// y's strides for (n, k, out_h, out_w) in the problem's layout.
+std::vector<std::int64_t> output_strides(const GraphConvProblem& p);
+// A per-channel (1, k, 1, 1) tensor's strides in the problem's layout.
+std::vector<std::int64_t> channel_strides(const GraphConvProblem& p);
+// A pointwise mode computing in fp32.
+BackendDescriptor pointwise(cudnnPointwiseMode_t mode);
 // The convolution descriptor of a problem (fp32 accumulation, cross-correlation).
 BackendDescriptor make_convolution(const GraphConvProblem& p);
 // An engine configuration's engine, read into a fresh descriptor.

@@ -183,6 +183,39 @@ std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph,
   return configs;
 }
 
+BackendDescriptor strided_tensor(std::int64_t uid, cudnnDataType_t type,
+                                 const std::vector<std::int64_t>& dims,
+                                 const std::vector<std::int64_t>& strides, bool is_virtual) {
+  BackendDescriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+  d.set_int64(CUDNN_ATTR_TENSOR_DIMENSIONS, dims);
+  d.set_int64(CUDNN_ATTR_TENSOR_STRIDES, strides);
+  d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignmentBytes);
+  d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+  d.finalize();
+  return d;
+}
+
+std::vector<std::int64_t> output_strides(const GraphConvProblem& p) {
+  const std::int64_t k = p.k, h = p.out_h, w = p.out_w;
+  return p.nhwc ? std::vector<std::int64_t>{h * w * k, 1, w * k, k}
+                : std::vector<std::int64_t>{k * h * w, h * w, w, 1};
+}
+
+std::vector<std::int64_t> channel_strides(const GraphConvProblem& p) {
+  return p.nhwc ? std::vector<std::int64_t>{p.k, 1, p.k, p.k} : std::vector<std::int64_t>{p.k, 1, 1, 1};
+}
+
+BackendDescriptor pointwise(cudnnPointwiseMode_t mode) {
+  BackendDescriptor d(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  d.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;  // fused epilogues compute in fp32
+  d.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision);
+  d.finalize();
+  return d;
+}
+
 bool aligned(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(kAlignmentBytes) == 0;
 }
