@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
   cli::ArgParser p("bench_conv_statistics",
                    "batch-norm statistics in the convolution epilogue against the separate pass, per ResNet-50 shape");
   p.option("batch", "batch size", "256");
-  p.option("precision", "bf16, fp16 or fp32", "bf16");
-  p.option("layout", "nhwc or nchw", "nhwc");
+  p.option("precision", "the data type of the convolutions and batch norms", "bf16", {"bf16", "fp16", "fp32"});
+  p.option("layout", "the activations' layout", "nhwc", {"nhwc", "nchw"});
   p.option("workspace-mib", "workspace cap of every plan, in MiB", "256");
   p.option("rounds", "timing rounds per measurement (each the fastest of three runs); the fastest round counts", "3");
   p.option("out", "JSON output file", "conv_statistics.json");
