@@ -136,6 +136,8 @@ struct Cell {
   bool fuse_residual = true;  // batch norms take the residual add after them (ExecutorOptions::fuse_residual)
   bool space_to_depth = true;  // BackendOptions::conv_space_to_depth (a first layer over few channels, NHWC)
   bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
+  bool fuse_statistics = false;  // BackendOptions::conv_statistics_fusion (batch-norm statistics from the convolution)
+  std::size_t conv_statistics = 0;  // batch norms given their statistics by their convolution
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
@@ -181,6 +183,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   opt.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
   opt.algo_cache_dir = cell.algo_cache_dir;
   opt.conv_epilogue_fusion = cell.fuse_epilogue;
+  opt.conv_statistics_fusion = cell.fuse_statistics;
   opt.conv_space_to_depth = cell.space_to_depth;
   opt.workspace_limit_bytes = static_cast<std::size_t>(cell.workspace_mib) << 20;
   auto backend = create_backend(opt);
@@ -276,6 +279,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.recomputed_outputs = held.recomputed_outputs;
+  cell.conv_statistics = held.conv_statistics;
   cell.recomputed_mib = static_cast<double>(held.recomputed_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
   if (cell.windows > 0) measure_energy(cell, *backend, work);
@@ -360,6 +364,9 @@ int main(int argc, char** argv) {
              "(a cell each)", "on", {"off", "on", "both"});
     p.option("fuse-epilogue", "a convolution with a bias runs as cuDNN's fused conv + bias (+ ReLU) graph where that "
              "times faster (BackendOptions::conv_epilogue_fusion; on by default, as `train` runs)", "on", {"off", "on"});
+    p.option("fuse-statistics", "a convolution computes the statistics of the batch norm after it where cuDNN's fused "
+             "graph times faster (BackendOptions::conv_statistics_fusion, as train's --fuse-statistics): off, on, or "
+             "both (a cell each)", "off", {"off", "on", "both"});
     p.flag("profile-range",
            "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
            "--profile-from-start off)");
@@ -409,11 +416,13 @@ int main(int argc, char** argv) {
             for (const bool fused : {true, false})
             for (const bool residual : {true, false})
             for (const bool s2d : {true, false})
+            for (const bool stats : {false, true})
             for (const auto& budget : budgets) {
             if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
             if (fused ? p.get("fuse-relu") == "off" : p.get("fuse-relu") == "on") continue;
             if (residual ? p.get("fuse-residual") == "off" : p.get("fuse-residual") == "on") continue;
             if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
+            if (stats ? p.get("fuse-statistics") == "off" : p.get("fuse-statistics") == "on") continue;
             Cell c;
             c.model = m;
             c.batch = std::stoll(b);
@@ -427,6 +436,7 @@ int main(int argc, char** argv) {
             c.fuse_residual = residual;
             c.space_to_depth = s2d;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
+            c.fuse_statistics = stats;
             c.profile_range = p.get_flag("profile-range");
             c.host_layers = p.get_flag("host-layers");
             c.device = p.get("device");
@@ -451,6 +461,8 @@ int main(int argc, char** argv) {
             << ", \"fuse_residual\": " << (c.fuse_residual ? "true" : "false")
             << ", \"space_to_depth\": " << (c.space_to_depth ? "true" : "false")
             << ", \"fuse_epilogue\": " << (c.fuse_epilogue ? "true" : "false")
+            << ", \"fuse_statistics\": " << (c.fuse_statistics ? "true" : "false")
+            << ", \"conv_statistics\": " << c.conv_statistics
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
@@ -523,6 +535,9 @@ int main(int argc, char** argv) {
                     "peak %.0f MiB\n",
                     c.activation_mib, c.live_peak_mib, c.parameter_mib, c.layer_state_mib, c.conv_workspace_mib,
                     c.in_use_mib, c.peak_mem_mib);
+        if (c.fuse_statistics)
+          std::printf("    statistics fusion: %zu batch norms take their statistics from their convolution\n",
+                      c.conv_statistics);
         if (c.activation_budget_mib)
           std::printf("    activation budget %lld MiB: %zu batch-norm and pooling outputs (%.0f MiB) recomputed in backward\n",
                       static_cast<long long>(*c.activation_budget_mib), c.recomputed_outputs, c.recomputed_mib);

@@ -44,6 +44,18 @@ struct Conv2dDesc {
   // y = relu?(conv + b + z): the residual add after a folded inference convolution, fused (set only
   // where Backend::fuses_conv_residual(desc) holds; the kernel then runs forward_residual).
   bool residual = false;
+  // The batch norm after a training convolution without a bias takes its statistics from the
+  // convolution (set only where Backend::fuses_conv_statistics(desc) holds): forward_statistics
+  // may write the per-channel sum and sum of squares of y along with y.
+  bool statistics = false;
+
+  // The fewest values per output channel (n x out_h x out_w) whose statistics a convolution is
+  // offered: the variance from fp32 sums, E[y^2] - E[y]^2, loses the digits the mean shares with
+  // the values, and with a handful of values per channel the variance can be tiny beside the mean
+  // by chance (ResNet-50's last stage at 32x32 images and batch 2: two values, gradients off by
+  // tens of percent). Such small channels gain nothing from the fusion either.
+  static constexpr std::int64_t kMinStatisticsValues = 256;
+  bool statistics_well_conditioned() const { return n * out_h() * out_w() >= kMinStatisticsValues; }
 
   std::int64_t out_h() const { return (h + pad_top + pad_bottom - dilation_h * (r - 1) - 1) / stride_h + 1; }
   std::int64_t out_w() const { return (w + pad_left + pad_right - dilation_w * (s - 1) - 1) / stride_w + 1; }
@@ -91,6 +103,12 @@ class ConvKernel {
   // kernels of backends whose fuses_conv_residual holds implement it.
   virtual void forward_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& z,
                                 const Tensor& y);
+  // A kernel made with desc.statistics: y = conv(x, w) (no bias), and where the kernel computes them
+  // with the convolution (CUDA: cuDNN's fused graph, where it measures faster than the batch norm's
+  // own statistics pass), sums[k] = the sum of y's channel k and sums[K + k] the sum of its squares
+  // (fp32, 2K values, as the kernel wrote y). Returns whether it wrote the sums; when not, the batch
+  // norm computes its statistics itself. The base runs forward() and writes none.
+  virtual bool forward_statistics(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& sums);
 };
 
 // ---- fully connected -----------------------------------------------------------------------------
@@ -182,11 +200,14 @@ class BatchNormKernel {
   explicit BatchNormKernel(bool residual) : residual_(residual) {}
   virtual ~BatchNormKernel() = default;
   // gamma, beta, running_mean, running_var, saved_mean, saved_inv_std: fp32, shape (C).
+  // sums (optional): x's per-channel sum then sum of squares (fp32, 2C values), as the convolution
+  // that wrote x computed them (ConvKernel::forward_statistics); the batch statistics then come
+  // from them (mean = sum / M, biased variance = sum of squares / M - mean^2) instead of a pass over x.
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                         const Tensor& running_var, const Tensor& y, const Tensor& saved_mean,
-                        const Tensor& saved_inv_std) {
+                        const Tensor& saved_inv_std, const Tensor* sums = nullptr) {
     check_residual_given(false);
-    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+    training(x, nullptr, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std, sums);
   }
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                          const Tensor& running_var, const Tensor& y) {
@@ -198,9 +219,10 @@ class BatchNormKernel {
   // two, one made without only the two above (InvalidArgument otherwise).
   void forward_training_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                                 const Tensor& saved_mean, const Tensor& saved_inv_std) {
+                                 const Tensor& saved_mean, const Tensor& saved_inv_std,
+                                 const Tensor* sums = nullptr) {
     check_residual_given(true);
-    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std);
+    training(x, &z, gamma, beta, running_mean, running_var, y, saved_mean, saved_inv_std, sums);
   }
   void forward_inference_residual(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
                                   const Tensor& running_mean, const Tensor& running_var, const Tensor& y) {
@@ -225,10 +247,11 @@ class BatchNormKernel {
 
  protected:
   // The backend's forward passes; z: the fused residual add's other input, null without one (the
-  // entry points above have checked that it comes exactly when the kernel was made with one).
+  // entry points above have checked that it comes exactly when the kernel was made with one); sums:
+  // the statistics' sums, null when training reduces x itself.
   virtual void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                         const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                        const Tensor& saved_mean, const Tensor& saved_inv_std) = 0;
+                        const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor* sums) = 0;
   virtual void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y) = 0;
   virtual void reapply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& saved_mean,
@@ -284,6 +307,12 @@ struct BackendOptions {
   // of its input rearranged space-to-depth, where that measures faster (conv_space_to_depth.hpp).
   // Off by default; `infer` turns it on (--space-to-depth).
   bool conv_space_to_depth = false;
+  // Training: a convolution without a bias whose output only a batch norm reads may compute that
+  // batch norm's statistics (Conv2dDesc::statistics; CUDA: cuDNN's convolution + GenStats graph,
+  // taken per layer where it measures faster than the batch norm's statistics pass; cuDNN 9.19 on
+  // Hopper has a pre-compiled engine for it in fp16 NHWC only). Off by default (--fuse-statistics):
+  // the executor's use of it has not been measured on a GPU yet.
+  bool conv_statistics_fusion = false;
   // CUDA: directory of the persistent algorithm cache (core/algo_cache.hpp); empty: none, every
   // process searches anew. Commands fill it from --algo-cache (resolve_algo_cache_dir).
   std::string algo_cache_dir;
@@ -448,6 +477,13 @@ class Backend {
   // Whether make_conv takes desc with residual = true (forward only, like fuses_conv_relu: the
   // executor offers a folded inference convolution the residual add that consumes its output).
   virtual bool fuses_conv_residual(const Conv2dDesc& desc) const {
+    (void)desc;
+    return false;
+  }
+  // Whether make_conv takes desc with statistics = true (BackendOptions::conv_statistics_fusion
+  // on, and a convolution the backend can compute the statistics of; the executor then offers the
+  // batch norm that is its output's sole consumer the sums).
+  virtual bool fuses_conv_statistics(const Conv2dDesc& desc) const {
     (void)desc;
     return false;
   }

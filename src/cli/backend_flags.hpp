@@ -31,6 +31,17 @@ inline void declare_fuse_epilogue_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
+// --fuse-statistics (train, profile, dist-train): BackendOptions::conv_statistics_fusion, off by default.
+inline void declare_fuse_statistics_flag(ArgParser& p) {
+  p.option("fuse-statistics",
+           "training: a convolution without a bias whose output only a batch norm reads computes that batch "
+           "norm's statistics (per-channel sum and sum of squares): on the GPU in cuDNN's fused graph with its "
+           "forward where that times faster than the batch norm's own pass (decided per layer; cuDNN 9.19 on "
+           "Hopper runs it fast in fp16 NHWC only), on the CPU after its forward; off: the batch norm reduces "
+           "its input itself",
+           "off", {"on", "off"});
+}
+
 // --space-to-depth (infer, train, profile, dist-train): BackendOptions::conv_space_to_depth, on by default there
 // (sweep trials set it likewise).
 inline void declare_space_to_depth_flag(ArgParser& p) {
@@ -80,6 +91,7 @@ inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   bo.algo_cache_dir = algo_cache_dir_from_flags(p);
   if (p.has("fuse-epilogue")) bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   if (p.has("space-to-depth")) bo.conv_space_to_depth = p.get("space-to-depth") == "on";
+  if (p.has("fuse-statistics")) bo.conv_statistics_fusion = p.get("fuse-statistics") == "on";
   return bo;
 }
 

@@ -50,6 +50,7 @@ void declare_common(ArgParser& p) {
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("algo-cache", kAlgoCacheHelp);
   declare_fuse_epilogue_flag(p);
+  declare_fuse_statistics_flag(p);
   declare_space_to_depth_flag(p);
   declare_activation_budget_flag(p);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note)",
@@ -126,6 +127,7 @@ Common parse_common(const ArgParser& p) {
   c.backend.algo_cache_dir = algo_cache_dir_from_flags(p);
   c.backend.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   c.backend.conv_space_to_depth = p.get("space-to-depth") == "on";
+  c.backend.conv_statistics_fusion = p.get("fuse-statistics") == "on";
   DataParallelConfig& d = c.config;
   d.epochs = p.get_int("epochs", 1, 100000);
   d.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);

@@ -69,6 +69,7 @@ int run_profile(const std::vector<std::string>& args) {
            "runs and is measured on its own, as the papers profile)",
            "on", {"on", "off"});
   declare_fuse_epilogue_flag(p);
+  declare_fuse_statistics_flag(p);
   declare_space_to_depth_flag(p);
   declare_activation_budget_flag(p);
   p.option("extrapolate-epochs", "whole-training estimate for this many epochs (0 = none)", "0");

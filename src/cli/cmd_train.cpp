@@ -87,6 +87,7 @@ Json report_json(const Graph& graph, const Backend& backend, const std::string& 
   j["activation_bytes"] = report.activation_bytes;
   j["activation_budget_bytes"] = tc.activation_budget_bytes ? Json(static_cast<double>(*tc.activation_budget_bytes)) : Json();
   j["recomputed_outputs"] = report.recomputed_outputs;
+  j["conv_statistics"] = report.conv_statistics;
   j["cuda_graph"] = tc.cuda_graph;
   j["graph_recordings"] = report.graph_recordings;
   return j;
@@ -127,6 +128,7 @@ int run_train(const std::vector<std::string>& args) {
   p.option("conv-candidates", "graph_find / auto: engines of cuDNN's ranking timed per convolution (1-100; like PyTorch's cudnn benchmark_limit)", "10");
   p.option("algo-cache", kAlgoCacheHelp);
   declare_fuse_epilogue_flag(p);
+  declare_fuse_statistics_flag(p);
   declare_space_to_depth_flag(p);
   declare_activation_budget_flag(p);
   p.option("conv-algo", "GPU convolution algorithm policy: auto (the cheaper of find and graph_find per layer, host time included), find, heuristic (legacy cuDNN API), graph_find, graph_heuristic (graph API, cached execution plans) or an algorithm name, or own:NAME (the project's own kernels per layer: own:direct, own:im2col_gemm, own:implicit_gemm, own:fft, own:winograd, own:winograd_2x2; a layer one cannot run falls back to cuDNN auto with a note)", "auto");
@@ -227,6 +229,9 @@ int run_train(const std::vector<std::string>& args) {
                 "backward\n",
                 static_cast<double>(report.activation_bytes) / 1048576.0,
                 static_cast<double>(*tc.activation_budget_bytes) / 1048576.0, report.recomputed_outputs);
+  if (bo.conv_statistics_fusion)
+    std::printf("statistics fusion: %zu batch norms take their statistics from their convolution\n",
+                report.conv_statistics);
   double train_s = 0, joules = 0;
   std::int64_t iters = 0;
   for (const auto& e : report.epochs) {

@@ -25,6 +25,7 @@ class BatchNormLayer final : public Layer {
   std::string describe() const override {
     if (absorbed()) return "batch_norm (folded into " + absorbed_into() + ")";
     std::string what = "batch_norm";
+    if (statistics_ != nullptr) what += " (statistics from its convolution)";
     if (desc_.residual) what += " + add";
     return desc_.relu ? what + " + relu" : what;
   }
@@ -46,6 +47,10 @@ class BatchNormLayer final : public Layer {
     if (bound() || desc_.relu || desc_.residual || !backend.fuses_batch_norm_residual(fused)) return false;
     desc_ = fused;
     return true;
+  }
+
+  void use_statistics(const std::shared_ptr<BatchStatistics>& link) override {
+    if (!bound()) statistics_ = link;
   }
 
   void init_parameters(Rng& rng) override {
@@ -85,15 +90,18 @@ class BatchNormLayer final : public Layer {
     const Tensor& mean = buffers()[0].tensor;
     const Tensor& var = buffers()[1].tensor;
     const bool train = ctx.phase == Phase::kTrain;
+    // The convolution's sums where its latest (training) forward wrote them.
+    const Tensor* sums = statistics_ != nullptr && statistics_->written ? &statistics_->sums : nullptr;
     if (desc_.residual) {  // the fused add's other input comes second (Executor)
       CNNERGY_CHECK(ctx.inputs.size() == 2, "batch norm with a fused residual add run without its second input");
       if (train)
         kernel_->forward_training_residual(ctx.inputs[0], ctx.inputs[1], gamma, beta, mean, var, ctx.outputs[0],
-                                           saved_mean_, saved_inv_std_);
+                                           saved_mean_, saved_inv_std_, sums);
       else
         kernel_->forward_inference_residual(ctx.inputs[0], ctx.inputs[1], gamma, beta, mean, var, ctx.outputs[0]);
     } else if (train) {
-      kernel_->forward_training(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0], saved_mean_, saved_inv_std_);
+      kernel_->forward_training(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0], saved_mean_, saved_inv_std_,
+                                sums);
     } else {
       kernel_->forward_inference(ctx.inputs[0], gamma, beta, mean, var, ctx.outputs[0]);
     }
@@ -163,6 +171,7 @@ class BatchNormLayer final : public Layer {
   BatchNormDesc desc_;
   std::unique_ptr<BatchNormKernel> kernel_;
   Tensor saved_mean_, saved_inv_std_, scratch_;
+  std::shared_ptr<BatchStatistics> statistics_;  // from the convolution before it (Layer::use_statistics)
 };
 
 }  // namespace

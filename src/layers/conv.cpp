@@ -21,6 +21,7 @@ class ConvLayer final : public Layer {
     if (spec_.groups > 1) s += " groups " + std::to_string(spec_.groups);
     if (spec_.dilation_h > 1 || spec_.dilation_w > 1) s += " dilation " + std::to_string(spec_.dilation_h);
     if (desc_.residual) s += " + residual add";
+    if (desc_.statistics) s += " + batch-norm statistics";
     if (desc_.relu) s += " + relu";
     return s;
   }
@@ -72,6 +73,17 @@ class ConvLayer final : public Layer {
     return true;
   }
 
+  bool offer_statistics(const Backend& backend, const std::shared_ptr<BatchStatistics>& link) override {
+    Conv2dDesc fused = desc_;
+    fused.statistics = true;
+    if (bound() || desc_.bias || desc_.relu || desc_.residual || desc_.statistics || folded_bn_ != nullptr ||
+        !backend.fuses_conv_statistics(fused))
+      return false;
+    desc_ = fused;
+    statistics_ = link;
+    return true;
+  }
+
   bool absorb_batch_norm(Layer& batch_norm) override {
     if (bound() || folded_bn_ != nullptr) return false;
     folded_bn_ = &batch_norm;
@@ -117,9 +129,18 @@ class ConvLayer final : public Layer {
       kernel_->forward(ctx.inputs[0], folded_weight_, folded_bias_, ctx.outputs[0]);
       return;
     }
+    if (statistics_ != nullptr) {  // the batch norm after it reads the sums in training only
+      statistics_->written = ctx.phase == Phase::kTrain &&
+                             kernel_->forward_statistics(ctx.inputs[0], parameters()[0].value(), ctx.outputs[0],
+                                                         statistics_->sums);
+      if (ctx.phase == Phase::kTrain) return;
+    }
     kernel_->forward(ctx.inputs[0], parameters()[0].value(), bias_value(), ctx.outputs[0]);
   }
-  std::size_t private_bytes() const override { return folded_weight_.size_bytes() + folded_bias_.size_bytes(); }
+  std::size_t private_bytes() const override {
+    return folded_weight_.size_bytes() + folded_bias_.size_bytes() +
+           (statistics_ != nullptr ? statistics_->sums.size_bytes() : 0);
+  }
 
   void backward(const BackwardContext& ctx) override {
     if (desc_.residual || folded_bn_ != nullptr)
@@ -202,6 +223,7 @@ class ConvLayer final : public Layer {
       folded_bias_ = backend.alloc(Shape{desc_.k}, backend.dtype(), backend.layout());
     }
     kernel_ = backend.make_conv(desc, spec_.algo);
+    if (statistics_ != nullptr) statistics_->sums = backend.alloc(Shape{2 * desc_.k}, DType::kF32);
   }
 
  private:
@@ -212,6 +234,7 @@ class ConvLayer final : public Layer {
   std::unique_ptr<ConvKernel> kernel_;
   Layer* folded_bn_ = nullptr;       // the absorbed eval-mode batch norm (inference executors)
   Tensor folded_weight_, folded_bias_;
+  std::shared_ptr<BatchStatistics> statistics_;  // the batch norm after it takes its statistics from here
 };
 
 }  // namespace

@@ -146,6 +146,23 @@ class Layer {
     (void)relu;
     return false;
   }
+  // Statistics fusion, for training executors (decided between setup() and bind(), like ReLU
+  // fusion; BackendOptions::conv_statistics_fusion). A convolution without a bias whose output only
+  // a batch norm reads is offered that batch norm's statistics (offer_statistics: true where the
+  // backend can compute them with the convolution, Backend::fuses_conv_statistics); the batch norm
+  // then uses them (use_statistics). Both hold `link`: the convolution allocates its sums at bind
+  // and says after each training forward whether it wrote them; when it did not, the batch norm
+  // reduces its input itself.
+  struct BatchStatistics {
+    Tensor sums;           // fp32, 2C: the per-channel sum, then the sum of squares
+    bool written = false;  // by the latest forward of the convolution
+  };
+  virtual bool offer_statistics(const Backend& backend, const std::shared_ptr<BatchStatistics>& link) {
+    (void)backend;
+    (void)link;
+    return false;
+  }
+  virtual void use_statistics(const std::shared_ptr<BatchStatistics>& link) { (void)link; }
   // Batch-norm folding, for inference executors (decided between setup() and bind(), like ReLU
   // fusion). A layer that can apply a per-output-channel affine map y = scale * f(x) + shift itself
   // (a convolution: scaled weights, a bias) takes the eval-mode batch norm that is its output's sole

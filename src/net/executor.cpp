@@ -98,6 +98,7 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   residual_input_.assign(layers_.size(), -1);
   forward_taken_output_of_.assign(layers_.size(), -1);
   if (options_.fuse_residual) fuse_residuals();
+  if (options_.training) fuse_statistics();
   if (backend_.device().is_cpu()) {
     host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
     host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
@@ -274,6 +275,26 @@ void Executor::fuse_residuals() {
       ++memory_.fused_residuals;
       break;
     }
+  }
+}
+
+// A training batch norm whose input is a convolution's only output, read by nothing else, is given
+// the convolution's statistics where the backend offers them (Backend::fuses_conv_statistics).
+void Executor::fuse_statistics() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& bn = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (bn.type() != "batch_norm" || bn.absorbed() || ins.size() != 1) continue;
+    const GraphTensor& xt = graph_.tensor(ins[0]);
+    if (ins[0] == graph_.input_tensor() || xt.producer < 0 || xt.consumers.size() != 1 ||
+        graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
+      continue;
+    Layer& conv = *layers_[static_cast<std::size_t>(xt.producer)];
+    if (conv.type() != "conv" || conv.absorbed()) continue;
+    auto link = std::make_shared<Layer::BatchStatistics>();
+    if (!conv.offer_statistics(backend_, link)) continue;
+    bn.use_statistics(link);
+    ++memory_.conv_statistics;
   }
 }
 

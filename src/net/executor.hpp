@@ -39,6 +39,13 @@
 //   group with the batch norm's output) and the add's forward runs nothing; backward is unchanged
 //   (the add's backward masks and hands on its output gradient, the batch norm's reads it). The
 //   values equal the unfused chain's bit for bit (bn(x) is rounded to the dtype before the add).
+// * Statistics fusion (training executors, where the backend offers it: BackendOptions::
+//   conv_statistics_fusion): a batch norm whose input is a convolution's only output, read by
+//   nothing else, is given that convolution's per-channel sums (Layer::offer_statistics /
+//   use_statistics): the convolution computes them with its forward where its kernel measured that
+//   faster (CUDA: cuDNN's convolution + GenStats graph), and the batch norm's statistics come from
+//   them instead of a pass over its input. Memory is planned as before; the values differ by
+//   rounding only (fp32 sums of y, E[y^2] - E[y]^2, against the batch norm's own reduction).
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
 // 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
@@ -103,6 +110,7 @@ struct MemoryReport {
   std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
   std::size_t folded_batch_norms = 0; // batch norms folded into the convolution before them
   std::size_t fused_residuals = 0;    // residual adds taken by the folded convolution or batch norm before them
+  std::size_t conv_statistics = 0;    // batch norms given their statistics by the convolution before them
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -189,6 +197,7 @@ class Executor {
  private:
   void fuse_relus();
   void fuse_residuals();
+  void fuse_statistics();
   void fold_batch_norms();
   void park_masters();
   void plan_and_allocate();

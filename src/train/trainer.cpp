@@ -85,6 +85,7 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
   report.activation_bytes = exec.memory().activation_bytes;
   report.recomputed_outputs = exec.memory().recomputed_outputs;
+  report.conv_statistics = exec.memory().conv_statistics;
   if (lo.epochs == 0) {  // a checkpoint that already covers the requested epochs: nothing to run
     report.phase_ms.assign(report.phase_names.size(), Summary{});
     return report;

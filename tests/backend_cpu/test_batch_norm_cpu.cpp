@@ -173,5 +173,65 @@ TEST_F(BatchNorm, RejectsBadInput) {
       ShapeError);
 }
 
+// Statistics from the convolution (Conv2dDesc::statistics, BackendOptions::conv_statistics_fusion):
+// the CPU convolution's forward_statistics writes y and its per-channel sums, and a batch norm given
+// those sums trains as with its own reduction (within the fp32 sums' rounding); sums of other data
+// are what it uses (the saved mean moves with them), so the path cannot silently fall back.
+TEST_F(BatchNorm, TrainingFromTheConvolutionsSums) {
+  BackendOptions o;
+  o.conv_statistics_fusion = true;
+  auto backend = create_backend(o);
+  Conv2dDesc cd;
+  cd.n = 7, cd.c = 4, cd.h = cd.w = 6, cd.k = 5, cd.r = cd.s = 3, cd.pad_top = cd.pad_bottom = cd.pad_left = cd.pad_right = 1;
+  cd.bias = false;
+  EXPECT_FALSE(backend->fuses_conv_statistics(cd));  // 252 values per channel: fewer than the sums keep exact
+  cd.n = 8;
+  ASSERT_FALSE(backend_->fuses_conv_statistics(cd));  // off by default
+  ASSERT_TRUE(backend->fuses_conv_statistics(cd));
+  cd.statistics = true;
+  auto conv = backend->make_conv(cd, {});
+  const Tensor x = random_tensor(cd.input_shape(), rng_), w = random_tensor(cd.weight_shape(), rng_, -0.5f, 0.5f);
+  const Tensor y = Tensor::host(cd.output_shape()), sums = Tensor::host(Shape{2 * cd.k});
+  ASSERT_TRUE(conv->forward_statistics(x, w, y, sums));
+  const std::int64_t per = cd.out_h() * cd.out_w();
+  for (std::int64_t k = 0; k < cd.k; ++k) {
+    double s1 = 0, s2 = 0;
+    for (std::int64_t n = 0; n < cd.n; ++n)
+      for (std::int64_t i = 0; i < per; ++i) {
+        const double v = y.f32()[static_cast<std::size_t>((n * cd.k + k) * per + i)];
+        s1 += v, s2 += v * v;
+      }
+    EXPECT_FLOAT_EQ(sums.f32()[static_cast<std::size_t>(k)], static_cast<float>(s1));
+    EXPECT_FLOAT_EQ(sums.f32()[static_cast<std::size_t>(cd.k + k)], static_cast<float>(s2));
+  }
+  const BatchNormDesc d = bn(cd.n, cd.k, cd.out_h(), cd.out_w());
+  auto kernel = backend->make_batch_norm(d);
+  const Tensor gamma = random_tensor({d.c}, rng_, 0.5f, 1.5f), beta = random_tensor({d.c}, rng_);
+  auto stats = [&] { return std::vector<Tensor>{Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c}), Tensor::host({d.c})}; };
+  auto own = stats(), given = stats(), shifted = stats();
+  const Tensor y_own = Tensor::host(cd.output_shape()), y_given = Tensor::host(cd.output_shape());
+  kernel->forward_training(y, gamma, beta, own[0], own[1], y_own, own[2], own[3]);
+  kernel->forward_training(y, gamma, beta, given[0], given[1], y_given, given[2], given[3], &sums);
+  EXPECT_TRUE(all_close(y_given, y_own, 1e-5, 1e-5));
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(all_close(given[i], own[i], 1e-5, 1e-5)) << "statistic " << i;
+  // The sums of y + 1 in every channel: the mean the batch norm saves moves by 1, the deviation not.
+  const Tensor moved = clone(sums);
+  const double m = static_cast<double>(cd.n * per);
+  for (std::int64_t k = 0; k < cd.k; ++k) {
+    const double s1 = sums.f32()[static_cast<std::size_t>(k)], s2 = sums.f32()[static_cast<std::size_t>(cd.k + k)];
+    moved.f32()[static_cast<std::size_t>(k)] = static_cast<float>(s1 + m);
+    moved.f32()[static_cast<std::size_t>(cd.k + k)] = static_cast<float>(s2 + 2 * s1 + m);
+  }
+  kernel->forward_training(y, gamma, beta, shifted[0], shifted[1], y_given, shifted[2], shifted[3], &moved);
+  for (std::int64_t k = 0; k < d.c; ++k) {
+    EXPECT_NEAR(shifted[2].f32()[static_cast<std::size_t>(k)], own[2].f32()[static_cast<std::size_t>(k)] + 1.0f, 1e-4);
+    EXPECT_NEAR(shifted[3].f32()[static_cast<std::size_t>(k)], own[3].f32()[static_cast<std::size_t>(k)],
+                1e-3 * own[3].f32()[static_cast<std::size_t>(k)]);
+  }
+  // Sums of the wrong size are refused.
+  EXPECT_THROW(kernel->forward_training(y, gamma, beta, given[0], given[1], y_given, given[2], given[3], &gamma),
+               ShapeError);
+}
+
 }  // namespace
 }  // namespace cnnergy::test

@@ -239,5 +239,75 @@ TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
   std::printf("[  NOTE    ] %zu statistics plans ran\n", ran);
 }
 
+// Through the backend (BackendOptions::conv_statistics_fusion): a convolution made with
+// Conv2dDesc::statistics gives the reference's y whichever way its timing went; where it says it
+// wrote the sums they are y's; and the batch norm given them normalises as with its own statistics
+// (saved mean and inverse deviation within the sums' rounding, the output within bf16/fp16's).
+TEST_F(CudaConvEpilogue, BackendStatisticsOfferKeepsTheValues) {
+  for (const Precision& p : {kFp16, kBf16}) {
+    BackendOptions o;
+    o.device = Device{DeviceKind::kCuda, 0};
+    o.dtype = p.dtype;
+    o.layout = Layout::kNHWC;
+    o.conv_statistics_fusion = true;
+    o.workspace_limit_bytes = std::size_t{256} << 20;
+    std::unique_ptr<Backend> g = create_backend(o);
+    Conv2dDesc d = desc(8, 64, 28, 64, 3, 1, 1);
+    d.bias = false;
+    ASSERT_TRUE(g->fuses_conv_statistics(d)) << p.name;
+    d.statistics = true;
+    const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+    const Tensor want = reference(d, x, w, Tensor(), nullptr, false);
+    auto conv = g->make_conv(d, {});
+    Tensor y = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+    Tensor sums = g->alloc(Shape{2 * d.k}, DType::kF32);
+    const bool wrote = conv->forward_statistics(upload(*g, x, p.dtype, Layout::kNHWC),
+                                                upload(*g, w, p.dtype, Layout::kNHWC), y, sums);
+    const std::string what = std::string(p.name) + (wrote ? " (statistics fused)" : " (two passes)");
+    std::printf("[  NOTE    ] %s\n", what.c_str());
+    const Tensor yh = download(*g, y);
+    EXPECT_TRUE(close(yh, want, p.tol, what));
+    BatchNormDesc bd;
+    bd.n = d.n, bd.c = d.k, bd.h = d.out_h(), bd.w = d.out_w();
+    auto bn = g->make_batch_norm(bd);
+    const Shape per{d.k};
+    std::vector<Tensor> own, given;
+    for (int i = 0; i < 4; ++i) {
+      own.push_back(g->alloc(per, DType::kF32));
+      given.push_back(g->alloc(per, DType::kF32));
+      g->fill(own.back(), i == 1 ? 1.0f : 0.0f);
+      g->fill(given.back(), i == 1 ? 1.0f : 0.0f);
+    }
+    Tensor gamma = g->alloc(per, DType::kF32), beta = g->alloc(per, DType::kF32);
+    g->fill(gamma, 1.5f);
+    g->fill(beta, 0.25f);
+    Tensor out_own = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+    Tensor out_given = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+    bn->forward_training(y, gamma, beta, own[0], own[1], out_own, own[2], own[3]);
+    if (!wrote) {  // the sums as the fused graph would give them, from y
+      Tensor host = Tensor::host(Shape{2 * d.k});
+      for (std::int64_t k = 0; k < d.k; ++k) {
+        double s1 = 0, s2 = 0;
+        for (std::int64_t n = 0; n < d.n; ++n)
+          for (std::int64_t i = 0; i < d.out_h() * d.out_w(); ++i) {
+            const double v = yh.f32()[static_cast<std::size_t>((n * d.k + k) * d.out_h() * d.out_w() + i)];
+            s1 += v, s2 += v * v;
+          }
+        host.f32()[static_cast<std::size_t>(k)] = static_cast<float>(s1);
+        host.f32()[static_cast<std::size_t>(d.k + k)] = static_cast<float>(s2);
+      }
+      g->upload(host, sums);
+    }
+    bn->forward_training(y, gamma, beta, given[0], given[1], out_given, given[2], given[3], &sums);
+    EXPECT_TRUE(close(download(*g, out_given), download(*g, out_own), p.tol, what + " normalised"));
+    for (int i = 0; i < 4; ++i) {
+      Tensor a = Tensor::host(per), b = Tensor::host(per);
+      g->download(given[static_cast<std::size_t>(i)], a);
+      g->download(own[static_cast<std::size_t>(i)], b);
+      EXPECT_TRUE(all_close(a, b, 1e-4, 1e-4)) << what << ": statistic " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cnnergy::test

@@ -123,6 +123,14 @@ TEST_F(Vocabulary, EveryCommandWritesItsOutputWhereTheFlagsSay) {
     EXPECT_EQ(tb.at("recomputed_outputs").number(), 17) << read(f("tb.json"));
     EXPECT_EQ(tb.at("activation_budget_bytes").number(), 0);
   }
+  // --fuse-statistics (train): ResNet-34's batch norms with at least 256 values per channel at batch 4
+  // (the stem's and layer1's 6) take their statistics from their convolutions, and the report says so.
+  r = run_cli("train --model resnet34 --input 3x32x32 --classes 10 --data synthetic:3x32x32 --dataset-size 8 --batch 4 "
+              "--max-iters 1 --eval-batches 1 --device cpu --no-energy --fuse-statistics on -o " + f("ts.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "statistics fusion: 7 batch norms")) << r.output;
+  EXPECT_EQ(Json::parse(read(f("ts.json"))).at("conv_statistics").number(), 7) << read(f("ts.json"));
+  EXPECT_EQ(Json::parse(read(f("tb.json"))).at("conv_statistics").number(), 0) << read(f("tb.json"));
   r = run_cli("train --model lenet5 --data synthetic --dataset-size 64 --batch 32 --max-iters 1 --device cpu --no-energy "
               "--activation-budget-mib -1");
   EXPECT_NE(r.exit_code, 0) << r.output;
@@ -131,16 +139,18 @@ TEST_F(Vocabulary, EveryCommandWritesItsOutputWhereTheFlagsSay) {
               "--activation-budget-mib 0 --format json 2>/dev/null > " + f("pb.out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("pb.out"))).at("model").str(), "lenet5");
-  // --space-to-depth and --fuse-epilogue: the same backend flags as train and infer (GPU-only effects).
+  // --space-to-depth, --fuse-epilogue and --fuse-statistics: the same backend flags as train and infer.
   r = run_cli("profile lenet5 --device cpu --batch 4 --passes 1 -r 1 --window-s 0 --no-phases --energy-top 0 "
-              "--space-to-depth off --fuse-epilogue on --format json --json " + f("p.json") + " 2>/dev/null > " + f("p.out"));
+              "--space-to-depth off --fuse-epilogue on --fuse-statistics on --format json --json " + f("p.json") +
+              " 2>/dev/null > " + f("p.out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("p.out"))).at("model").str(), "lenet5");  // stdout is one JSON document
   EXPECT_EQ(read(f("p.json")), read(f("p.out")));
 
   // dist-train over two CPU replicas; --gpus is a count here as in sweep.
   r = run_cli("dist-train --model lenet5 --data synthetic --dataset-size 128 --device cpu --gpus 2 --global-batch 32 "
-              "--max-iters 2 --no-eval --no-energy --space-to-depth on --fuse-epilogue off -o " + f("dt.json") + " --csv " + f("dt.csv"));
+              "--max-iters 2 --no-eval --no-energy --space-to-depth on --fuse-epilogue off --fuse-statistics on -o " +
+              f("dt.json") + " --csv " + f("dt.csv"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("dt.json"))).at("world_size").number(), 2);
   // dist-train takes the budget per replica, as train does: ResNet-34's 17 batch-norm outputs.

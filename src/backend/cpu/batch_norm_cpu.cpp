@@ -3,6 +3,7 @@
 // inference with the running statistics, and the backward for dx, dgamma and dbeta; optionally with
 // a ReLU fused into the output (BatchNormDesc::relu) and the residual add after it (::residual: the
 // output is act(bn(x) + z), the backward the plain batch norm's).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -33,7 +34,8 @@ class BatchNormCpu final : public BatchNormKernel {
  protected:
   void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor* sums) override {
+    if (sums != nullptr) check_sums(*sums);
     if (z != nullptr) check_activation(*z, "z");
     check_activation(x, "x");
     check_activation(y, "y");
@@ -50,17 +52,21 @@ class BatchNormCpu final : public BatchNormKernel {
     const float* zp = z != nullptr ? cf32(*z) : nullptr;
     float* yp = mf32(y);
     const double mom = d_.momentum;
+    const double m = static_cast<double>(m_);
     for (std::int64_t c = 0; c < d_.c; ++c) {
-      // Two passes in double: the mean first, then the centred sum of squares (no cancellation).
-      double sum = 0.0;
-      for_channel(c, [&](std::int64_t i) { sum += xp[i]; });
-      const double mean = sum / static_cast<double>(m_);
-      double sq = 0.0;
-      for_channel(c, [&](std::int64_t i) {
-        const double dv = xp[i] - mean;
-        sq += dv * dv;
-      });
-      const double var = sq / static_cast<double>(m_);
+      double mean = 0.0, sq = 0.0;  // sq: the centred sum of squares
+      if (sums != nullptr) {  // the convolution's sums (fp32): E[x^2] - E[x]^2, clamped at 0
+        mean = cf32(*sums)[c] / m;
+        sq = std::max(0.0, static_cast<double>(cf32(*sums)[d_.c + c]) - m * mean * mean);
+      } else {  // two passes in double: the mean first, then the centred sum (no cancellation)
+        for_channel(c, [&](std::int64_t i) { mean += xp[i]; });
+        mean /= m;
+        for_channel(c, [&](std::int64_t i) {
+          const double dv = xp[i] - mean;
+          sq += dv * dv;
+        });
+      }
+      const double var = sq / m;
       const double inv_std = 1.0 / std::sqrt(var + d_.eps);
       mf32(saved_mean)[c] = static_cast<float>(mean);
       mf32(saved_inv_std)[c] = static_cast<float>(inv_std);
@@ -181,6 +187,7 @@ class BatchNormCpu final : public BatchNormKernel {
                        ", expected " + Shape{d_.n, d_.c, d_.h, d_.w}.str());
   }
   void check_param(const Tensor& t, std::string_view name) const { check_f32(t, kOp, name, d_.c); }
+  void check_sums(const Tensor& t) const { check_f32(t, kOp, "sums", 2 * d_.c); }
 
   BatchNormDesc d_;
   std::int64_t hw_, m_;

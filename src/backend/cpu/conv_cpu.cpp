@@ -266,6 +266,29 @@ class ConvCpu final : public ConvKernel {
       for (float *p = mf32(y), *end = p + y.numel(); p != end; ++p) *p = std::max(*p, 0.0f);
   }
 
+  // The CPU computes the statistics after its convolution, in double per channel, then rounds the
+  // sums to fp32 as a GPU's fused graph gives them: the executor's pairing of a convolution with its
+  // batch norm (Conv2dDesc::statistics) runs and is tested here as it runs on a GPU.
+  bool forward_statistics(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& sums) override {
+    if (!desc_.statistics || desc_.bias)
+      throw InvalidArgument("conv2d: forward_statistics needs a kernel made with Conv2dDesc::statistics and no bias");
+    check_f32(sums, kOp, "sums", 2 * desc_.k);
+    forward(x, w, Tensor(), y);
+    const float* yp = cf32(y);
+    float* out = mf32(sums);
+    for (std::int64_t k = 0; k < g_.k; ++k) {
+      double s1 = 0.0, s2 = 0.0;
+      for (std::int64_t n = 0; n < g_.n; ++n)
+        for (const float *p = yp + (n * g_.k + k) * g_.ohw, *end = p + g_.ohw; p != end; ++p) {
+          s1 += *p;
+          s2 += static_cast<double>(*p) * *p;
+        }
+      out[k] = static_cast<float>(s1);
+      out[g_.k + k] = static_cast<float>(s2);
+    }
+    return true;
+  }
+
   void forward_without_onednn(const Tensor& x, const Tensor& w, const float* bias, const Tensor& y) {
     if (fwd_ == ConvAlgo::kReference) {
       reference_forward(g_, cf32(x), cf32(w), bias, mf32(y));

@@ -189,16 +189,27 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
                                  const BatchNormParams& params, void* scratch,
-                                 cudaStream_t stream, float* saved_coef) {
+                                 cudaStream_t stream, float* saved_coef, const float* sums) {
   const TilePlan t = tile_plan(view, dtype);
   const void* z = params.residual;
   const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
   float* coef = saved_coef != nullptr ? saved_coef : coefficients(scratch, view, dtype);
+  // The convolution's sums are one split of the fast layout (sum[C] then sum of squares[C]),
+  // centred on nothing.
   const Partials p =
-      reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
+      sums != nullptr
+          ? Partials{nullptr, sums, nullptr, 1, view.channels}
+          : reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
   finish_batch_stats(p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
                      params, coef, stream);
   launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
+}
+
+void batch_norm_statistics_pass(const void* x, DType dtype, const ChannelView& view, void* scratch,
+                                cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  (void)reduce_channels(Reduce::kSumSquares, t.usable && aligned_for(16, x), x, nullptr, dtype, view, t,
+                        nullptr, scratch, stream);
 }
 
 void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& view, const float* coef,

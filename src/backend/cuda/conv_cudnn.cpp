@@ -223,6 +223,12 @@ ConvAlgoInfo CudnnConv::info() const {
     CNNERGY_CUDA_CALL(cudaMemsetAsync(bias->data(), 0, bias_bytes, ctx_->stream()));
     resolve_epilogue(o[0], o[1], bias->data(), nullptr, o[2]);
   }
+  if (d_.statistics && !statistics_resolved_) {  // likewise the statistics graph's
+    std::vector<std::shared_ptr<Buffer>> held;
+    const std::array<void*, 3> o = search_operands(Dir::kForward, nullptr, nullptr, nullptr, held);
+    auto sums = ctx_->scratch(static_cast<std::size_t>(2 * d_.k) * sizeof(float));
+    resolve_statistics(o[0], o[1], o[2], static_cast<float*>(sums->data()));
+  }
   ConvAlgoInfo out;
   out.forward = algo_text(Dir::kForward);
   out.backward_data = algo_text(Dir::kBackwardData);

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ class CudnnConv final : public ConvKernel {
   // convolution, the bias pass and the add (+ ReLU) pass.
   void forward_residual(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& z,
                         const Tensor& y) override;
+  // desc.statistics: cuDNN's convolution + GenStats graph where it measures faster than this
+  // kernel's forward and the batch norm's statistics pass (true: the sums written), else the forward.
+  bool forward_statistics(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& sums) override;
   // The graph-API engine configurations that run this convolution's direction here, each as a
   // field value ("graph:" and the engine tag) this kernel's ConvAlgoChoice accepts.
   std::vector<std::string> graph_engine_names(Dir dir) const;
@@ -155,6 +159,16 @@ class CudnnConv final : public ConvKernel {
   // z: the residual (desc.residual), else null.
   void resolve_epilogue(const void* x, const void* w, const void* b, const void* z, void* y) const;
   void run_epilogue(const void* x, const void* w, const void* b, const void* z, void* y) const;
+  // desc.statistics: the same decision for the convolution + statistics graph, against the forward
+  // and the batch norm's statistics pass over y; leaves statistics_ empty where the pair wins.
+  void resolve_statistics(const void* x, const void* w, void* y, float* sums) const;
+  // The fastest of cuDNN's plans for a fused problem, timed on `operands` (their workspace filled in
+  // here) against `unfused`, the passes it replaces: null where those are faster or nothing runs
+  // (with a note). Cached per problem, the forward's algorithm and the workspace cap.
+  std::shared_ptr<const EpilogueConvPlan> fastest_fused(const EpilogueConvProblem& problem,
+                                                        const std::string& what, const std::string& traced,
+                                                        EpilogueConvOperands operands,
+                                                        const std::function<void()>& unfused) const;
   // The unfused passes: the resolved forward, the bias pass (with the ReLU where desc.relu and no
   // residual), and with a residual the add (+ ReLU) pass.
   void run_unfused_forward(const void* x, const void* w, const void* b, const void* z, void* y) const;
@@ -177,6 +191,8 @@ class CudnnConv final : public ConvKernel {
   mutable std::vector<std::string> notes_;
   mutable bool epilogue_resolved_ = false;
   mutable EpilogueConvLaunch epilogue_;  // ready where the fused plan runs the forward
+  mutable bool statistics_resolved_ = false;
+  mutable EpilogueConvLaunch statistics_;  // ready where the statistics graph runs the forward
 };
 
 // Whether a cuDNN status is in the NOT_SUPPORTED category (a shape or algorithm cuDNN refuses).

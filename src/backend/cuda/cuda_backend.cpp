@@ -259,6 +259,15 @@ class CudaBackend final : public Backend {
   // A folded inference convolution's ReLU rides its bias pass (kernels::bias_add): one pass over
   // the output instead of two, the same values.
   bool fuses_conv_relu(const Conv2dDesc& desc) const override { return desc.bias; }
+  // cuDNN's convolution + GenStats graph (conv_epilogue_plan.hpp), timed per layer against the
+  // forward and the batch norm's statistics pass: cuDNN 9.19 has engines for it in fp16 and bf16
+  // NHWC only (none for NCHW; fp32's break its numerics), so only there is it offered.
+  bool fuses_conv_statistics(const Conv2dDesc& desc) const override {
+    const BackendOptions& o = ctx_->options();
+    return o.conv_statistics_fusion && !desc.bias && !desc.relu && !desc.residual && desc.groups == 1 &&
+           desc.statistics_well_conditioned() &&
+           o.layout == Layout::kNHWC && o.dtype != DType::kF32 && o.conv_algo_policy.rfind("own:", 0) != 0;
+  }
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
     ctx_->activate();
     return make_cuda_softmax_xent(ctx_, desc);

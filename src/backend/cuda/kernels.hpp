@@ -125,12 +125,17 @@ struct BatchNormParams {
 // The batch norm of the contract (fp32 parameters and statistics; x/y in dtype). Channel-last
 // views (NHWC, 2-D) with C a multiple of 16 bytes' worth of elements run tiled, vectorised kernels
 // with fp32 sums about a per-channel shift, finished in fp64; other views run generic kernels with
-// fp64 sums.
+// fp64 sums. sums (optional): x's per-channel sum then sum of squares (fp32, 2C), from the
+// convolution that wrote x; the statistics are then finished from them and x is read once.
 void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
                                  const BatchNormParams& params, void* scratch, cudaStream_t stream,
-                                 float* saved_coef = nullptr);
+                                 float* saved_coef = nullptr, const float* sums = nullptr);
+// The statistics pass of batch_norm_forward_training alone (its partial sums, into scratch): what
+// a convolution that computes them in its epilogue saves, for the verdict that chooses it.
+void batch_norm_statistics_pass(const void* x, DType dtype, const ChannelView& view, void* scratch,
+                                cudaStream_t stream);
 // forward_training's output again from the same x with the coefficients it kept (saved_coef):
 // y = relu?(x * scale + shift), the apply pass alone, bit for bit what forward wrote.
 void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& view, const float* coef,

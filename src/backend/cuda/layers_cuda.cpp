@@ -246,8 +246,9 @@ class CudaBatchNorm final : public BatchNormKernel {
  protected:
   void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
-                const Tensor& saved_mean, const Tensor& saved_inv_std) override {
+                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor* sums) override {
     ctx_->activate();
+    if (sums != nullptr) check_sums(*sums);
     if (z != nullptr) check_activation(*z, "forward_training", "z");
     check_activation(x, "forward_training", "x");
     check_activation(y, "forward_training", "y");
@@ -260,7 +261,7 @@ class CudaBatchNorm final : public BatchNormKernel {
       throw InvalidArgument("batch_norm: training needs more than one value per channel (batch " +
                             std::to_string(d_.n) + " x " + std::to_string(d_.h * d_.w) +
                             " positions)");
-    if (use_cudnn_) {
+    if (use_cudnn_) {  // cuDNN reduces x itself: the sums, where given, go unused
       const float one = 1.0f, zero = 0.0f;
       if (cudnn_ran(cudnnBatchNormalizationForwardTraining(
                         ctx_->cudnn(), mode_, &one, &zero, x_desc_, x.raw(), x_desc_, y.raw(),
@@ -274,7 +275,7 @@ class CudaBatchNorm final : public BatchNormKernel {
     kernels::batch_norm_forward_training(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
                                          f32(running_mean), f32(running_var), f32(saved_mean),
                                          f32(saved_inv_std), params(z), scratch->data(),
-                                         ctx_->stream(), forward_coef());
+                                         ctx_->stream(), forward_coef(), sums != nullptr ? f32(*sums) : nullptr);
   }
 
   void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
@@ -370,6 +371,12 @@ class CudaBatchNorm final : public BatchNormKernel {
     if (t.numel() != d_.n * d_.c || t.shape()[0] != d_.n || t.dtype() != dtype_)
       throw ShapeError(op + ": " + name + " must be " + std::string(dtype_name(dtype_)) + " " +
                        Shape{d_.n, d_.c}.str() + ", got " + t.describe());
+  }
+  void check_sums(const Tensor& t) const {
+    check_device_tensor(t, *ctx_, "batch_norm forward_training", "sums");
+    if (t.numel() != 2 * d_.c || t.dtype() != DType::kF32)
+      throw ShapeError("batch_norm forward_training: sums must be fp32 with " + std::to_string(2 * d_.c) +
+                       " elements, got " + t.describe());
   }
   void check_param(const Tensor& t, const char* fn, const char* name) const {
     const std::string op = std::string("batch_norm ") + fn;
