@@ -40,6 +40,7 @@ Json report_json(const DataParallelReport& r) {
                          : "per bucket (" + r.wait_method + ")";
   j["weights_checksum"] = r.weights_checksum;
   j["recomputed_outputs"] = r.recomputed_outputs;
+  j["conv_statistics"] = r.conv_statistics;
   j["energy_note"] = r.energy_note;
   Json ranks = Json::array();
   for (const RankReport& k : r.ranks) {

@@ -153,6 +153,7 @@ TEST_F(Vocabulary, EveryCommandWritesItsOutputWhereTheFlagsSay) {
               f("dt.json") + " --csv " + f("dt.csv"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Json::parse(read(f("dt.json"))).at("world_size").number(), 2);
+  EXPECT_EQ(Json::parse(read(f("dt.json"))).at("conv_statistics").number(), 0);  // LeNet-5 has no batch norm
   // dist-train takes the budget per replica, as train does: ResNet-34's 17 batch-norm outputs.
   r = run_cli("dist-train --model resnet34 --input 3x32x32 --classes 10 --data synthetic:3x32x32 --dataset-size 32 "
               "--device cpu --gpus 2 --global-batch 8 --max-iters 1 --no-eval --no-energy --activation-budget-mib 0 -o " +

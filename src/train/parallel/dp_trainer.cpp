@@ -439,6 +439,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   report.flops_per_sample = static_cast<double>(w.flops_forward + w.flops_backward);
   report.model = graph.model_name();
   report.recomputed_outputs = exec.memory().recomputed_outputs;  // the same plan on every rank
+  report.conv_statistics = exec.memory().conv_statistics;
   return report;
 }
 

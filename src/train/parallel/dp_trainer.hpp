@@ -158,6 +158,7 @@ struct DataParallelReport {
   std::string model;
   std::string energy_note;  // e.g. which ranks had no energy reading
   std::size_t recomputed_outputs = 0;  // per replica (DataParallelConfig::activation_budget_bytes)
+  std::size_t conv_statistics = 0;     // per replica: batch norms given their statistics by their convolution
 };
 
 // One rank's part: call on every rank with the same graph, data, config; returns the report of the
