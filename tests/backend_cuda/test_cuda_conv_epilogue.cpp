@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,44 @@ cuda::EpilogueConvProblem problem_of(const Conv2dDesc& d, const Precision& p, La
 
 class CudaConvEpilogue : public CudaTest {
  protected:
+  // `body` for every precision and layout this GPU runs: the backend (for the operands) and a
+  // context of the same settings (for the plans, on its own stream).
+  void for_each_setting(
+      const std::function<void(const Precision&, Layout, Backend&, cuda::CudaContext&)>& body) {
+    for (const Precision& p : kAllPrecisions)
+      for (const Layout l : kAllLayouts) {
+        BackendOptions o;
+        o.device = Device{DeviceKind::kCuda, 0};
+        o.dtype = p.dtype;
+        o.allow_tf32 = p.tf32;
+        o.layout = l;
+        std::unique_ptr<Backend> g = gpu(p, l);
+        if (!g) continue;
+        cuda::CudaContext ctx(o);
+        body(p, l, *g, ctx);
+      }
+  }
+  // Per channel of an (N, K, H, W) fp32 host tensor: the sum, the sum of squares and the sum of
+  // absolute values, in double.
+  struct ChannelSums {
+    std::vector<double> sum, squares, magnitude;
+  };
+  static ChannelSums channel_sums(const Tensor& y) {
+    const Shape& s = y.shape();
+    const std::int64_t k_count = s[1], per = s[2] * s[3];
+    ChannelSums out{std::vector<double>(static_cast<std::size_t>(k_count)),
+                    std::vector<double>(static_cast<std::size_t>(k_count)),
+                    std::vector<double>(static_cast<std::size_t>(k_count))};
+    for (std::int64_t n = 0; n < s[0]; ++n)
+      for (std::int64_t k = 0; k < k_count; ++k)
+        for (std::int64_t i = 0; i < per; ++i) {
+          const double v = y.f32()[static_cast<std::size_t>((n * k_count + k) * per + i)];
+          const auto c = static_cast<std::size_t>(k);
+          out.sum[c] += v, out.squares[c] += v * v, out.magnitude[c] += std::abs(v);
+        }
+    return out;
+  }
+
   // relu?(conv(x, w) + b + z?) on the CPU, from the rounded inputs both sides see.
   Tensor reference(const Conv2dDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                    const Tensor* z, bool relu) {
@@ -67,16 +107,8 @@ class CudaConvEpilogue : public CudaTest {
 TEST_F(CudaConvEpilogue, PlansMatchTheCpuReference) {
   const Conv2dDesc shapes[] = {desc(2, 32, 12, 64, 3, 1, 1), desc(3, 64, 10, 32, 1, 2, 0)};
   std::size_t ran = 0, half_nhwc_ran = 0;
-  for (const Precision& p : kAllPrecisions)
-    for (const Layout l : kAllLayouts) {
-      BackendOptions o;
-      o.device = Device{DeviceKind::kCuda, 0};
-      o.dtype = p.dtype;
-      o.allow_tf32 = p.tf32;
-      o.layout = l;
-      std::unique_ptr<Backend> g = gpu(p, l);
-      if (!g) continue;
-      cuda::CudaContext ctx(o);
+  for_each_setting([&](const Precision& p, Layout l, Backend& backend, cuda::CudaContext& ctx) {
+      Backend* g = &backend;
       for (const Conv2dDesc& d : shapes)
         for (const auto& [residual, relu] : {std::pair{false, false}, {false, true}, {true, true}}) {
           const std::string what = label(p, l) + " " + d.input_shape().str() + " k" + std::to_string(d.k) +
@@ -108,7 +140,7 @@ TEST_F(CudaConvEpilogue, PlansMatchTheCpuReference) {
             half_nhwc_ran += p.dtype != DType::kF32 && l == Layout::kNHWC;
           }
         }
-    }
+  });
   std::printf("[  NOTE    ] %zu fused plans ran\n", ran);
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
@@ -156,16 +188,8 @@ TEST_F(CudaConvEpilogue, BackendOfferKeepsTheValues) {
 TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
   const Conv2dDesc shapes[] = {desc(4, 64, 14, 64, 3, 1, 1), desc(3, 64, 10, 128, 1, 2, 0)};
   std::size_t ran = 0;
-  for (const Precision& p : kAllPrecisions)
-    for (const Layout l : kAllLayouts) {
-      BackendOptions o;
-      o.device = Device{DeviceKind::kCuda, 0};
-      o.dtype = p.dtype;
-      o.allow_tf32 = p.tf32;
-      o.layout = l;
-      std::unique_ptr<Backend> g = gpu(p, l);
-      if (!g) continue;
-      cuda::CudaContext ctx(o);
+  for_each_setting([&](const Precision& p, Layout l, Backend& backend, cuda::CudaContext& ctx) {
+      Backend* g = &backend;
       for (const bool prologue : {false, true})
       for (Conv2dDesc d : shapes) {
         d.bias = false;
@@ -214,15 +238,11 @@ TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
           EXPECT_TRUE(close(y, want, p.tol, what + " " + plan->engine()));
           Tensor got = Tensor::host(Shape{2 * d.k});
           g->download(sums, got);
-          const std::int64_t per = d.out_h() * d.out_w();
+          const ChannelSums want_sums = channel_sums(y);
           int bad = 0;
           for (std::int64_t k = 0; k < d.k; ++k) {
-            double s1 = 0, s2 = 0, a1 = 0, a2 = 0;
-            for (std::int64_t n = 0; n < d.n; ++n)
-              for (std::int64_t i = 0; i < per; ++i) {
-                const double v = y.f32()[static_cast<std::size_t>((n * d.k + k) * per + i)];
-                s1 += v, s2 += v * v, a1 += std::abs(v), a2 += v * v;
-              }
+            const auto c = static_cast<std::size_t>(k);
+            const double s1 = want_sums.sum[c], s2 = want_sums.squares[c], a1 = want_sums.magnitude[c], a2 = s2;
             const double got1 = got.f32()[static_cast<std::size_t>(k)];
             const double got2 = got.f32()[static_cast<std::size_t>(d.k + k)];
             if (std::abs(got1 - s1) > p.tol * a1 + 1e-3 || std::abs(got2 - s2) > 2 * p.tol * a2 + 1e-3) {
@@ -235,7 +255,7 @@ TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
           ++ran;
         }
       }
-    }
+  });
   std::printf("[  NOTE    ] %zu statistics plans ran\n", ran);
 }
 
@@ -285,16 +305,11 @@ TEST_F(CudaConvEpilogue, BackendStatisticsOfferKeepsTheValues) {
     Tensor out_given = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
     bn->forward_training(y, gamma, beta, own[0], own[1], out_own, own[2], own[3]);
     if (!wrote) {  // the sums as the fused graph would give them, from y
+      const ChannelSums from_y = channel_sums(yh);
       Tensor host = Tensor::host(Shape{2 * d.k});
-      for (std::int64_t k = 0; k < d.k; ++k) {
-        double s1 = 0, s2 = 0;
-        for (std::int64_t n = 0; n < d.n; ++n)
-          for (std::int64_t i = 0; i < d.out_h() * d.out_w(); ++i) {
-            const double v = yh.f32()[static_cast<std::size_t>((n * d.k + k) * d.out_h() * d.out_w() + i)];
-            s1 += v, s2 += v * v;
-          }
-        host.f32()[static_cast<std::size_t>(k)] = static_cast<float>(s1);
-        host.f32()[static_cast<std::size_t>(d.k + k)] = static_cast<float>(s2);
+      for (std::size_t k = 0; k < from_y.sum.size(); ++k) {
+        host.f32()[k] = static_cast<float>(from_y.sum[k]);
+        host.f32()[from_y.sum.size() + k] = static_cast<float>(from_y.squares[k]);
       }
       g->upload(host, sums);
     }
