@@ -6,8 +6,9 @@ torchvision's where our zoo copies torchvision, torch.nn definitions for the oth
 input shape and class count; the cross-entropy labels use that class count) and for other torchvision
 models (e.g. mobilenet_v2: 3x224x224, 1000 classes), --image overriding the size of 3-channel square
 inputs: training throughput (images/s), per-phase time (forward, backward, update; CUDA events, no
-host sync inside the measured loop) and peak GPU memory, in fp32 (TF32 off), tf32 and bf16 (autocast +
-channels-last), plus torch.compile for chosen cells.
+host sync inside the measured loop) and peak GPU memory, in fp32 (TF32 off), tf32, bf16 (autocast +
+channels-last) and fp16 (autocast + channels-last + GradScaler, PyTorch's own dynamic loss scaling,
+whose step reads the overflow flag on the host), plus torch.compile for chosen cells.
 --modes runs every cell in each named mode: eager, compile (torch.compile's default),
 reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs, max-autotune. torch.compile's speed varies
 between runs and machines, so each compiled cell runs --compile-repeats times (default 2) and keeps
@@ -94,7 +95,9 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
     model, chw, classes = build(name, image)
     model = model.to(dev)
     bf16 = precision == "bf16"
-    nhwc = channels_last == "on" or (channels_last == "auto" and bf16)
+    fp16 = precision == "fp16"  # autocast fp16 with PyTorch's dynamic loss scaling (GradScaler)
+    half = torch.bfloat16 if bf16 else torch.float16
+    nhwc = channels_last == "on" or (channels_last == "auto" and (bf16 or fp16))
     fmt = torch.channels_last if nhwc else torch.contiguous_format
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
@@ -109,15 +112,23 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
         fwd = model
 
     def forward():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast("cuda", dtype=half, enabled=bf16 or fp16):
             return loss_fn(fwd(x), y)
+
+    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
+
+    def backward_update(loss, marks=None):
+        scaler.scale(loss).backward()
+        if marks:
+            marks[0].record()
+        scaler.step(opt)
+        scaler.update()
 
     torch.cuda.reset_peak_memory_stats()
     try:
         for _ in range(warmup):
             opt.zero_grad(set_to_none=True)
-            forward().backward()
-            opt.step()
+            backward_update(forward())
         torch.cuda.synchronize()
         ev = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(iters)]
         t0 = time.perf_counter()
@@ -132,9 +143,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
             opt.zero_grad(set_to_none=True)
             loss = forward()
             e[1].record()
-            loss.backward()
-            e[2].record()
-            opt.step()
+            backward_update(loss, [e[2]])
             e[3].record()
             if profiled:
                 torch.cuda.synchronize()
@@ -145,8 +154,7 @@ def run_cell(name, batch, precision, compiled, iters, warmup, image, profile_ran
 
         def step():
             opt.zero_grad(set_to_none=True)
-            forward().backward()
-            opt.step()
+            backward_update(forward())
 
         windows = energy_windows(energy[0], step, batch, wall / iters, energy[1], energy[2]) if energy else None
     except torch.OutOfMemoryError as exc:
@@ -170,7 +178,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet50,resnet34,vgg16,alexnet")
     ap.add_argument("--batches", default="64,128,256")
-    ap.add_argument("--precisions", default="fp32,tf32,bf16")
+    ap.add_argument("--precisions", default="fp32,tf32,bf16", help="comma list of fp32, tf32, bf16, fp16")
     ap.add_argument("--compile", default="resnet50:256:bf16", help="model:batch:precision cells also run with torch.compile")
     ap.add_argument("--modes", default="",
                     help="comma list of eager," + ",".join(COMPILE_MODES) + ": every cell in each mode "
@@ -185,7 +193,7 @@ def main():
     ap.add_argument("--profile-range", action="store_true",
                     help="bracket each cell's last timed iteration with torch.cuda.profiler.start()/stop()")
     ap.add_argument("--channels-last", default="auto", choices=("auto", "on", "off"),
-                    help="model and input in channels-last memory format: auto (bf16 only), on (every precision: "
+                    help="model and input in channels-last memory format: auto (bf16 and fp16), on (every precision: "
                          "the peer's tf32 at its best), off")
     ap.add_argument("--windows", type=int, default=0,
                     help="energy windows per cell after the timed iterations (needs --cnnergy-python)")
@@ -207,6 +215,9 @@ def main():
     for x in modes:
         if x != "eager" and x not in COMPILE_MODES:
             ap.error(f"unknown mode {x!r} (choices: eager, {', '.join(COMPILE_MODES)})")
+    for p in filter(None, a.precisions.split(",")):
+        if p not in ("fp32", "tf32", "bf16", "fp16"):
+            ap.error(f"unknown precision {p!r} (choices: fp32, tf32, bf16, fp16)")
     for m in filter(None, a.models.split(",")):  # --precisions "" leaves only the --compile cells
         for b in map(int, filter(None, a.batches.split(","))):
             for p in filter(None, a.precisions.split(",")):

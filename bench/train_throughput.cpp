@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -136,8 +137,9 @@ struct Cell {
   bool fuse_residual = true;  // batch norms take the residual add after them (ExecutorOptions::fuse_residual)
   bool space_to_depth = true;  // BackendOptions::conv_space_to_depth (a first layer over few channels, NHWC)
   bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
-  bool fuse_statistics = false;  // BackendOptions::conv_statistics_fusion (batch-norm statistics from the convolution)
+  StatisticsFusion fuse_statistics = StatisticsFusion::kWhereFaster;  // BackendOptions::conv_statistics_fusion
   std::size_t conv_statistics = 0;  // batch norms given their statistics by their convolution
+  std::size_t conv_statistics_computed = 0;  // of them, taken from it at the last step (cuDNN's graph ran)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
@@ -280,6 +282,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.recomputed_outputs = held.recomputed_outputs;
   cell.conv_statistics = held.conv_statistics;
+  cell.conv_statistics_computed = exec.statistics_from_convolutions();
   cell.recomputed_mib = static_cast<double>(held.recomputed_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
   if (cell.windows > 0) measure_energy(cell, *backend, work);
@@ -316,6 +319,12 @@ void measure_energy(Cell& cell, Backend& backend, FixedBatchWorkload& work) {
     cell.uncertainty_joules_per_image = r.uncertainty_joules_per_iteration / batch;
   }
   if (r.watts) cell.watts = r.watts->median;
+}
+
+// The --fuse-statistics cells a flag value asks for, by statistics_fusion_name.
+std::set<std::string> stats_flag_names(const std::string& flag) {
+  if (flag == "both") return {"off", "on"};
+  return {flag};
 }
 
 std::string json_escape(const std::string& s) {
@@ -365,8 +374,8 @@ int main(int argc, char** argv) {
     p.option("fuse-epilogue", "a convolution with a bias runs as cuDNN's fused conv + bias (+ ReLU) graph where that "
              "times faster (BackendOptions::conv_epilogue_fusion; on by default, as `train` runs)", "on", {"off", "on"});
     p.option("fuse-statistics", "a convolution computes the statistics of the batch norm after it where cuDNN's fused "
-             "graph times faster (BackendOptions::conv_statistics_fusion, as train's --fuse-statistics): off, on, or "
-             "both (a cell each)", "off", {"off", "on", "both"});
+             "graph times faster (BackendOptions::conv_statistics_fusion, as train's --fuse-statistics): on, off, "
+             "both (a cell each), or always (cuDNN's graph wherever it runs)", "off", {"off", "on", "both", "always"});
     p.flag("profile-range",
            "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
            "--profile-from-start off)");
@@ -416,13 +425,14 @@ int main(int argc, char** argv) {
             for (const bool fused : {true, false})
             for (const bool residual : {true, false})
             for (const bool s2d : {true, false})
-            for (const bool stats : {false, true})
+            for (const StatisticsFusion stats :
+                 {StatisticsFusion::kOff, StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways})
             for (const auto& budget : budgets) {
             if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
             if (fused ? p.get("fuse-relu") == "off" : p.get("fuse-relu") == "on") continue;
             if (residual ? p.get("fuse-residual") == "off" : p.get("fuse-residual") == "on") continue;
             if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
-            if (stats ? p.get("fuse-statistics") == "off" : p.get("fuse-statistics") == "on") continue;
+            if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
             c.model = m;
             c.batch = std::stoll(b);
@@ -461,8 +471,9 @@ int main(int argc, char** argv) {
             << ", \"fuse_residual\": " << (c.fuse_residual ? "true" : "false")
             << ", \"space_to_depth\": " << (c.space_to_depth ? "true" : "false")
             << ", \"fuse_epilogue\": " << (c.fuse_epilogue ? "true" : "false")
-            << ", \"fuse_statistics\": " << (c.fuse_statistics ? "true" : "false")
+            << ", \"fuse_statistics\": \"" << statistics_fusion_name(c.fuse_statistics) << "\""
             << ", \"conv_statistics\": " << c.conv_statistics
+            << ", \"conv_statistics_computed\": " << c.conv_statistics_computed
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
@@ -535,9 +546,10 @@ int main(int argc, char** argv) {
                     "peak %.0f MiB\n",
                     c.activation_mib, c.live_peak_mib, c.parameter_mib, c.layer_state_mib, c.conv_workspace_mib,
                     c.in_use_mib, c.peak_mem_mib);
-        if (c.fuse_statistics)
-          std::printf("    statistics fusion: %zu batch norms take their statistics from their convolution\n",
-                      c.conv_statistics);
+        if (c.conv_statistics > 0)
+          std::printf("    statistics fusion (%s): %zu batch norms paired with their convolution, %zu took its "
+                      "statistics at the last step\n",
+                      statistics_fusion_name(c.fuse_statistics), c.conv_statistics, c.conv_statistics_computed);
         if (c.activation_budget_mib)
           std::printf("    activation budget %lld MiB: %zu batch-norm and pooling outputs (%.0f MiB) recomputed in backward\n",
                       static_cast<long long>(*c.activation_budget_mib), c.recomputed_outputs, c.recomputed_mib);

@@ -36,10 +36,17 @@ inline void declare_fuse_statistics_flag(ArgParser& p) {
   p.option("fuse-statistics",
            "training: a convolution without a bias whose output only a batch norm reads computes that batch "
            "norm's statistics (per-channel sum and sum of squares): on the GPU in cuDNN's fused graph with its "
-           "forward where that times faster than the batch norm's own pass (decided per layer; cuDNN 9.19 on "
-           "Hopper runs it fast in fp16 NHWC only), on the CPU after its forward; off: the batch norm reduces "
-           "its input itself",
-           "off", {"on", "off"});
+           "forward where that times faster than the forward and the batch norm's own pass (decided per layer "
+           "on its first step; cuDNN 9.19 on Hopper runs it faster in fp16 NHWC only), on the CPU after its "
+           "forward; always: cuDNN's graph wherever it runs, faster or not (to study it); off (the default: "
+           "fp16 steps with it on drift from those without more than rounding explains, not yet understood): "
+           "the batch norm reduces its input itself",
+           "off", {"on", "off", "always"});
+}
+inline StatisticsFusion parse_statistics_fusion(const std::string& v) {
+  if (v == "off") return StatisticsFusion::kOff;
+  if (v == "always") return StatisticsFusion::kAlways;
+  return StatisticsFusion::kWhereFaster;  // "on" (the option's choices are checked when parsed)
 }
 
 // --space-to-depth (infer, train, profile, dist-train): BackendOptions::conv_space_to_depth, on by default there
@@ -91,7 +98,7 @@ inline BackendOptions backend_options_from_flags(const ArgParser& p) {
   bo.algo_cache_dir = algo_cache_dir_from_flags(p);
   if (p.has("fuse-epilogue")) bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   if (p.has("space-to-depth")) bo.conv_space_to_depth = p.get("space-to-depth") == "on";
-  if (p.has("fuse-statistics")) bo.conv_statistics_fusion = p.get("fuse-statistics") == "on";
+  if (p.has("fuse-statistics")) bo.conv_statistics_fusion = parse_statistics_fusion(p.get("fuse-statistics"));
   return bo;
 }
 

@@ -127,7 +127,7 @@ Common parse_common(const ArgParser& p) {
   c.backend.algo_cache_dir = algo_cache_dir_from_flags(p);
   c.backend.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
   c.backend.conv_space_to_depth = p.get("space-to-depth") == "on";
-  c.backend.conv_statistics_fusion = p.get("fuse-statistics") == "on";
+  c.backend.conv_statistics_fusion = parse_statistics_fusion(p.get("fuse-statistics"));
   DataParallelConfig& d = c.config;
   d.epochs = p.get_int("epochs", 1, 100000);
   d.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);

@@ -88,6 +88,7 @@ Json report_json(const Graph& graph, const Backend& backend, const std::string& 
   j["activation_budget_bytes"] = tc.activation_budget_bytes ? Json(static_cast<double>(*tc.activation_budget_bytes)) : Json();
   j["recomputed_outputs"] = report.recomputed_outputs;
   j["conv_statistics"] = report.conv_statistics;
+  j["conv_statistics_computed"] = report.conv_statistics_computed;
   j["cuda_graph"] = tc.cuda_graph;
   j["graph_recordings"] = report.graph_recordings;
   return j;
@@ -229,9 +230,10 @@ int run_train(const std::vector<std::string>& args) {
                 "backward\n",
                 static_cast<double>(report.activation_bytes) / 1048576.0,
                 static_cast<double>(*tc.activation_budget_bytes) / 1048576.0, report.recomputed_outputs);
-  if (bo.conv_statistics_fusion)
-    std::printf("statistics fusion: %zu batch norms take their statistics from their convolution\n",
-                report.conv_statistics);
+  if (report.conv_statistics > 0)
+    std::printf("statistics fusion: %zu batch norms paired with their convolution; %zu took the statistics it "
+                "computed at the last step, the others reduced their input themselves\n",
+                report.conv_statistics, report.conv_statistics_computed);
   double train_s = 0, joules = 0;
   std::int64_t iters = 0;
   for (const auto& e : report.epochs) {

@@ -41,6 +41,7 @@ Json report_json(const DataParallelReport& r) {
   j["weights_checksum"] = r.weights_checksum;
   j["recomputed_outputs"] = r.recomputed_outputs;
   j["conv_statistics"] = r.conv_statistics;
+  j["conv_statistics_computed"] = r.conv_statistics_computed;
   j["energy_note"] = r.energy_note;
   Json ranks = Json::array();
   for (const RankReport& k : r.ranks) {

@@ -129,11 +129,10 @@ class ConvLayer final : public Layer {
       kernel_->forward(ctx.inputs[0], folded_weight_, folded_bias_, ctx.outputs[0]);
       return;
     }
-    if (statistics_ != nullptr) {  // the batch norm after it reads the sums in training only
-      statistics_->written = ctx.phase == Phase::kTrain &&
-                             kernel_->forward_statistics(ctx.inputs[0], parameters()[0].value(), ctx.outputs[0],
-                                                         statistics_->sums);
-      if (ctx.phase == Phase::kTrain) return;
+    if (statistics_ != nullptr && ctx.phase == Phase::kTrain) {  // the batch norm reads the sums in training only
+      statistics_->written =
+          kernel_->forward_statistics(ctx.inputs[0], parameters()[0].value(), ctx.outputs[0], statistics_->sums);
+      return;
     }
     kernel_->forward(ctx.inputs[0], parameters()[0].value(), bias_value(), ctx.outputs[0]);
   }

@@ -294,8 +294,14 @@ void Executor::fuse_statistics() {
     auto link = std::make_shared<Layer::BatchStatistics>();
     if (!conv.offer_statistics(backend_, link)) continue;
     bn.use_statistics(link);
+    statistics_links_.push_back(link);
     ++memory_.conv_statistics;
   }
+}
+
+std::size_t Executor::statistics_from_convolutions() const {
+  return static_cast<std::size_t>(std::count_if(statistics_links_.begin(), statistics_links_.end(),
+                                                [](const auto& link) { return link->written; }));
 }
 
 void Executor::plan_and_allocate() {

@@ -193,6 +193,10 @@ class Executor {
   std::vector<StateBuffer*> buffers();
 
   const MemoryReport& memory() const { return memory_; }
+  // Of the batch norms given their convolution's statistics (MemoryReport::conv_statistics), how many
+  // took them from the convolution at its latest training forward (CUDA: where cuDNN's fused graph
+  // timed faster; the others reduced their input themselves). 0 before the first training step.
+  std::size_t statistics_from_convolutions() const;
 
  private:
   void fuse_relus();
@@ -243,6 +247,7 @@ class Executor {
   // Per layer: an add whose forward a batch norm took (fuse_residuals without folding): the batch norm's
   // output, which is then the add's output too; -1 otherwise. The add's forward runs nothing.
   std::vector<int> forward_taken_output_of_;
+  std::vector<std::shared_ptr<Layer::BatchStatistics>> statistics_links_;  // fuse_statistics's pairs
   bool folds_pending_ = false;
   std::uint64_t folds_ = 0;  // folded batch norms whose weights were not computed yet
   struct ParkedMaster {

@@ -220,6 +220,7 @@ TrainReport train(const Graph& graph, Backend& backend, const data::DatasetSplit
   if (have_joules) report.total_joules = joules_total;
   for (std::size_t p = 0; p < num_phases; ++p) report.phase_ms.push_back(summarize(all_phase[p]));
   report.graph_recordings = train_step.recordings();
+  report.conv_statistics_computed = exec.statistics_from_convolutions();
   report.iteration_ms = summarize(all_iter);
   report.loader_wait_ms = loader.stats().consumer_wait_ms;
   report.peak_memory_bytes = backend.memory_stats().peak_bytes;

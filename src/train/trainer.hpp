@@ -70,6 +70,8 @@ struct TrainReport {
   std::size_t activation_bytes = 0;      // the executor's activations and their gradients (MemoryReport)
   std::size_t recomputed_outputs = 0;    // outputs recomputed in backward (TrainConfig::activation_budget_bytes)
   std::size_t conv_statistics = 0;       // batch norms given their statistics by their convolution (--fuse-statistics)
+  std::size_t conv_statistics_computed = 0;  // of them, taken from the convolution at the last step
+                                             // (Executor::statistics_from_convolutions)
   std::int64_t graph_recordings = 0;     // --cuda-graph: recordings made (one per input slot, learning
                                          // rate and loss scale seen)
 };

@@ -179,7 +179,7 @@ TEST_F(BatchNorm, RejectsBadInput) {
 // are what it uses (the saved mean moves with them), so the path cannot silently fall back.
 TEST_F(BatchNorm, TrainingFromTheConvolutionsSums) {
   BackendOptions o;
-  o.conv_statistics_fusion = true;
+  o.conv_statistics_fusion = StatisticsFusion::kWhereFaster;
   auto backend = create_backend(o);
   Conv2dDesc cd;
   cd.n = 7, cd.c = 4, cd.h = cd.w = 6, cd.k = 5, cd.r = cd.s = 3, cd.pad_top = cd.pad_bottom = cd.pad_left = cd.pad_right = 1;

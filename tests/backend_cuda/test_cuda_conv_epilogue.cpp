@@ -259,21 +259,27 @@ TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
   std::printf("[  NOTE    ] %zu statistics plans ran\n", ran);
 }
 
-// Through the backend (BackendOptions::conv_statistics_fusion): a convolution made with
-// Conv2dDesc::statistics gives the reference's y whichever way its timing went; where it says it
-// wrote the sums they are y's; and the batch norm given them normalises as with its own statistics
-// (saved mean and inverse deviation within the sums' rounding, the output within bf16/fp16's).
+// Through the backend (BackendOptions::conv_statistics_fusion, offered in fp16 NHWC only): a
+// convolution made with Conv2dDesc::statistics gives the reference's y whichever way its timing went
+// (kWhereFaster), and with kAlways runs cuDNN's graph and says so; where it says it wrote the sums
+// they are y's; and the batch norm given them normalises as with its own statistics (saved mean and
+// inverse deviation within the sums' rounding, the output within fp16's).
 TEST_F(CudaConvEpilogue, BackendStatisticsOfferKeepsTheValues) {
-  for (const Precision& p : {kFp16, kBf16}) {
+  for (const Precision& p : {kFp16, kBf16})
+  for (const StatisticsFusion policy : {StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways}) {
     BackendOptions o;
     o.device = Device{DeviceKind::kCuda, 0};
     o.dtype = p.dtype;
     o.layout = Layout::kNHWC;
-    o.conv_statistics_fusion = true;
+    o.conv_statistics_fusion = policy;
     o.workspace_limit_bytes = std::size_t{256} << 20;
     std::unique_ptr<Backend> g = create_backend(o);
     Conv2dDesc d = desc(8, 64, 28, 64, 3, 1, 1);
     d.bias = false;
+    if (p.dtype == DType::kBF16) {  // only a run-time-compiled engine there, never faster (cuda_backend.cpp)
+      EXPECT_FALSE(g->fuses_conv_statistics(d));
+      continue;
+    }
     ASSERT_TRUE(g->fuses_conv_statistics(d)) << p.name;
     d.statistics = true;
     const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
@@ -283,8 +289,12 @@ TEST_F(CudaConvEpilogue, BackendStatisticsOfferKeepsTheValues) {
     Tensor sums = g->alloc(Shape{2 * d.k}, DType::kF32);
     const bool wrote = conv->forward_statistics(upload(*g, x, p.dtype, Layout::kNHWC),
                                                 upload(*g, w, p.dtype, Layout::kNHWC), y, sums);
-    const std::string what = std::string(p.name) + (wrote ? " (statistics fused)" : " (two passes)");
+    const std::string what = std::string(p.name) + " " + statistics_fusion_name(policy) +
+                             (wrote ? " (statistics fused)" : " (two passes)");
     std::printf("[  NOTE    ] %s\n", what.c_str());
+    if (policy == StatisticsFusion::kAlways) {
+      EXPECT_TRUE(wrote) << what << ": cuDNN ran this graph in every call before";
+    }
     const Tensor yh = download(*g, y);
     EXPECT_TRUE(close(yh, want, p.tol, what));
     BatchNormDesc bd;

@@ -66,11 +66,11 @@ bool close_scaled(const Tensor& a, const Tensor& b, double tol) {
   return true;
 }
 
-class StatisticsFusion : public SeededTest {
+class StatisticsFromConvolution : public SeededTest {
  protected:
   std::unique_ptr<Backend> backend(bool fusion) {
     BackendOptions o;
-    o.conv_statistics_fusion = fusion;
+    o.conv_statistics_fusion = fusion ? cnnergy::StatisticsFusion::kWhereFaster : cnnergy::StatisticsFusion::kOff;
     return create_backend(o);
   }
 
@@ -127,7 +127,7 @@ class StatisticsFusion : public SeededTest {
 // bias) nor bn3 (c3's output is read by the add too); in ResNet-50's bottleneck pattern every batch
 // norm. Both train as the batch norms' own reductions do, the layers say what they took, and the
 // plan is unchanged.
-TEST_F(StatisticsFusion, PairsConvolutionsWithTheirBatchNormsAndTrainsAsTheirOwnStatistics) {
+TEST_F(StatisticsFromConvolution, PairsConvolutionsWithTheirBatchNormsAndTrainsAsTheirOwnStatistics) {
   struct Case {
     std::unique_ptr<Graph> graph;
     std::int64_t batch;
@@ -150,7 +150,10 @@ TEST_F(StatisticsFusion, PairsConvolutionsWithTheirBatchNormsAndTrainsAsTheirOwn
     for (std::size_t i = 0; i < fused.num_layers(); ++i)
       described += fused.layer(i).describe().find("statistics") != std::string::npos;
     EXPECT_EQ(described, 2 * c.pairs);  // each convolution and its batch norm
+    EXPECT_EQ(fused.statistics_from_convolutions(), 0u);  // nothing computed before the first step
     expect_close_training(*c.graph, c.batch, *on, fused, *off, own, 2e-3);
+    EXPECT_EQ(fused.statistics_from_convolutions(), c.pairs);  // the CPU computes every pair's sums
+    EXPECT_EQ(own.statistics_from_convolutions(), 0u);
   }
 }
 
@@ -158,7 +161,7 @@ TEST_F(StatisticsFusion, PairsConvolutionsWithTheirBatchNormsAndTrainsAsTheirOwn
 // values per channel: the stem's, layer1's (10), layer2's (13) and layer3.0's first; not layer3's
 // 4x4 nor layer4's. (Training it is no comparison: with 16 to 64 values per channel in its last
 // stages, the unfused network's own gradients move by tens of percent under rounding-size changes.)
-TEST_F(StatisticsFusion, ResNet50PairsTheBatchNormsWithEnoughValues) {
+TEST_F(StatisticsFromConvolution, ResNet50PairsTheBatchNormsWithEnoughValues) {
   auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
   auto on = backend(true);
   ExecutorOptions o;
@@ -169,7 +172,7 @@ TEST_F(StatisticsFusion, ResNet50PairsTheBatchNormsWithEnoughValues) {
 // Only training executors pair (an evaluation executor has no statistics to compute), nothing
 // pairs without the backend's offer, nor with fewer values per channel than the sums keep exact
 // enough (batch 2: 200 per channel).
-TEST_F(StatisticsFusion, NothingPairsInEvaluationWithoutTheOfferOrWithFewValues) {
+TEST_F(StatisticsFromConvolution, NothingPairsInEvaluationWithoutTheOfferOrWithFewValues) {
   auto graph = mixed_graph();
   auto on = backend(true), off = backend(false);
   ExecutorOptions o;

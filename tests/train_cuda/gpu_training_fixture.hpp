@@ -17,13 +17,15 @@ namespace cnnergy::test {
 class GpuTraining : public ::testing::Test {
  public:
   static std::unique_ptr<Backend> gpu(DType dtype = DType::kF32, Layout layout = Layout::kNCHW,
-                                      const std::string& policy = "auto", bool fuse_epilogue = false) {
+                                      const std::string& policy = "auto", bool fuse_epilogue = false,
+                                      StatisticsFusion statistics = BackendOptions{}.conv_statistics_fusion) {
     BackendOptions o;
     o.device = Device{DeviceKind::kCuda, 0};
     o.dtype = dtype;
     o.layout = layout;
     o.conv_algo_policy = policy;
     o.conv_epilogue_fusion = fuse_epilogue;
+    o.conv_statistics_fusion = statistics;
     return create_backend(o);
   }
 

@@ -31,13 +31,14 @@ struct Counts {
   float final_loss_scale = 0;
 };
 Counts compare_eager_and_graphed(const std::string& model, DType dtype, Layout layout, const SolverOptions& so,
-                                 int steps, double tol) {
+                                 int steps, double tol,
+                                 StatisticsFusion statistics = BackendOptions{}.conv_statistics_fusion) {
   auto graph = build_model(model);
   std::vector<Tensor> result[2], initial;
   Counts counts;
   for (int graphed = 0; graphed < 2; ++graphed) {
     // "heuristic": both runs use the same algorithms (find could pick differently between them).
-    auto backend = GpuTraining::gpu(dtype, layout, "heuristic");
+    auto backend = GpuTraining::gpu(dtype, layout, "heuristic", false, statistics);
     FixedBatchWorkload work(*graph, *backend, 16, 77);
     SgdSolver solver(work.executor(), so);
     if (graphed == 0) initial = masters(work.executor());
@@ -84,6 +85,12 @@ TEST_F(GpuTraining, GraphedStepsGiveTheEagerWeights) {
   // Batch norm and residual adds, bf16 in NHWC.
   const Counts r = compare_eager_and_graphed("gait_resnet", DType::kBF16, Layout::kNHWC, fixed_lr(DType::kBF16), 5, 1e-2);
   EXPECT_EQ(r.recordings, 1);
+  // fp16 NHWC with dynamic loss scaling: a scale that backs off is a new recording. (With
+  // --fuse-statistics on the eager steps, fused, and the graphed ones, whose captures run the two
+  // passes, ended 1-90 % apart on an H100, 2026-11-27f: why the option is off by default.)
+  const Counts h = compare_eager_and_graphed("gait_resnet", DType::kF16, Layout::kNHWC, fixed_lr(DType::kF16), 5,
+                                             1e-2, StatisticsFusion::kOff);
+  EXPECT_GE(h.recordings, 1);
 }
 
 TEST_F(GpuTraining, ANewLearningRateIsANewRecording) {

@@ -140,6 +140,7 @@ struct OneStep {
   Tensor logits;
   std::vector<Tensor> grads, buffers;
   MemoryReport memory;
+  std::size_t statistics_computed = 0;  // Executor::statistics_from_convolutions after the step
 };
 OneStep one_step(const Graph& graph, Backend& backend, ExecutorOptions eo, std::uint64_t seed, int label_step) {
   eo.batch_size = 8;
@@ -162,6 +163,7 @@ OneStep one_step(const Graph& graph, Backend& backend, ExecutorOptions eo, std::
   for (Parameter* p : ex.parameters()) st.grads.push_back(to_host_f32(backend, p->grad));
   for (StateBuffer* b : ex.buffers()) st.buffers.push_back(to_host_f32(backend, b->tensor));
   st.memory = ex.memory();
+  st.statistics_computed = ex.statistics_from_convolutions();
   return st;
 }
 
@@ -363,55 +365,55 @@ TEST_F(GpuTraining, SpaceToDepthFirstLayerStepMatchesThePlainOne) {
   }
 }
 
-// Batch-norm statistics from the convolutions (BackendOptions::conv_statistics_fusion: cuDNN's
-// convolution + GenStats graph per layer where it times faster, else the layer's own passes) train
-// as the batch norms' own reductions do: one ResNet-50 step at batch 8 and 64x64 (the 25 batch norms
-// with at least 256 values per channel paired), fp16 and bf16 NHWC. The statistics come from fp32
-// sums instead of the own kernels' shifted ones, and the normalised outputs then round differently
-// here and there; 50 random layers amplify that, so both half-precision steps are set against the
-// fp32 step (no fusion there: cuDNN has no engine for it) and the fused one must be as close to it
-// as the unfused one (within 1.5x and 2e-3). The convolutions say which way each went.
+// Batch-norm statistics from the convolutions (BackendOptions::conv_statistics_fusion) train as the
+// batch norms' own reductions do: one ResNet-50 step at batch 8 and 64x64 (the 25 batch norms with at
+// least 256 values per channel paired), fp16 NHWC (bf16 is not offered: nothing pairs), with cuDNN's convolution + GenStats graph
+// where it times faster (kWhereFaster: at these small shapes mostly nowhere) and wherever it runs
+// (kAlways: the fused data path, whatever the timing). Every run takes cuDNN's heuristic algorithms,
+// so the unfused steps are the same kernels and only the fused layers differ. The statistics come
+// from fp32 sums instead of the own kernels' shifted ones and the fused graph's convolution rounds
+// differently from the plain one; 50 random layers amplify that, so each half-precision step is set
+// against the fp32 step (no fusion there: cuDNN has no engine for it) and a fused one must be about
+// as close to it as the unfused one (within 3x and 5e-3: wrong statistics, a channel off or a
+// mean of other data, move the loss and gradients by tens of percent).
 TEST_F(GpuTraining, ConvolutionStatisticsStepMatchesTheBatchNormsOwn) {
   auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
-  auto run_step = [&](DType dtype, bool fusion, std::size_t* fused_convs) {
+  auto run_step = [&](DType dtype, StatisticsFusion fusion) {
     BackendOptions o;
     o.device = Device{DeviceKind::kCuda, 0};
     o.dtype = dtype;
     o.layout = Layout::kNHWC;
-    o.conv_algo_policy = "auto";
+    o.conv_algo_policy = "heuristic";
     o.conv_statistics_fusion = fusion;
     auto backend = create_backend(o);
-    const OneStep st = one_step(*graph, *backend, ExecutorOptions{}, 95, 3);
-    if (fused_convs != nullptr) {
-      // The verdicts, from a fresh executor's convolutions (decided when it binds, as in one_step's).
-      ExecutorOptions eo;
-      eo.batch_size = 8;
-      Executor ex(*graph, *backend, eo);
-      *fused_convs = 0;
-      for (std::size_t i = 0; i < ex.num_layers(); ++i)
-        if (const auto info = ex.layer(i).conv_algorithms())
-          for (const std::string& note : info->notes)
-            *fused_convs += note.find("batch-norm statistics fused") != std::string::npos;
-    }
-    return st;
+    return one_step(*graph, *backend, ExecutorOptions{}, 95, 3);
   };
-  const OneStep fp32 = run_step(DType::kF32, false, nullptr);
+  const OneStep fp32 = run_step(DType::kF32, StatisticsFusion::kOff);
   for (const DType dtype : {DType::kF16, DType::kBF16}) {
-    const std::string what(dtype_name(dtype));
-    std::size_t fused_convs = 0;
-    const OneStep own = run_step(dtype, false, nullptr), fused = run_step(dtype, true, &fused_convs);
-    EXPECT_EQ(own.memory.conv_statistics, 0u) << what;
-    EXPECT_EQ(fused.memory.conv_statistics, 25u) << what;
-    std::printf("[  NOTE    ] %s: %zu of 25 convolutions compute their batch norm's statistics in cuDNN's graph\n",
-                what.c_str(), fused_convs);
-    const double ref = fp32.loss;
-    EXPECT_LE(std::abs(fused.loss - ref), 1.5 * std::abs(own.loss - ref) + 2e-3 * std::max(1.0, std::abs(ref)))
-        << what << " loss " << fused.loss << " fused, " << own.loss << " own, " << ref << " in fp32";
-    ASSERT_EQ(fused.grads.size(), fp32.grads.size());
-    for (std::size_t k = fp32.grads.size(); k-- > 0;) {
-      const double err_fused = relative_norm_error(fused.grads[k], fp32.grads[k]);
-      const double err_own = relative_norm_error(own.grads[k], fp32.grads[k]);
-      EXPECT_LE(err_fused, 1.5 * err_own + 2e-3) << what << ": gradient " << k << " (own " << err_own << ")";
+    const OneStep own = run_step(dtype, StatisticsFusion::kOff);
+    EXPECT_EQ(own.memory.conv_statistics, 0u) << dtype_name(dtype);
+    if (dtype == DType::kBF16) {
+      EXPECT_EQ(run_step(dtype, StatisticsFusion::kAlways).memory.conv_statistics, 0u) << "bf16 is not offered";
+      continue;
+    }
+    for (const StatisticsFusion policy : {StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways}) {
+      const std::string what = std::string(dtype_name(dtype)) + " " + statistics_fusion_name(policy);
+      const OneStep fused = run_step(dtype, policy);
+      EXPECT_EQ(fused.memory.conv_statistics, 25u) << what;
+      std::printf("[  NOTE    ] %s: %zu of 25 batch norms took their statistics from cuDNN's fused graph\n",
+                  what.c_str(), fused.statistics_computed);
+      if (policy == StatisticsFusion::kAlways) {
+        EXPECT_GT(fused.statistics_computed, 0u) << what;
+      }
+      const double ref = fp32.loss;
+      EXPECT_LE(std::abs(fused.loss - ref), 3 * std::abs(own.loss - ref) + 5e-3 * std::max(1.0, std::abs(ref)))
+          << what << " loss " << fused.loss << " fused, " << own.loss << " own, " << ref << " in fp32";
+      ASSERT_EQ(fused.grads.size(), fp32.grads.size());
+      for (std::size_t k = fp32.grads.size(); k-- > 0;) {
+        const double err_fused = relative_norm_error(fused.grads[k], fp32.grads[k]);
+        const double err_own = relative_norm_error(own.grads[k], fp32.grads[k]);
+        EXPECT_LE(err_fused, 3 * err_own + 5e-3) << what << ": gradient " << k << " (own " << err_own << ")";
+      }
     }
   }
 }

@@ -167,7 +167,7 @@ class CpuBackend final : public Backend {
   bool recomputes_batch_norm_output(const BatchNormDesc& desc) const override { return !desc.residual; }
   bool fuses_conv_relu(const Conv2dDesc&) const override { return true; }  // every algorithm (conv_cpu.cpp)
   bool fuses_conv_statistics(const Conv2dDesc& desc) const override {
-    return options_.conv_statistics_fusion && !desc.bias && !desc.relu && !desc.residual &&
+    return options_.conv_statistics_fusion != StatisticsFusion::kOff && !desc.bias && !desc.relu && !desc.residual &&
            desc.statistics_well_conditioned();
   }
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {

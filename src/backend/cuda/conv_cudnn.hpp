@@ -160,15 +160,18 @@ class CudnnConv final : public ConvKernel {
   void resolve_epilogue(const void* x, const void* w, const void* b, const void* z, void* y) const;
   void run_epilogue(const void* x, const void* w, const void* b, const void* z, void* y) const;
   // desc.statistics: the same decision for the convolution + statistics graph, against the forward
-  // and the batch norm's statistics pass over y; leaves statistics_ empty where the pair wins.
+  // and the batch norm's statistics pass over y; leaves statistics_ empty where the pair wins (but
+  // with StatisticsFusion::kAlways, where a plan runs at all).
   void resolve_statistics(const void* x, const void* w, void* y, float* sums) const;
   // The fastest of cuDNN's plans for a fused problem, timed on `operands` (their workspace filled in
   // here) against `unfused`, the passes it replaces: null where those are faster or nothing runs
-  // (with a note). Cached per problem, the forward's algorithm and the workspace cap.
+  // (with a note); `always`: the fastest plan even where the pair is faster. Cached per problem, the
+  // forward's algorithm, the workspace cap and `always`.
   std::shared_ptr<const EpilogueConvPlan> fastest_fused(const EpilogueConvProblem& problem,
                                                         const std::string& what, const std::string& traced,
                                                         EpilogueConvOperands operands,
-                                                        const std::function<void()>& unfused) const;
+                                                        const std::function<void()>& unfused,
+                                                        bool always) const;
   // The unfused passes: the resolved forward, the bias pass (with the ReLU where desc.relu and no
   // residual), and with a residual the add (+ ReLU) pass.
   void run_unfused_forward(const void* x, const void* w, const void* b, const void* z, void* y) const;

@@ -261,12 +261,15 @@ class CudaBackend final : public Backend {
   bool fuses_conv_relu(const Conv2dDesc& desc) const override { return desc.bias; }
   // cuDNN's convolution + GenStats graph (conv_epilogue_plan.hpp), timed per layer against the
   // forward and the batch norm's statistics pass: cuDNN 9.19 has engines for it in fp16 and bf16
-  // NHWC only (none for NCHW; fp32's break its numerics), so only there is it offered.
+  // NHWC only (none for NCHW; fp32's break its numerics), and offered in fp16 only: bf16 has only
+  // a run-time-compiled engine, never faster at ResNet-50's shapes on an H100, and a bf16 step through
+  // it (where it won at batch 8, 64x64) came out farther from fp32 and further apart run to run than
+  // the unfused step (docs/benchmarks/2026-11-27f-h100).
   bool fuses_conv_statistics(const Conv2dDesc& desc) const override {
     const BackendOptions& o = ctx_->options();
-    return o.conv_statistics_fusion && !desc.bias && !desc.relu && !desc.residual && desc.groups == 1 &&
-           desc.statistics_well_conditioned() &&
-           o.layout == Layout::kNHWC && o.dtype != DType::kF32 && o.conv_algo_policy.rfind("own:", 0) != 0;
+    return o.conv_statistics_fusion != StatisticsFusion::kOff && !desc.bias && !desc.relu && !desc.residual &&
+           desc.groups == 1 && desc.statistics_well_conditioned() && o.layout == Layout::kNHWC &&
+           o.dtype == DType::kF16 && o.conv_algo_policy.rfind("own:", 0) != 0;
   }
   std::unique_ptr<SoftmaxXentKernel> make_softmax_xent(const SoftmaxXentDesc& desc) override {
     ctx_->activate();

@@ -440,6 +440,7 @@ DataParallelReport train_data_parallel(const Graph& graph, Backend& backend, Com
   report.model = graph.model_name();
   report.recomputed_outputs = exec.memory().recomputed_outputs;  // the same plan on every rank
   report.conv_statistics = exec.memory().conv_statistics;
+  report.conv_statistics_computed = exec.statistics_from_convolutions();
   return report;
 }
 

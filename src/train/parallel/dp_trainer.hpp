@@ -159,6 +159,7 @@ struct DataParallelReport {
   std::string energy_note;  // e.g. which ranks had no energy reading
   std::size_t recomputed_outputs = 0;  // per replica (DataParallelConfig::activation_budget_bytes)
   std::size_t conv_statistics = 0;     // per replica: batch norms given their statistics by their convolution
+  std::size_t conv_statistics_computed = 0;  // rank 0: of them, taken from the convolution at the last step
 };
 
 // One rank's part: call on every rank with the same graph, data, config; returns the report of the
