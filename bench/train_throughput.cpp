@@ -375,7 +375,7 @@ int main(int argc, char** argv) {
              "times faster (BackendOptions::conv_epilogue_fusion; on by default, as `train` runs)", "on", {"off", "on"});
     p.option("fuse-statistics", "a convolution computes the statistics of the batch norm after it where cuDNN's fused "
              "graph times faster (BackendOptions::conv_statistics_fusion, as train's --fuse-statistics): on, off, "
-             "both (a cell each), or always (cuDNN's graph wherever it runs)", "off", {"off", "on", "both", "always"});
+             "both (a cell each), or always (cuDNN's graph wherever it runs)", "on", {"off", "on", "both", "always"});
     p.flag("profile-range",
            "bracket each cell's last timed iteration with cudaProfilerStart/Stop (for ncu "
            "--profile-from-start off)");

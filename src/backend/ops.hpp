@@ -288,8 +288,8 @@ struct SgdStep {
 // Whether a training convolution computes the statistics of the batch norm that reads its output
 // (BackendOptions::conv_statistics_fusion).
 enum class StatisticsFusion {
-  kOff,          // the batch norm reduces its input itself (the default)
-  kWhereFaster,  // per layer, where the backend measures the fused form faster
+  kOff,          // the batch norm reduces its input itself
+  kWhereFaster,  // per layer, where the backend measures the fused form faster (the default)
   kAlways,       // wherever the backend can run the fused form, faster or not (to study it)
 };
 // The --fuse-statistics word for each: off, on, always.
@@ -323,10 +323,8 @@ struct BackendOptions {
   // batch norm's statistics (Conv2dDesc::statistics; CUDA: cuDNN's convolution + GenStats graph,
   // taken per layer where it measures faster than the forward and the batch norm's statistics pass;
   // cuDNN 9.19 on Hopper has a pre-compiled engine for it in fp16 NHWC only, and only there is it
-  // offered; CPU: the sums after the forward). --fuse-statistics on|off|always. Off by default: five
-  // fp16 SGD steps of gait_resnet with it on end 1-90 % apart from the same steps without it (H100,
-  // 2026-11-27f), which is not understood yet.
-  StatisticsFusion conv_statistics_fusion = StatisticsFusion::kOff;
+  // offered; CPU: the sums after the forward). --fuse-statistics on|off|always.
+  StatisticsFusion conv_statistics_fusion = StatisticsFusion::kWhereFaster;
   // CUDA: directory of the persistent algorithm cache (core/algo_cache.hpp); empty: none, every
   // process searches anew. Commands fill it from --algo-cache (resolve_algo_cache_dir).
   std::string algo_cache_dir;

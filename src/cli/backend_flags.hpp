@@ -31,17 +31,16 @@ inline void declare_fuse_epilogue_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
-// --fuse-statistics (train, profile, dist-train): BackendOptions::conv_statistics_fusion, off by default.
+// --fuse-statistics (train, profile, dist-train): BackendOptions::conv_statistics_fusion, on by default.
 inline void declare_fuse_statistics_flag(ArgParser& p) {
   p.option("fuse-statistics",
            "training: a convolution without a bias whose output only a batch norm reads computes that batch "
            "norm's statistics (per-channel sum and sum of squares): on the GPU in cuDNN's fused graph with its "
            "forward where that times faster than the forward and the batch norm's own pass (decided per layer "
            "on its first step; cuDNN 9.19 on Hopper runs it faster in fp16 NHWC only), on the CPU after its "
-           "forward; always: cuDNN's graph wherever it runs, faster or not (to study it); off (the default: "
-           "fp16 steps with it on drift from those without more than rounding explains, not yet understood): "
-           "the batch norm reduces its input itself",
-           "off", {"on", "off", "always"});
+           "forward; always: cuDNN's graph wherever it runs, faster or not (to study it); off: the batch norm "
+           "reduces its input itself",
+           "on", {"on", "off", "always"});
 }
 inline StatisticsFusion parse_statistics_fusion(const std::string& v) {
   if (v == "off") return StatisticsFusion::kOff;

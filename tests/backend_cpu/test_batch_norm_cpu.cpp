@@ -186,7 +186,12 @@ TEST_F(BatchNorm, TrainingFromTheConvolutionsSums) {
   cd.bias = false;
   EXPECT_FALSE(backend->fuses_conv_statistics(cd));  // 252 values per channel: fewer than the sums keep exact
   cd.n = 8;
-  ASSERT_FALSE(backend_->fuses_conv_statistics(cd));  // off by default
+  ASSERT_TRUE(backend_->fuses_conv_statistics(cd));  // on by default
+  {
+    BackendOptions off;
+    off.conv_statistics_fusion = StatisticsFusion::kOff;
+    ASSERT_FALSE(create_backend(off)->fuses_conv_statistics(cd));
+  }
   ASSERT_TRUE(backend->fuses_conv_statistics(cd));
   cd.statistics = true;
   auto conv = backend->make_conv(cd, {});

@@ -456,9 +456,20 @@ TEST_F(CudaBackend, CaptureReusesItsOwnFreedScratchAndHoldsNoMoreThanEager) {
   // What the graph holds stays out of the cache while it lives: a new tensor is not one of them.
   Tensor later = b->alloc(shape, DType::kF32);
   b->fill(later, 7.0f);
+  auto count_not_seven = [&] {
+    std::size_t bad = 0;
+    const Tensor h = download(*b, later);
+    const auto v = h.f32();
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (v[i] != 7.0f && ++bad <= 4)
+        std::printf("[  NOTE    ] later[%zu] = %g (tensor at %p, %zu bytes)\n", i, static_cast<double>(v[i]),
+                    later.raw(), later.size_bytes());
+    return bad;
+  };
+  ASSERT_EQ(count_not_seven(), 0u) << "the fill did not land (before any replay)";
   graph.replay();
   EXPECT_TRUE(all_close(download(*b, out), expected, 0.0, 0.0));
-  for (const float v : download(*b, later).f32()) ASSERT_EQ(v, 7.0f) << "the graph wrote into a later tensor";
+  EXPECT_EQ(count_not_seven(), 0u) << "the graph wrote into a later tensor";
 }
 
 }  // namespace

@@ -334,5 +334,58 @@ TEST_F(CudaConvEpilogue, BackendStatisticsOfferKeepsTheValues) {
   }
 }
 
+// The fused statistics inside a CUDA graph: a training forward captured as a graphed step records it
+// (Backend::capture) and replayed on new inputs gives those inputs' y and sums, each replay
+// overwriting the sums, so a replayed step's batch norms normalise by their own batch.
+TEST_F(CudaConvEpilogue, CapturedStatisticsReplayOnNewInputs) {
+  BackendOptions o;
+  o.device = Device{DeviceKind::kCuda, 0};
+  o.dtype = DType::kF16;
+  o.layout = Layout::kNHWC;
+  o.conv_statistics_fusion = StatisticsFusion::kAlways;
+  o.workspace_limit_bytes = std::size_t{256} << 20;
+  std::unique_ptr<Backend> g = create_backend(o);
+  Conv2dDesc d = desc(8, 64, 28, 64, 3, 1, 1);
+  d.bias = false;
+  const Conv2dDesc plain = d;
+  d.statistics = true;
+  auto conv = g->make_conv(d, {});
+  const Tensor w = random(d.weight_shape(), DType::kF16);
+  const Tensor wd = upload(*g, w, DType::kF16, Layout::kNHWC);
+  Tensor xd = g->alloc(d.input_shape(), DType::kF16, Layout::kNHWC);
+  Tensor y = g->alloc(d.output_shape(), DType::kF16, Layout::kNHWC);
+  Tensor sums = g->alloc(Shape{2 * d.k}, DType::kF32);
+  g->copy(upload(*g, random(d.input_shape(), DType::kF16), DType::kF16, Layout::kNHWC), xd);
+  ASSERT_TRUE(conv->forward_statistics(xd, wd, y, sums));  // eager: decides, then runs the fused graph
+  bool captured_wrote = false;
+  auto work = g->capture([&] { captured_wrote = conv->forward_statistics(xd, wd, y, sums); });
+  ASSERT_TRUE(work);
+  EXPECT_TRUE(captured_wrote);
+  for (int round = 0; round < 2; ++round) {
+    const Tensor x = random(d.input_shape(), DType::kF16);
+    g->copy(upload(*g, x, DType::kF16, Layout::kNHWC), xd);
+    g->fill(sums, 12345.0f);
+    work->replay();
+    g->synchronize();
+    const Tensor yh = download(*g, y);
+    EXPECT_TRUE(close(yh, reference(plain, x, w, Tensor(), nullptr, false), kFp16.tol, "replay"));
+    Tensor got = Tensor::host(Shape{2 * d.k});
+    g->download(sums, got);
+    const ChannelSums want = channel_sums(yh);
+    int bad = 0;
+    for (std::int64_t k = 0; k < d.k; ++k) {
+      const auto c = static_cast<std::size_t>(k);
+      const double got1 = got.f32()[c], got2 = got.f32()[static_cast<std::size_t>(d.k + k)];
+      if (std::abs(got1 - want.sum[c]) > kFp16.tol * want.magnitude[c] + 1e-3 ||
+          std::abs(got2 - want.squares[c]) > 2 * kFp16.tol * want.squares[c] + 1e-3) {
+        if (++bad <= 3)
+          ADD_FAILURE() << "replay " << round << " channel " << k << ": sums " << got1 << ", " << got2
+                        << " against " << want.sum[c] << ", " << want.squares[c];
+      }
+    }
+    EXPECT_EQ(bad, 0) << "replay " << round;
+  }
+}
+
 }  // namespace
 }  // namespace cnnergy::test

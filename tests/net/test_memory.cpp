@@ -138,7 +138,8 @@ TEST_F(MemoryPlan, FusedReluTrainsBitForBitAsSeparateLayers) {
     const Layer& relu = fused.layer(graph->layer_index("b1_r1"));
     EXPECT_TRUE(relu.absorbed());
     EXPECT_EQ(relu.describe(), "relu (fused into b1_bn1)");
-    EXPECT_EQ(fused.layer(graph->layer_index("b1_bn1")).describe(), "batch_norm + relu");
+    // (Its statistics come from the convolution before it: BackendOptions::conv_statistics_fusion, on by default.)
+    EXPECT_EQ(fused.layer(graph->layer_index("b1_bn1")).describe(), "batch_norm (statistics from its convolution) + relu");
     EXPECT_EQ(fused.layer(graph->layer_index("b1_r2")).describe(), "relu (fused into b1_add)");
     EXPECT_EQ(fused.layer(graph->layer_index("b1_add")).describe(), "add + relu");
     EXPECT_FALSE(fused.layer(graph->layer_index("fc1_relu")).absorbed());
@@ -173,8 +174,9 @@ TEST_F(MemoryPlan, BatchNormTakesTheResidualAddAndTrainsBitForBit) {
       EXPECT_EQ(fused.memory().fused_residuals, 3u);  // b0_bn2, b1_bn2, b2_bn2 take b*_add
       EXPECT_EQ(separate.memory().fused_residuals, 0u);
       EXPECT_EQ(fused.layer(graph->layer_index("b1_bn2")).describe(),
-                relu ? "batch_norm + add + relu" : "batch_norm + add");
-      EXPECT_EQ(separate.layer(graph->layer_index("b1_bn2")).describe(), "batch_norm");
+                relu ? "batch_norm (statistics from its convolution) + add + relu"
+                     : "batch_norm (statistics from its convolution) + add");
+      EXPECT_EQ(separate.layer(graph->layer_index("b1_bn2")).describe(), "batch_norm (statistics from its convolution)");
       // The add's output is the batch norm's: one tensor in every plan.
       EXPECT_EQ(fused.activation(out("b1_add")).raw(), fused.activation(out("b1_bn2")).raw());
       EXPECT_NE(separate.activation(out("b1_add")).raw(), separate.activation(out("b1_bn2")).raw());
@@ -208,8 +210,8 @@ TEST_F(MemoryPlan, BatchNormResidualFusionNeedsTheAddAsSoleReaderAndItsOtherInpu
   o.batch_size = 4;
   Executor ex(*graph, *backend, o);
   EXPECT_EQ(ex.memory().fused_residuals, 0u);
-  EXPECT_EQ(ex.layer(graph->layer_index("bn_a")).describe(), "batch_norm");
-  EXPECT_EQ(ex.layer(graph->layer_index("bn_b")).describe(), "batch_norm");
+  EXPECT_EQ(ex.layer(graph->layer_index("bn_a")).describe(), "batch_norm (statistics from its convolution)");
+  EXPECT_EQ(ex.layer(graph->layer_index("bn_b")).describe(), "batch_norm (statistics from its convolution)");
 }
 
 // A convolution with a bias takes the ReLU after it in training too: forward clamps in the

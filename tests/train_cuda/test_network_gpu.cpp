@@ -374,7 +374,8 @@ TEST_F(GpuTraining, SpaceToDepthFirstLayerStepMatchesThePlainOne) {
 // from fp32 sums instead of the own kernels' shifted ones and the fused graph's convolution rounds
 // differently from the plain one; 50 random layers amplify that, so each half-precision step is set
 // against the fp32 step (no fusion there: cuDNN has no engine for it) and a fused one must be about
-// as close to it as the unfused one (within 3x and 5e-3: wrong statistics, a channel off or a
+// as close to it as the unfused one (within 3x, and 5e-3 per gradient, 1 % of the loss: the unfused
+// loss came within 0.009 of fp32's 3.7 once, the fused 0.035; wrong statistics, a channel off or a
 // mean of other data, move the loss and gradients by tens of percent).
 TEST_F(GpuTraining, ConvolutionStatisticsStepMatchesTheBatchNormsOwn) {
   auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
@@ -406,7 +407,7 @@ TEST_F(GpuTraining, ConvolutionStatisticsStepMatchesTheBatchNormsOwn) {
         EXPECT_GT(fused.statistics_computed, 0u) << what;
       }
       const double ref = fp32.loss;
-      EXPECT_LE(std::abs(fused.loss - ref), 3 * std::abs(own.loss - ref) + 5e-3 * std::max(1.0, std::abs(ref)))
+      EXPECT_LE(std::abs(fused.loss - ref), 3 * std::abs(own.loss - ref) + 1e-2 * std::max(1.0, std::abs(ref)))
           << what << " loss " << fused.loss << " fused, " << own.loss << " own, " << ref << " in fp32";
       ASSERT_EQ(fused.grads.size(), fp32.grads.size());
       for (std::size_t k = fp32.grads.size(); k-- > 0;) {

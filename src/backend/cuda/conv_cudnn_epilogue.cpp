@@ -63,16 +63,6 @@ bool CudnnConv::forward_statistics(const Tensor& x, const Tensor& w, const Tenso
   std::shared_ptr<Buffer> padded;
   const void* xin = explicit_pad_ ? (padded = pad_input(x))->data() : x.raw();
   ensure_resolved(Dir::kForward, xin, w.raw(), y.raw());
-  // Not inside a CUDA graph capture: replays of a captured step with the fused graph trained to
-  // weights 1-95 % apart from the same steps run eagerly (gait_resnet fp16 NHWC, 5 SGD steps, H100,
-  // cuDNN 9.19; docs/benchmarks/2026-11-27f-h100), while eager fused steps match the unfused ones.
-  // Not understood yet; captured steps run the two passes, and the batch norm reduces itself.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
-  if (capture != cudaStreamCaptureStatusNone) {
-    run_unfused_forward(xin, w.raw(), nullptr, nullptr, y.raw());
-    return false;
-  }
   auto* sum = static_cast<float*>(sums.raw());
   if (!statistics_resolved_) resolve_statistics(xin, w.raw(), y.raw(), sum);
   if (!statistics_.ready()) {
