@@ -86,6 +86,29 @@ class CudaConvEpilogue : public CudaTest {
     return out;
   }
 
+  // Whether the 2K device sums (sum, then sum of squares, fp32) are those of the host copy of y
+  // within tol of each channel's magnitude; names the first three channels that are not.
+  ::testing::AssertionResult sums_of(Backend& g, const Tensor& sums, const Tensor& y, double tol) {
+    const std::int64_t k_count = y.shape()[1];
+    Tensor got = Tensor::host(Shape{2 * k_count});
+    g.download(sums, got);
+    const ChannelSums want = channel_sums(y);
+    int bad = 0;
+    std::string which;
+    for (std::int64_t k = 0; k < k_count; ++k) {
+      const auto c = static_cast<std::size_t>(k);
+      const double got1 = got.f32()[c], got2 = got.f32()[static_cast<std::size_t>(k_count + k)];
+      if (std::abs(got1 - want.sum[c]) > tol * want.magnitude[c] + 1e-3 ||
+          std::abs(got2 - want.squares[c]) > 2 * tol * want.squares[c] + 1e-3) {
+        if (++bad <= 3)
+          which += " channel " + std::to_string(k) + ": " + std::to_string(got1) + ", " + std::to_string(got2) +
+                   " against " + std::to_string(want.sum[c]) + ", " + std::to_string(want.squares[c]) + ";";
+      }
+    }
+    if (bad == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << bad << " channels' sums off:" << which;
+  }
+
   // relu?(conv(x, w) + b + z?) on the CPU, from the rounded inputs both sides see.
   Tensor reference(const Conv2dDesc& d, const Tensor& x, const Tensor& w, const Tensor& b,
                    const Tensor* z, bool relu) {
@@ -236,22 +259,7 @@ TEST_F(CudaConvEpilogue, StatisticsPlansGiveTheOutputAndItsSums) {
           ASSERT_EQ(cudaStreamSynchronize(ctx.stream()), cudaSuccess);
           const Tensor y = download(*g, yd);
           EXPECT_TRUE(close(y, want, p.tol, what + " " + plan->engine()));
-          Tensor got = Tensor::host(Shape{2 * d.k});
-          g->download(sums, got);
-          const ChannelSums want_sums = channel_sums(y);
-          int bad = 0;
-          for (std::int64_t k = 0; k < d.k; ++k) {
-            const auto c = static_cast<std::size_t>(k);
-            const double s1 = want_sums.sum[c], s2 = want_sums.squares[c], a1 = want_sums.magnitude[c], a2 = s2;
-            const double got1 = got.f32()[static_cast<std::size_t>(k)];
-            const double got2 = got.f32()[static_cast<std::size_t>(d.k + k)];
-            if (std::abs(got1 - s1) > p.tol * a1 + 1e-3 || std::abs(got2 - s2) > 2 * p.tol * a2 + 1e-3) {
-              if (++bad <= 3)
-                ADD_FAILURE() << what << " " << plan->engine() << " channel " << k << ": sums " << got1 << ", "
-                              << got2 << " against " << s1 << ", " << s2;
-            }
-          }
-          EXPECT_EQ(bad, 0) << what << " " << plan->engine();
+          EXPECT_TRUE(sums_of(*g, sums, y, p.tol)) << what << " " << plan->engine();
           ++ran;
         }
       }
@@ -369,21 +377,7 @@ TEST_F(CudaConvEpilogue, CapturedStatisticsReplayOnNewInputs) {
     g->synchronize();
     const Tensor yh = download(*g, y);
     EXPECT_TRUE(close(yh, reference(plain, x, w, Tensor(), nullptr, false), kFp16.tol, "replay"));
-    Tensor got = Tensor::host(Shape{2 * d.k});
-    g->download(sums, got);
-    const ChannelSums want = channel_sums(yh);
-    int bad = 0;
-    for (std::int64_t k = 0; k < d.k; ++k) {
-      const auto c = static_cast<std::size_t>(k);
-      const double got1 = got.f32()[c], got2 = got.f32()[static_cast<std::size_t>(d.k + k)];
-      if (std::abs(got1 - want.sum[c]) > kFp16.tol * want.magnitude[c] + 1e-3 ||
-          std::abs(got2 - want.squares[c]) > 2 * kFp16.tol * want.squares[c] + 1e-3) {
-        if (++bad <= 3)
-          ADD_FAILURE() << "replay " << round << " channel " << k << ": sums " << got1 << ", " << got2
-                        << " against " << want.sum[c] << ", " << want.squares[c];
-      }
-    }
-    EXPECT_EQ(bad, 0) << "replay " << round;
+    EXPECT_TRUE(sums_of(*g, sums, yh, kFp16.tol)) << "replay " << round;
   }
 }
 

@@ -380,13 +380,7 @@ TEST_F(GpuTraining, SpaceToDepthFirstLayerStepMatchesThePlainOne) {
 TEST_F(GpuTraining, ConvolutionStatisticsStepMatchesTheBatchNormsOwn) {
   auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
   auto run_step = [&](DType dtype, StatisticsFusion fusion) {
-    BackendOptions o;
-    o.device = Device{DeviceKind::kCuda, 0};
-    o.dtype = dtype;
-    o.layout = Layout::kNHWC;
-    o.conv_algo_policy = "heuristic";
-    o.conv_statistics_fusion = fusion;
-    auto backend = create_backend(o);
+    auto backend = gpu(dtype, Layout::kNHWC, "heuristic", false, fusion);
     return one_step(*graph, *backend, ExecutorOptions{}, 95, 3);
   };
   const OneStep fp32 = run_step(DType::kF32, StatisticsFusion::kOff);
