@@ -466,7 +466,7 @@ TEST_F(CudaBackend, CaptureReusesItsOwnFreedScratchAndHoldsNoMoreThanEager) {
                     later.raw(), later.size_bytes());
     return bad;
   };
-  ASSERT_EQ(count_not_seven(), 0u) << "the fill did not land (before any replay)";
+  ASSERT_EQ(count_not_seven(), 0u) << "the fill did not land (the replay before it had finished)";
   graph.replay();
   EXPECT_TRUE(all_close(download(*b, out), expected, 0.0, 0.0));
   EXPECT_EQ(count_not_seven(), 0u) << "the graph wrote into a later tensor";
