@@ -36,7 +36,7 @@ CATEGORIES = [
     ("copy/transpose", r"nchwToNhwc|nhwcToNchw|transpose|direct_copy|copy_kernel|CatArray"
                        r"|convert_(generic|same_layout)_kernel|copy_2d_kernel|(pad|crop)_2d_kernel"),
     ("batch norm", r"batch_?norm|cudnn::bn_|\bbn_\w*kernel|bn_(fw|bw)_"
-                   r"|tile_(reduce|apply|backward_apply)_kernel|reduce_channel_(inner|last)_kernel"),
+                   r"|(tile|plane)_(reduce|apply|backward_apply)_kernel|reduce_channel_(inner|last)_kernel"),
     ("pooling", r"pool"),
     ("loss/softmax", r"softmax|xent|nll_loss|cross_entropy|count_topk|\bmean_kernel"),
     ("convolution", r"conv|fprop|dgrad|wgrad|implicit|winograd|fft"),

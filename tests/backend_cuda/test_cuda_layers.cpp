@@ -332,16 +332,88 @@ TEST_F(CudaLayers, BatchNormVectorisedChannelLastMatchesCpu) {
   }
 }
 
+// NCHW batch norm: the plane kernels (batch_norm_planes.cu) in every dtype, with planes that take
+// 16-byte packs (32x32, 16x16) and planes that do not (35x35, 7x7: one element at a time), channels
+// of more than 4,096 values (several slices per channel, partials finished in fp64), and data whose
+// mean is far from zero relative to its spread (the shifted sums must not cancel).
+TEST_F(CudaLayers, BatchNormChannelPlanesMatchCpu) {
+  struct BnCase {
+    Shape shape;
+    float lo, hi;
+  };
+  const BnCase cases[] = {{Shape{16, 8, 32, 32}, -1.0f, 3.0f},
+                          {Shape{9, 4, 35, 35}, -1.0f, 3.0f},
+                          {Shape{6, 32, 16, 16}, 60.0f, 68.0f},
+                          {Shape{3, 16, 7, 7}, -2.0f, 1.0f}};
+  for (const BnCase& bc : cases) {
+    const Shape& s = bc.shape;
+    const bool flat = s.rank() == 2;
+    BatchNormDesc d;
+    d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5,
+    d.momentum = 0.1;
+    for (const Precision& p : {kFp32, kFp16, kBf16}) {
+      const Tensor x = random(s, p.dtype, bc.lo, bc.hi), dy = random(s, p.dtype),
+                   dx0 = random(s, p.dtype);
+      const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
+                   beta = random({d.c}, DType::kF32);
+      const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
+      auto ref = cpu_->make_batch_norm(d);
+      Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
+             sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
+      ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
+      ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
+      Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
+             db_r = Tensor::host({d.c});
+      ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
+      ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
+
+      auto g = gpu(p, Layout::kNCHW);
+      if (!g) continue;
+      BatchNormDesc with_relu = d;
+      with_relu.relu = true;
+      EXPECT_TRUE(g->fuses_batch_norm_relu(with_relu)) << s.str() << " " << p.name << ": cuDNN normalises it, not the plane kernels";
+      auto k = g->make_batch_norm(d);
+      auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+      const Tensor xd = upload(*g, x, p.dtype, Layout::kNCHW),
+                   dyd = upload(*g, dy, p.dtype, Layout::kNCHW);
+      const Tensor gd = up32(gamma), bd = up32(beta);
+      Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
+             si = g->alloc({d.c}, DType::kF32);
+      Tensor y = g->alloc(s, p.dtype, Layout::kNCHW), yi = g->alloc(s, p.dtype, Layout::kNCHW);
+      Tensor dx = g->alloc(s, p.dtype, Layout::kNCHW),
+             dxa = upload(*g, dx0, p.dtype, Layout::kNCHW);
+      Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
+      k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
+      k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
+      k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
+      k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
+      const std::string what = "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
+                               std::to_string(bc.hi) + "] " + p.name;
+      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
+      EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
+      EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-4, what + " running variance (unbiased)"));
+      EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
+      EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
+      EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
+      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
+      EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
+      EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
+      EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
+    }
+  }
+}
+
 // A fused ReLU on the GPU is exactly the GPU's batch norm followed by its ReLU (output, statistics,
 // dx overwritten and accumulated, dgamma, dbeta: bit for bit), and matches the CPU's fused kernel,
-// on the tiled path (NHWC, packs filled), the generic path (bf16 NCHW) and 2-D; where cuDNN
-// normalises (fp32 NCHW) the backend declines the fusion and making such a kernel is refused.
+// on the tiled path (NHWC, packs filled), the plane path (NCHW) and 2-D; where cuDNN normalises
+// (NHWC fp32 and fp16 with 6 channels: no whole packs) the backend declines the fusion and making
+// such a kernel is refused.
 TEST_F(CudaLayers, BatchNormFusedReluIsThePairBitForBit) {
   // The last two: ResNet-34 at 64x64 and batch 8 (stage 1 with many row slices, stage 4 with 4
   // channel groups and 32 rows).
   const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16},
-                          Shape{8, 512, 2, 2}};
-  int fused_cases = 0;
+                          Shape{8, 512, 2, 2}, Shape{4, 6, 5, 5}};
+  int fused_cases = 0, declined_cases = 0;
   for (const Shape& s : shapes) {
     const bool flat = s.rank() == 2;
     BatchNormDesc d;
@@ -355,6 +427,7 @@ TEST_F(CudaLayers, BatchNormFusedReluIsThePairBitForBit) {
         const std::string what = "fused batch_norm " + s.str() + " " + label(p, l);
         if (!g->fuses_batch_norm_relu(df)) {
           EXPECT_THROW(g->make_batch_norm(df), NotSupported) << what;
+          ++declined_cases;
           continue;
         }
         ++fused_cases;
@@ -408,12 +481,13 @@ TEST_F(CudaLayers, BatchNormFusedReluIsThePairBitForBit) {
   }
   if (cuda_device_count() > 0) {
     EXPECT_GE(fused_cases, 6);
+    EXPECT_GE(declined_cases, 2);  // NHWC fp32 and fp16 with 6 channels
   }
 }
 
 // recompute_output writes forward_training's y again bit for bit (with and without a fused ReLU)
-// from the coefficients the kernel kept, on the tiled path (NHWC, packs filled), the generic path
-// (bf16 NCHW, odd channel counts) and 2-D; where cuDNN normalises, the backend says it cannot and the
+// from the coefficients the kernel kept, on the tiled path (NHWC, packs filled), the plane path
+// (NCHW) and 2-D; where cuDNN normalises, the backend says it cannot and the
 // kernel refuses; a kernel made with a residual add refuses too.
 TEST_F(CudaLayers, BatchNormRecomputesItsTrainingOutputBitForBit) {
   const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16}};
@@ -468,7 +542,7 @@ TEST_F(CudaLayers, BatchNormRecomputesItsTrainingOutputBitForBit) {
 // A fused residual add on the GPU is exactly the GPU's batch norm followed by its add (+ ReLU):
 // training and inference outputs and the statistics bit for bit, the backward the plain batch
 // norm's bit for bit; and the CPU's fused kernel within the dtype's tolerance. Tiled path (NHWC,
-// packs filled), generic path (bf16 NCHW), 2-D; where cuDNN normalises the backend declines.
+// packs filled), plane path (NCHW), 2-D; where cuDNN normalises the backend declines.
 TEST_F(CudaLayers, BatchNormFusedResidualAddIsThePairBitForBit) {
   const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16},
                           Shape{8, 512, 2, 2}};

@@ -53,6 +53,8 @@ class KernelSummaryTest(unittest.TestCase):
         cases = {
             "void cnnergy::cuda::kernels::(anonymous namespace)::bn_stats_finish_kernel(int)": "batch norm",
             "void cnnergy::cuda::kernels::(anonymous namespace)::convert_generic_kernel(const void *)": "copy/transpose",
+            "void cnnergy::<unnamed>::plane_backward_apply_kernel<float, 4, 0>(const T1 *, unsigned int)": "batch norm",
+            "void cnnergy::<unnamed>::plane_reduce_kernel<float, 1, 2, 1>(const T1 *, const T1 *)": "batch norm",
             "void cnnergy::cuda::kernels::(anonymous namespace)::fill_kernel<float>(float *, float, long)": "elementwise",
             "void cudnn::pooling_fw_4d_kernel<float, float, cudnn::maxpooling_func<float>>(int)": "pooling",
             "void cudnn::ops::scalePackedTensor_kernel<float, float>(long, float *, float)": "convolution",

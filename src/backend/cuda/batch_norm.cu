@@ -7,8 +7,9 @@
 // first value), which keeps E[x^2] - E[x]^2 free of cancellation when |mean| >> std. The
 // normalisation and dx passes are tiled the same way, so each thread keeps its channels'
 // coefficients in registers; the dx pass runs one wave of blocks that stride over the rows, so the
-// coefficients are loaded once per block, not once per few rows. Everything else (NCHW, odd channel counts) takes the generic path:
-// runtime-dispatched loads and fp64 sums.
+// coefficients are loaded once per block, not once per few rows. NCHW tensors under 2^31 elements
+// take the plane path (batch_norm_planes.cu). Everything else (odd channel counts, misaligned
+// channel-last views) takes the generic path: runtime-dispatched loads and fp64 sums.
 // A fused ReLU (BatchNormParams::relu) clamps the stored output at 0; its backward zeroes dy where
 // that output was not positive, recomputing it from x with the very coefficients forward used
 // (kept per layer, 2 floats a channel), so the recomputation is exact and no activation more is
@@ -183,6 +184,16 @@ void launch_apply(const void* x, const void* z, void* y, DType dtype, const Chan
   CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
 }
 
+// The NCHW path where the channel-last one does not apply (kernels in batch_norm_planes.cu); its
+// packs need every operand 16-byte aligned.
+PlanePlan plane_for(bool tiled, const ChannelView& v, DType dt, const void* a, const void* b = nullptr,
+                    const void* c = nullptr, const void* d = nullptr) {
+  if (tiled) return {};
+  PlanePlan q = plane_plan(v, dt);
+  if (q.vector && !aligned_for(16, a, b, c, d)) q.vector = false;
+  return q;
+}
+
 }  // namespace
 
 void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
@@ -193,30 +204,42 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
   const TilePlan t = tile_plan(view, dtype);
   const void* z = params.residual;
   const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
+  const PlanePlan q = plane_for(fast, view, dtype, x, y, z);
   float* coef = saved_coef != nullptr ? saved_coef : coefficients(scratch, view, dtype);
   // The convolution's sums are one split of the fast layout (sum[C] then sum of squares[C]),
   // centred on nothing.
   const Partials p =
-      sums != nullptr
-          ? Partials{nullptr, sums, nullptr, 1, view.channels}
-          : reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
+      sums != nullptr ? Partials{nullptr, sums, nullptr, 1, view.channels}
+      : q.usable      ? plane_reduce(Reduce::kSumSquares, x, nullptr, dtype, view, q, nullptr, scratch, stream)
+                      : reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
   finish_batch_stats(p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
                      params, coef, stream);
-  launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
+  if (q.usable)
+    plane_apply(x, z, y, dtype, view, q, coef, params.relu, stream);
+  else
+    launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
 void batch_norm_statistics_pass(const void* x, DType dtype, const ChannelView& view, void* scratch,
                                 cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
-  (void)reduce_channels(Reduce::kSumSquares, t.usable && aligned_for(16, x), x, nullptr, dtype, view, t,
-                        nullptr, scratch, stream);
+  const bool fast = t.usable && aligned_for(16, x);
+  const PlanePlan q = plane_for(fast, view, dtype, x);
+  if (q.usable)
+    (void)plane_reduce(Reduce::kSumSquares, x, nullptr, dtype, view, q, nullptr, scratch, stream);
+  else
+    (void)reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
 }
 
 void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& view, const float* coef,
                         bool relu, cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, y);
-  launch_apply(x, nullptr, y, dtype, view, t, fast, coef, relu, stream);
+  const PlanePlan q = plane_for(fast, view, dtype, x, y);
+  if (q.usable)
+    plane_apply(x, nullptr, y, dtype, view, q, coef, relu, stream);
+  else
+    launch_apply(x, nullptr, y, dtype, view, t, fast, coef, relu, stream);
 }
 
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
@@ -228,7 +251,11 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
   inference_coefficients(view.channels, gamma, beta, running_mean, running_var, params.eps, coef, stream);
   const void* z = params.residual;
   const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
-  launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
+  const PlanePlan q = plane_for(fast, view, dtype, x, y, z);
+  if (q.usable)
+    plane_apply(x, z, y, dtype, view, q, coef, params.relu, stream);
+  else
+    launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
 void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
@@ -238,14 +265,21 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, dy, dx);
+  const PlanePlan q = plane_for(fast, view, dtype, x, dy, dx);
   float* coef = coefficients(scratch, view, dtype);
   const bool relu = relu_coef != nullptr;
   ReluMask mask;
   if (relu) mask = ReluMask{relu_coef, view.channels};
   const Partials p =
-      reduce_channels(Reduce::kBatchNormBackward, fast, dy, x, dtype, view, t, saved_mean, scratch, stream, mask);
+      q.usable ? plane_reduce(Reduce::kBatchNormBackward, dy, x, dtype, view, q, saved_mean, scratch, stream, mask)
+               : reduce_channels(Reduce::kBatchNormBackward, fast, dy, x, dtype, view, t, saved_mean, scratch, stream,
+                                 mask);
   finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
   const std::int64_t count = view.outer * view.channels * view.inner;
+  if (q.usable) {
+    plane_backward_apply(x, dy, dx, dtype, view, q, coef, saved_mean, mask, accumulate, stream);
+    return;
+  }
   if (fast) {
     dispatch_float(dtype, "batch_norm_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -65,6 +65,16 @@ inline TilePlan tile_plan(const ChannelView& v, DType dtype) {
   return p;
 }
 
+// NCHW path (batch_norm_planes.cu): the tensor under 2^31 elements, a channel in N planes of inner
+// = H*W values; packs of 16 bytes where inner divides into them (`vector`, and the caller found the
+// pointers 16-byte aligned), one element at a time otherwise. splits: as many slices per channel as
+// the generic reduction's, so the generic scratch layout holds the partials.
+struct PlanePlan {
+  bool usable = false, vector = false;
+  std::int64_t splits = 1;
+};
+PlanePlan plane_plan(const ChannelView& v, DType dtype);
+
 // Blocks of `kernel` (kBlock threads) that one SM holds at once: its registers and shared memory
 // decide. Asked once per kernel (the callers keep it in a static).
 template <class Kernel>
@@ -152,6 +162,16 @@ inline float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
 Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, DType dt,
                          const ChannelView& v, const TilePlan& t, const float* mean, void* scratch,
                          cudaStream_t stream, const ReluMask& relu = {});
+// The NCHW path's reduction (kSumSquares or kBatchNormBackward; a = dy, b = x for the latter), its
+// normalisation (plus z, clamped at 0 with relu) and its dx pass, as the channel-last ones.
+Partials plane_reduce(Reduce mode, const void* a, const void* b, DType dt, const ChannelView& v,
+                      const PlanePlan& p, const float* mean, void* scratch, cudaStream_t stream,
+                      const ReluMask& relu = {});
+void plane_apply(const void* x, const void* z, void* y, DType dt, const ChannelView& v, const PlanePlan& p,
+                 const float* coef, bool relu, cudaStream_t stream);
+void plane_backward_apply(const void* x, const void* dy, void* dx, DType dt, const ChannelView& v,
+                          const PlanePlan& p, const float* coef, const float* mean, const ReluMask& relu,
+                          bool accumulate, cudaStream_t stream);
 // Batch statistics -> saved mean / inverse std, running estimates and forward's coefficients.
 void finish_batch_stats(const Partials& p, std::int64_t m, const float* gamma, const float* beta,
                         float* running_mean, float* running_var, float* saved_mean,

@@ -42,6 +42,13 @@ inline bool fills_packs(std::int64_t channels, DType dtype) {
   return channels > 0 && channels % per_pack == 0;
 }
 
+// True when the batch norm's NCHW kernels (batch_norm_planes.cu) take a channel-first view: a
+// floating-point dtype, planes of more than one value, under 2^31 elements (32-bit indices).
+inline bool plane_path_takes(const ChannelView& v, DType dtype) {
+  return dtype != DType::kI32 && v.inner > 1 && v.outer >= 1 && v.channels >= 1 &&
+         v.outer * v.channels * v.inner < (std::int64_t{1} << 31);
+}
+
 // ---- element-wise (elementwise.cu) -------------------------------------------------------------
 // dst = src (or dst += src when accumulate), converting dtype and, for 4-D, layout
 // (src_nhwc / dst_dims.nhwc).
