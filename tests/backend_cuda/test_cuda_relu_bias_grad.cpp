@@ -2,7 +2,8 @@
 // pass over dy, kernels::relu_backward_bias_grad) on fresh random inputs: the masked gradient equals
 // the CPU reference's relu_backward exactly, the bias gradient matches the CPU's sum, and both equal
 // the two passes it replaces (kernels::relu_backward then kernels::bias_grad) bit for bit, in every
-// dtype, both layouts, channel counts on and off the vectorised path, and a misaligned view.
+// dtype, both layouts (NCHW: the plane kernels, batch_norm_planes.cu), channel counts on and off the
+// vectorised path, and a misaligned view.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -35,7 +36,9 @@ Tensor channel_sums(const Tensor& dx_nchw) {
 
 TEST_F(CudaReluBiasGrad, OnePassEqualsTheTwoPassesAndTheCpuReference) {
   // 64 channels: the vectorised path in NHWC for every dtype; 12: fp32's only (bf16 and fp16 pack
-  // 8); NCHW always the two passes. Offset 1: misaligned, the two passes.
+  // 8); NCHW the plane kernels' one pass (56x56 planes in packs, 9x11 and 5x7 one element at a time;
+  // 2 x 56 x 56 values a channel: two slices). Offset 1: misaligned, NHWC the two passes, NCHW the
+  // plane kernels one element at a time.
   const std::vector<Shape> shapes{{8, 64, 9, 11}, {4, 12, 5, 7}, {2, 32, 56, 56}};
   int checked = 0;
   for (const Precision& p : kAllPrecisions) {

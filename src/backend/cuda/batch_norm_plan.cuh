@@ -162,11 +162,15 @@ inline float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
 Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, DType dt,
                          const ChannelView& v, const TilePlan& t, const float* mean, void* scratch,
                          cudaStream_t stream, const ReluMask& relu = {});
-// The NCHW path's reduction (kSumSquares or kBatchNormBackward; a = dy, b = x for the latter), its
-// normalisation (plus z, clamped at 0 with relu) and its dx pass, as the channel-last ones.
+// The NCHW path's reductions (a = dy, b = x for kBatchNormBackward), its normalisation (plus z,
+// clamped at 0 with relu) and its dx pass, as the channel-last ones; plane_relu_mask_sum zeroes dy
+// in place where the ReLU output y is not positive and sums what is left (a fused ReLU backward and
+// the bias gradient of the convolution before it, in one pass).
 Partials plane_reduce(Reduce mode, const void* a, const void* b, DType dt, const ChannelView& v,
                       const PlanePlan& p, const float* mean, void* scratch, cudaStream_t stream,
                       const ReluMask& relu = {});
+Partials plane_relu_mask_sum(void* dy, const void* y, DType dt, const ChannelView& v, const PlanePlan& p,
+                             void* scratch, cudaStream_t stream);
 void plane_apply(const void* x, const void* z, void* y, DType dt, const ChannelView& v, const PlanePlan& p,
                  const float* coef, bool relu, cudaStream_t stream);
 void plane_backward_apply(const void* x, const void* dy, void* dx, DType dt, const ChannelView& v,

@@ -23,13 +23,17 @@ namespace {
 
 constexpr int kPlaneUnroll = 4;  // packs in flight per thread
 
-// kMode 1: sums of (a - shift) and (a - shift)^2, shift = the channel's first value (written to
-// shift_out by slice 0). kMode 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with kRelu,
-// dy only where forward's output was positive.
+// The modes of the channel-last tile_reduce_kernel (batch_norm_stats.cu). kMode 0: sum of a (a bias
+// gradient). 1: sums of (a - shift) and (a - shift)^2, shift = the channel's first value (written to
+// shift_out by slice 0). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with kRelu, dy only
+// where forward's output was positive. 3: a (dy) masked where b (a ReLU's output) is not positive,
+// written to masked_out (may be a), and its sum; mode 0 over the masked values adds the same terms in
+// the same order, so the one pass gives the two passes' bias gradient bit for bit.
 template <typename T, int K, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     plane_reduce_kernel(const T* a, const T* b, unsigned channels, unsigned inner, unsigned per_channel,
-                        unsigned chunk, const float* mean, ReluMask relu, float* partial, float* shift_out) {
+                        unsigned chunk, const float* mean, ReluMask relu, float* partial, float* shift_out,
+                        T* masked_out) {
   const unsigned c = blockIdx.x, slice = blockIdx.y;
   const unsigned t0 = slice * chunk, t1 = min(per_channel, t0 + chunk);
   float center = 0.0f, s1 = 0.0f, s2 = 0.0f;
@@ -37,38 +41,53 @@ __global__ void __launch_bounds__(kBlock)
   if constexpr (kMode == 1) {
     center = to_float(a[static_cast<std::size_t>(c) * inner]);
     if (slice == 0 && threadIdx.x == 0) shift_out[c] = center;
-  } else {
+  }
+  if constexpr (kMode == 2) {
     center = mean[c];
     if constexpr (kRelu) f = relu.at(c);
   }
   const unsigned step = blockDim.x * K;
   for (unsigned t = t0 + threadIdx.x * K; t < t1; t += kPlaneUnroll * step) {
     Pack<T, K> va[kPlaneUnroll], vb[kPlaneUnroll];
+    std::size_t at[kPlaneUnroll];
 #pragma unroll
     for (int u = 0; u < kPlaneUnroll; ++u) {
       const unsigned tu = t + u * step;
       if (tu < t1) {
         const unsigned o = tu / inner;
-        const std::size_t idx = (static_cast<std::size_t>(o) * channels + c) * inner + (tu - o * inner);
-        va[u] = load_pack<T, K>(a + idx);
-        if constexpr (kMode == 2) vb[u] = load_pack<T, K>(b + idx);
+        at[u] = (static_cast<std::size_t>(o) * channels + c) * inner + (tu - o * inner);
+        va[u] = load_pack<T, K>(a + at[u]);
+        if constexpr (kMode >= 2) vb[u] = load_pack<T, K>(b + at[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < kPlaneUnroll; ++u) {
       if (t + u * step >= t1) continue;
+      if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
+        Pack<T, K> masked;
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float v = to_float(va[u].v[k]);
-        if constexpr (kMode == 1) {
-          const float d = v - center;
-          s1 += d;
-          s2 = fmaf(d, d, s2);
-        } else {
-          const float xv = to_float(vb[u].v[k]);
-          const float g = (!kRelu || relu_passes<T>(xv, f)) ? v : 0.0f;
-          s1 += g;
-          s2 = fmaf(g, xv - center, s2);
+        for (int k = 0; k < K; ++k) {
+          const bool passes = to_float(vb[u].v[k]) > 0.0f;
+          masked.v[k] = passes ? va[u].v[k] : from_float<T>(0.0f);
+          s1 += passes ? to_float(va[u].v[k]) : 0.0f;
+        }
+        store_pack<T, K>(masked_out + at[u], masked);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const float v = to_float(va[u].v[k]);
+          if constexpr (kMode == 0) {
+            s1 += v;
+          } else if constexpr (kMode == 1) {
+            const float d = v - center;
+            s1 += d;
+            s2 = fmaf(d, d, s2);
+          } else {
+            const float xv = to_float(vb[u].v[k]);
+            const float g = (!kRelu || relu_passes<T>(xv, f)) ? v : 0.0f;
+            s1 += g;
+            s2 = fmaf(g, xv - center, s2);
+          }
         }
       }
     }
@@ -174,6 +193,36 @@ unsigned apply_blocks(std::int64_t packs) {
                                                         static_cast<std::int64_t>(sm_count()) * 16));
 }
 
+// One launch of plane_reduce_kernel<kMode>: a block per (channel, slice of whole packs), the
+// partials in the fast layout, the shift (mode 1) after them.
+template <int kMode, bool kRelu>
+Partials launch_plane_reduce(const void* a, const void* b, DType dt, const ChannelView& v, const PlanePlan& p,
+                             const float* mean, void* scratch, cudaStream_t stream, const ReluMask& relu,
+                             void* masked_out) {
+  auto* partial = static_cast<float*>(scratch);
+  float* shift = partial + static_cast<std::size_t>(p.splits) * 2 * v.channels;
+  const auto per_channel = static_cast<unsigned>(v.per_channel());
+  unsigned splits = 0;
+  dispatch_plane(dt, p, "channel reduction", [&](auto tag, auto width) {
+    using T = typename decltype(tag)::type;
+    constexpr int K = decltype(width)::value;
+    // Slices of whole packs: a pack never crosses a plane (H*W divides by K).
+    const std::int64_t want = (v.per_channel() + p.splits - 1) / p.splits;
+    const auto chunk = static_cast<unsigned>((want + K - 1) / K * K);
+    splits = (per_channel + chunk - 1) / chunk;
+    plane_reduce_kernel<T, K, kMode, kRelu><<<dim3(static_cast<unsigned>(v.channels), splits), kBlock, 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<unsigned>(v.channels),
+        static_cast<unsigned>(v.inner), per_channel, chunk, mean, relu, partial, shift, static_cast<T*>(masked_out));
+  });
+  CNNERGY_CUDA_LAUNCH_CHECK("plane_reduce");
+  Partials out;
+  out.fast = partial;
+  out.shift = kMode == 1 ? shift : nullptr;
+  out.splits = splits;
+  out.channels = v.channels;
+  return out;
+}
+
 }  // namespace
 
 namespace bn {
@@ -190,38 +239,18 @@ PlanePlan plane_plan(const ChannelView& v, DType dtype) {
 Partials plane_reduce(Reduce mode, const void* a, const void* b, DType dt, const ChannelView& v,
                       const PlanePlan& p, const float* mean, void* scratch, cudaStream_t stream,
                       const ReluMask& relu) {
-  auto* partial = static_cast<float*>(scratch);
-  float* shift = partial + static_cast<std::size_t>(p.splits) * 2 * v.channels;
-  const auto per_channel = static_cast<unsigned>(v.per_channel());
-  unsigned splits = 0;
-  dispatch_plane(dt, p, "batch_norm reduction", [&](auto tag, auto width) {
-    using T = typename decltype(tag)::type;
-    constexpr int K = decltype(width)::value;
-    // Slices of whole packs: a pack never crosses a plane (H*W divides by K).
-    const std::int64_t want = (v.per_channel() + p.splits - 1) / p.splits;
-    const auto chunk = static_cast<unsigned>((want + K - 1) / K * K);
-    splits = (per_channel + chunk - 1) / chunk;
-    const dim3 grid(static_cast<unsigned>(v.channels), splits);
-    const auto* at = static_cast<const T*>(a);
-    const auto* bt = static_cast<const T*>(b);
-    const auto c = static_cast<unsigned>(v.channels), in = static_cast<unsigned>(v.inner);
-    if (mode == Reduce::kSumSquares)
-      plane_reduce_kernel<T, K, 1, false><<<grid, kBlock, 0, stream>>>(at, bt, c, in, per_channel, chunk,
-                                                                       mean, relu, partial, shift);
-    else if (relu.coef != nullptr)
-      plane_reduce_kernel<T, K, 2, true><<<grid, kBlock, 0, stream>>>(at, bt, c, in, per_channel, chunk,
-                                                                      mean, relu, partial, shift);
-    else
-      plane_reduce_kernel<T, K, 2, false><<<grid, kBlock, 0, stream>>>(at, bt, c, in, per_channel, chunk,
-                                                                       mean, relu, partial, shift);
-  });
-  CNNERGY_CUDA_LAUNCH_CHECK("plane_reduce");
-  Partials out;
-  out.fast = partial;
-  out.shift = mode == Reduce::kSumSquares ? shift : nullptr;
-  out.splits = splits;
-  out.channels = v.channels;
-  return out;
+  switch (mode) {
+    case Reduce::kSum: return launch_plane_reduce<0, false>(a, b, dt, v, p, mean, scratch, stream, relu, nullptr);
+    case Reduce::kSumSquares: return launch_plane_reduce<1, false>(a, b, dt, v, p, mean, scratch, stream, relu, nullptr);
+    case Reduce::kBatchNormBackward: break;
+  }
+  return relu.coef != nullptr ? launch_plane_reduce<2, true>(a, b, dt, v, p, mean, scratch, stream, relu, nullptr)
+                              : launch_plane_reduce<2, false>(a, b, dt, v, p, mean, scratch, stream, relu, nullptr);
+}
+
+Partials plane_relu_mask_sum(void* dy, const void* y, DType dt, const ChannelView& v, const PlanePlan& p,
+                             void* scratch, cudaStream_t stream) {
+  return launch_plane_reduce<3, false>(dy, y, dt, v, p, nullptr, scratch, stream, {}, dy);
 }
 
 void plane_apply(const void* x, const void* z, void* y, DType dt, const ChannelView& v, const PlanePlan& p,

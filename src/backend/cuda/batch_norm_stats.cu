@@ -1,5 +1,6 @@
 // The statistics half of the CUDA batch norm: per-channel reductions (bias gradient, batch-norm
-// statistics, backward's two sums) and the kernels that finish them in fp64; the normalisation and
+// statistics, backward's two sums; NCHW ones in batch_norm_planes.cu) and the kernels that finish
+// them in fp64; the normalisation and
 // dx kernels are in batch_norm.cu. How the reductions are tiled: see batch_norm.cu's opening lines.
 #include <algorithm>
 #include <cstdint>
@@ -417,10 +418,13 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
                void* scratch, cudaStream_t stream) {
   if (view.channels == 0) return;
   const TilePlan t = tile_plan(view, dtype);
+  const bool fast = t.usable && aligned_for(16, dy);
+  PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype);
+  if (q.vector && !aligned_for(16, dy)) q.vector = false;
   const Partials p =
-      t.usable && aligned_for(16, dy)
-          ? launch_tile_reduce<0>(dy, nullptr, dtype, view, t, nullptr, scratch, stream)
-          : launch_generic_reduce(dy, nullptr, dtype, view, Reduce::kSum, nullptr, scratch, stream);
+      fast        ? launch_tile_reduce<0>(dy, nullptr, dtype, view, t, nullptr, scratch, stream)
+      : q.usable  ? plane_reduce(Reduce::kSum, dy, nullptr, dtype, view, q, nullptr, scratch, stream)
+                  : launch_generic_reduce(dy, nullptr, dtype, view, Reduce::kSum, nullptr, scratch, stream);
   bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
   CNNERGY_CUDA_LAUNCH_CHECK("bias_grad_finish");
 }
@@ -428,7 +432,16 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
 void relu_backward_bias_grad(const void* y, void* dy, DType dtype, const ChannelView& view, void* db,
                              DType db_dtype, void* scratch, cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
-  if (!(t.usable && aligned_for(16, dy) && aligned_for(16, y))) {  // the two passes
+  if (!(t.usable && aligned_for(16, dy) && aligned_for(16, y))) {
+    PlanePlan q = plane_plan(view, dtype);
+    if (q.usable && view.channels > 0) {  // NCHW: one pass over the planes
+      if (q.vector && !aligned_for(16, dy, y)) q.vector = false;
+      const Partials p = plane_relu_mask_sum(dy, y, dtype, view, q, scratch, stream);
+      bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
+      CNNERGY_CUDA_LAUNCH_CHECK("relu_backward_bias_grad_finish");
+      return;
+    }
+    // The two passes.
     relu_backward(y, dy, dy, dtype, view.outer * view.channels * view.inner, false, stream);
     bias_grad(dy, dtype, view, db, db_dtype, scratch, stream);
     return;
