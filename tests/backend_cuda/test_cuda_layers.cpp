@@ -19,6 +19,74 @@ namespace {
 
 class CudaLayers : public CudaTest {
  protected:
+  struct BnCase {
+    Shape shape;
+    float lo, hi;  // x uniform in [lo, hi)
+  };
+  // Training and inference outputs, the running and saved statistics, and dx (overwritten and
+  // accumulated), dgamma, dbeta of the GPU batch norm in `layout` against the CPU reference, in every
+  // dtype; with check_own, each case must be one the backend's own kernels take (they alone fuse a
+  // ReLU).
+  void expect_batch_norm_matches_cpu(const std::vector<BnCase>& cases, Layout layout, bool check_own) {
+    for (const BnCase& bc : cases) {
+      const Shape& s = bc.shape;
+      const bool flat = s.rank() == 2;
+      BatchNormDesc d;
+      d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5,
+      d.momentum = 0.1;
+      for (const Precision& p : {kFp32, kFp16, kBf16}) {
+        const Tensor x = random(s, p.dtype, bc.lo, bc.hi), dy = random(s, p.dtype),
+                     dx0 = random(s, p.dtype);
+        const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
+                     beta = random({d.c}, DType::kF32);
+        const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
+        auto ref = cpu_->make_batch_norm(d);
+        Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
+               sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
+        ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
+        ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
+        Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
+               db_r = Tensor::host({d.c});
+        ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
+        ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
+
+        auto g = gpu(p, layout);
+        if (!g) continue;
+        if (check_own) {
+          BatchNormDesc with_relu = d;
+          with_relu.relu = true;
+          EXPECT_TRUE(g->fuses_batch_norm_relu(with_relu)) << s.str() << " " << p.name << ": cuDNN normalises it, not the own kernels";
+        }
+        auto k = g->make_batch_norm(d);
+        auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+        const Tensor xd = upload(*g, x, p.dtype, layout),
+                     dyd = upload(*g, dy, p.dtype, layout);
+        const Tensor gd = up32(gamma), bd = up32(beta);
+        Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
+               si = g->alloc({d.c}, DType::kF32);
+        Tensor y = g->alloc(s, p.dtype, layout), yi = g->alloc(s, p.dtype, layout);
+        Tensor dx = g->alloc(s, p.dtype, layout),
+               dxa = upload(*g, dx0, p.dtype, layout);
+        Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
+        k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
+        k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
+        k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
+        k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
+        const std::string what = "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
+                                 std::to_string(bc.hi) + "] " + p.name;
+        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
+        EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
+        EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-4, what + " running variance (unbiased)"));
+        EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
+        EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
+        EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
+        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
+        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
+        EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
+        EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
+      }
+    }
+  }
   // Values distinct within every (n, c) plane and exact in bf16 and fp16 (a shuffled k/16 for
   // k in [-HW/2, HW/2), HW <= 256), so that max-pooling has no ties in any dtype.
   Tensor tie_free(const Shape& shape) {
@@ -267,69 +335,13 @@ TEST_F(CudaLayers, BatchNormMatchesCpu) {
 // Channel-last batch norm whose channels fill 16-byte packs: the tiled kernels, with enough rows
 // for many row slices (partials finished in fp64), channel counts that leave threads of a block
 // idle (24 bf16 channels = 3 packs), a 2-D case, and data whose mean is far from zero relative to
-// its spread (the shifted sums must not cancel). Layouts other than NHWC keep the other paths.
+// its spread (the shifted sums must not cancel).
 TEST_F(CudaLayers, BatchNormVectorisedChannelLastMatchesCpu) {
-  struct BnCase {
-    Shape shape;
-    float lo, hi;
-  };
-  const BnCase cases[] = {{Shape{8, 16, 32, 32}, -1.0f, 3.0f},
-                          {Shape{4, 24, 9, 7}, -1.0f, 3.0f},
-                          {Shape{6, 32, 16, 16}, 60.0f, 68.0f},
-                          {Shape{300, 64}, -2.0f, 1.0f}};
-  for (const BnCase& bc : cases) {
-    const Shape& s = bc.shape;
-    const bool flat = s.rank() == 2;
-    BatchNormDesc d;
-    d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5,
-    d.momentum = 0.1;
-    for (const Precision& p : {kFp32, kFp16, kBf16}) {
-      const Tensor x = random(s, p.dtype, bc.lo, bc.hi), dy = random(s, p.dtype),
-                   dx0 = random(s, p.dtype);
-      const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
-                   beta = random({d.c}, DType::kF32);
-      const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
-      auto ref = cpu_->make_batch_norm(d);
-      Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
-             sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
-      ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
-      ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
-      Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
-             db_r = Tensor::host({d.c});
-      ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
-      ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
-
-      auto g = gpu(p, Layout::kNHWC);
-      if (!g) continue;
-      auto k = g->make_batch_norm(d);
-      auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
-      const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC),
-                   dyd = upload(*g, dy, p.dtype, Layout::kNHWC);
-      const Tensor gd = up32(gamma), bd = up32(beta);
-      Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
-             si = g->alloc({d.c}, DType::kF32);
-      Tensor y = g->alloc(s, p.dtype, Layout::kNHWC), yi = g->alloc(s, p.dtype, Layout::kNHWC);
-      Tensor dx = g->alloc(s, p.dtype, Layout::kNHWC),
-             dxa = upload(*g, dx0, p.dtype, Layout::kNHWC);
-      Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
-      k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
-      k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
-      k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
-      k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
-      const std::string what = "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
-                               std::to_string(bc.hi) + "] " + p.name;
-      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
-      EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
-      EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-4, what + " running variance (unbiased)"));
-      EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
-      EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
-      EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
-      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
-      EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
-      EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
-      EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
-    }
-  }
+  expect_batch_norm_matches_cpu({{Shape{8, 16, 32, 32}, -1.0f, 3.0f},
+                                 {Shape{4, 24, 9, 7}, -1.0f, 3.0f},
+                                 {Shape{6, 32, 16, 16}, 60.0f, 68.0f},
+                                 {Shape{300, 64}, -2.0f, 1.0f}},
+                                Layout::kNHWC, false);
 }
 
 // NCHW batch norm: the plane kernels (batch_norm_planes.cu) in every dtype, with planes that take
@@ -337,70 +349,11 @@ TEST_F(CudaLayers, BatchNormVectorisedChannelLastMatchesCpu) {
 // of more than 4,096 values (several slices per channel, partials finished in fp64), and data whose
 // mean is far from zero relative to its spread (the shifted sums must not cancel).
 TEST_F(CudaLayers, BatchNormChannelPlanesMatchCpu) {
-  struct BnCase {
-    Shape shape;
-    float lo, hi;
-  };
-  const BnCase cases[] = {{Shape{16, 8, 32, 32}, -1.0f, 3.0f},
-                          {Shape{9, 4, 35, 35}, -1.0f, 3.0f},
-                          {Shape{6, 32, 16, 16}, 60.0f, 68.0f},
-                          {Shape{3, 16, 7, 7}, -2.0f, 1.0f}};
-  for (const BnCase& bc : cases) {
-    const Shape& s = bc.shape;
-    const bool flat = s.rank() == 2;
-    BatchNormDesc d;
-    d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5,
-    d.momentum = 0.1;
-    for (const Precision& p : {kFp32, kFp16, kBf16}) {
-      const Tensor x = random(s, p.dtype, bc.lo, bc.hi), dy = random(s, p.dtype),
-                   dx0 = random(s, p.dtype);
-      const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
-                   beta = random({d.c}, DType::kF32);
-      const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
-      auto ref = cpu_->make_batch_norm(d);
-      Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
-             sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
-      ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
-      ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
-      Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
-             db_r = Tensor::host({d.c});
-      ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
-      ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
-
-      auto g = gpu(p, Layout::kNCHW);
-      if (!g) continue;
-      BatchNormDesc with_relu = d;
-      with_relu.relu = true;
-      EXPECT_TRUE(g->fuses_batch_norm_relu(with_relu)) << s.str() << " " << p.name << ": cuDNN normalises it, not the plane kernels";
-      auto k = g->make_batch_norm(d);
-      auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
-      const Tensor xd = upload(*g, x, p.dtype, Layout::kNCHW),
-                   dyd = upload(*g, dy, p.dtype, Layout::kNCHW);
-      const Tensor gd = up32(gamma), bd = up32(beta);
-      Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
-             si = g->alloc({d.c}, DType::kF32);
-      Tensor y = g->alloc(s, p.dtype, Layout::kNCHW), yi = g->alloc(s, p.dtype, Layout::kNCHW);
-      Tensor dx = g->alloc(s, p.dtype, Layout::kNCHW),
-             dxa = upload(*g, dx0, p.dtype, Layout::kNCHW);
-      Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
-      k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
-      k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
-      k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
-      k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
-      const std::string what = "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
-                               std::to_string(bc.hi) + "] " + p.name;
-      EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
-      EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
-      EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-4, what + " running variance (unbiased)"));
-      EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
-      EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
-      EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
-      EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
-      EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
-      EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
-      EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
-    }
-  }
+  expect_batch_norm_matches_cpu({{Shape{16, 8, 32, 32}, -1.0f, 3.0f},
+                                 {Shape{9, 4, 35, 35}, -1.0f, 3.0f},
+                                 {Shape{6, 32, 16, 16}, 60.0f, 68.0f},
+                                 {Shape{3, 16, 7, 7}, -2.0f, 1.0f}},
+                                Layout::kNCHW, true);
 }
 
 // A fused ReLU on the GPU is exactly the GPU's batch norm followed by its ReLU (output, statistics,
