@@ -23,68 +23,65 @@ class CudaLayers : public CudaTest {
     Shape shape;
     float lo, hi;  // x uniform in [lo, hi)
   };
-  // Training and inference outputs, the running and saved statistics, and dx (overwritten and
-  // accumulated), dgamma, dbeta of the GPU batch norm in `layout` against the CPU reference, in every
-  // dtype; with check_own, each case must be one the backend's own kernels take (they alone fuse a
-  // ReLU).
+  // One batch-norm case on fresh random inputs in precision p and layout l: training and inference
+  // outputs, the running (variance within rv_tol) and saved statistics, and dx (overwritten and
+  // accumulated), dgamma, dbeta of the GPU kernel against the CPU reference. With check_own the case
+  // must be one the backend's own kernels take (they alone fuse a ReLU). No GPU: nothing checked.
+  void expect_batch_norm_case(const BatchNormDesc& d, const Shape& s, const Precision& p, Layout l, float lo,
+                              float hi, double rv_tol, bool check_own, const std::string& what) {
+    auto g = gpu(p, l);
+    if (!g) return;
+    if (check_own) {
+      BatchNormDesc with_relu = d;
+      with_relu.relu = true;
+      EXPECT_TRUE(g->fuses_batch_norm_relu(with_relu)) << what << ": cuDNN normalises it, not the own kernels";
+    }
+    const Tensor x = random(s, p.dtype, lo, hi), dy = random(s, p.dtype), dx0 = random(s, p.dtype);
+    const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f), beta = random({d.c}, DType::kF32);
+    const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
+    auto ref = cpu_->make_batch_norm(d);
+    Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0), sm_r = Tensor::host({d.c}),
+           si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
+    ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
+    ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
+    Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}), db_r = Tensor::host({d.c});
+    ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
+    ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
+
+    auto k = g->make_batch_norm(d);
+    auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+    const Tensor xd = upload(*g, x, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
+    const Tensor gd = up32(gamma), bd = up32(beta);
+    Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32), si = g->alloc({d.c}, DType::kF32);
+    Tensor y = g->alloc(s, p.dtype, l), yi = g->alloc(s, p.dtype, l);
+    Tensor dx = g->alloc(s, p.dtype, l), dxa = upload(*g, dx0, p.dtype, l);
+    Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
+    k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
+    k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
+    k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
+    EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
+    EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
+    EXPECT_TRUE(close(download(*g, rv), rv_r, rv_tol, what + " running variance (unbiased)"));
+    EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
+    EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
+    EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
+    EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
+    EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
+    EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
+    k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
+    EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
+  }
+  // expect_batch_norm_case for each case in every dtype (fp32, fp16, bf16), one layout.
   void expect_batch_norm_matches_cpu(const std::vector<BnCase>& cases, Layout layout, bool check_own) {
     for (const BnCase& bc : cases) {
       const Shape& s = bc.shape;
       const bool flat = s.rank() == 2;
       BatchNormDesc d;
-      d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5,
-      d.momentum = 0.1;
-      for (const Precision& p : {kFp32, kFp16, kBf16}) {
-        const Tensor x = random(s, p.dtype, bc.lo, bc.hi), dy = random(s, p.dtype),
-                     dx0 = random(s, p.dtype);
-        const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
-                     beta = random({d.c}, DType::kF32);
-        const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
-        auto ref = cpu_->make_batch_norm(d);
-        Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
-               sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
-        ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
-        ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
-        Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
-               db_r = Tensor::host({d.c});
-        ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
-        ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
-
-        auto g = gpu(p, layout);
-        if (!g) continue;
-        if (check_own) {
-          BatchNormDesc with_relu = d;
-          with_relu.relu = true;
-          EXPECT_TRUE(g->fuses_batch_norm_relu(with_relu)) << s.str() << " " << p.name << ": cuDNN normalises it, not the own kernels";
-        }
-        auto k = g->make_batch_norm(d);
-        auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
-        const Tensor xd = upload(*g, x, p.dtype, layout),
-                     dyd = upload(*g, dy, p.dtype, layout);
-        const Tensor gd = up32(gamma), bd = up32(beta);
-        Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
-               si = g->alloc({d.c}, DType::kF32);
-        Tensor y = g->alloc(s, p.dtype, layout), yi = g->alloc(s, p.dtype, layout);
-        Tensor dx = g->alloc(s, p.dtype, layout),
-               dxa = upload(*g, dx0, p.dtype, layout);
-        Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
-        k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
-        k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
-        k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
-        k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
-        const std::string what = "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
-                                 std::to_string(bc.hi) + "] " + p.name;
-        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
-        EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
-        EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-4, what + " running variance (unbiased)"));
-        EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
-        EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
-        EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
-        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
-        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
-        EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
-        EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
-      }
+      d.n = s[0], d.c = s[1], d.h = flat ? 1 : s[2], d.w = flat ? 1 : s[3], d.eps = 1e-5, d.momentum = 0.1;
+      for (const Precision& p : {kFp32, kFp16, kBf16})
+        expect_batch_norm_case(d, s, p, layout, bc.lo, bc.hi, 1e-4, check_own,
+                               "batch_norm " + s.str() + " x in [" + std::to_string(bc.lo) + ", " +
+                                   std::to_string(bc.hi) + "] " + p.name);
     }
   }
   // Values distinct within every (n, c) plane and exact in bf16 and fp16 (a shuffled k/16 for
@@ -285,49 +282,9 @@ TEST_F(CudaLayers, BatchNormMatchesCpu) {
     const Shape s = flat ? Shape{d.n, d.c} : Shape{d.n, d.c, d.h, d.w};
     for (const Precision& p : kAllPrecisions) {
       if (p.tf32) continue;
-      const Tensor x = random(s, p.dtype, -1.0f, 3.0f), dy = random(s, p.dtype),
-                   dx0 = random(s, p.dtype);
-      const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f),
-                   beta = random({d.c}, DType::kF32);
-      const Tensor rm0 = random({d.c}, DType::kF32), rv0 = random({d.c}, DType::kF32, 0.5f, 2.0f);
-      auto ref = cpu_->make_batch_norm(d);
-      Tensor y_r = Tensor::host(s), rm_r = clone(rm0), rv_r = clone(rv0),
-             sm_r = Tensor::host({d.c}), si_r = Tensor::host({d.c}), yi_r = Tensor::host(s);
-      ref->forward_training(x, gamma, beta, rm_r, rv_r, y_r, sm_r, si_r);
-      ref->forward_inference(x, gamma, beta, rm0, rv0, yi_r);
-      Tensor dx_r = Tensor::host(s), dxa_r = clone(dx0), dg_r = Tensor::host({d.c}),
-             db_r = Tensor::host({d.c});
-      ref->backward(x, dy, gamma, beta, sm_r, si_r, dx_r, dg_r, db_r, false);
-      ref->backward(x, dy, gamma, beta, sm_r, si_r, dxa_r, dg_r, db_r, true);
-      for (const Layout l : kAllLayouts) {
-        auto g = gpu(p, l);
-        if (!g) continue;
-        auto k = g->make_batch_norm(d);
-        auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
-        const Tensor xd = upload(*g, x, p.dtype, l), dyd = upload(*g, dy, p.dtype, l);
-        const Tensor gd = up32(gamma), bd = up32(beta);
-        Tensor rm = up32(rm0), rv = up32(rv0), sm = g->alloc({d.c}, DType::kF32),
-               si = g->alloc({d.c}, DType::kF32);
-        Tensor y = g->alloc(s, p.dtype, l), yi = g->alloc(s, p.dtype, l);
-        Tensor dx = g->alloc(s, p.dtype, l), dxa = upload(*g, dx0, p.dtype, l);
-        Tensor dg = g->alloc({d.c}, DType::kF32), db = g->alloc({d.c}, DType::kF32);
-        k->forward_training(xd, gd, bd, rm, rv, y, sm, si);
-        k->forward_inference(xd, gd, bd, up32(rm0), up32(rv0), yi);
-        k->backward(xd, dyd, gd, bd, sm, si, dx, dg, db, false);
-        const std::string what =
-            std::string(flat ? "batch_norm 2-D " : "batch_norm 4-D ") + label(p, l);
-        EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " training y"));
-        EXPECT_TRUE(close(download(*g, rm), rm_r, 1e-5, what + " running mean"));
-        EXPECT_TRUE(close(download(*g, rv), rv_r, 1e-5, what + " running variance (unbiased)"));
-        EXPECT_TRUE(close(download(*g, sm), sm_r, 1e-5, what + " saved mean"));
-        EXPECT_TRUE(close(download(*g, si), si_r, 1e-4, what + " saved inverse std"));
-        EXPECT_TRUE(close(download(*g, yi), yi_r, p.tol, what + " inference y"));
-        EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " dx"));
-        EXPECT_TRUE(close(download(*g, dg), dg_r, 1e-4, what + " dgamma"));
-        EXPECT_TRUE(close(download(*g, db), db_r, 1e-4, what + " dbeta"));
-        k->backward(xd, dyd, gd, bd, sm, si, dxa, dg, db, true);
-        EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " dx accumulate"));
-      }
+      for (const Layout l : kAllLayouts)
+        expect_batch_norm_case(d, s, p, l, -1.0f, 3.0f, 1e-5, false,
+                               std::string(flat ? "batch_norm 2-D " : "batch_norm 4-D ") + label(p, l));
     }
   }
 }

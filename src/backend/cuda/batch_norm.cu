@@ -184,16 +184,6 @@ void launch_apply(const void* x, const void* z, void* y, DType dtype, const Chan
   CNNERGY_CUDA_LAUNCH_CHECK("bn_apply");
 }
 
-// The NCHW path where the channel-last one does not apply (kernels in batch_norm_planes.cu); its
-// packs need every operand 16-byte aligned.
-PlanePlan plane_for(bool tiled, const ChannelView& v, DType dt, const void* a, const void* b = nullptr,
-                    const void* c = nullptr, const void* d = nullptr) {
-  if (tiled) return {};
-  PlanePlan q = plane_plan(v, dt);
-  if (q.vector && !aligned_for(16, a, b, c, d)) q.vector = false;
-  return q;
-}
-
 }  // namespace
 
 void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
@@ -204,7 +194,7 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
   const TilePlan t = tile_plan(view, dtype);
   const void* z = params.residual;
   const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
-  const PlanePlan q = plane_for(fast, view, dtype, x, y, z);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, y, z);
   float* coef = saved_coef != nullptr ? saved_coef : coefficients(scratch, view, dtype);
   // The convolution's sums are one split of the fast layout (sum[C] then sum of squares[C]),
   // centred on nothing.
@@ -224,7 +214,7 @@ void batch_norm_statistics_pass(const void* x, DType dtype, const ChannelView& v
                                 cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x);
-  const PlanePlan q = plane_for(fast, view, dtype, x);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x);
   if (q.usable)
     (void)plane_reduce(Reduce::kSumSquares, x, nullptr, dtype, view, q, nullptr, scratch, stream);
   else
@@ -235,7 +225,7 @@ void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& 
                         bool relu, cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, y);
-  const PlanePlan q = plane_for(fast, view, dtype, x, y);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, y);
   if (q.usable)
     plane_apply(x, nullptr, y, dtype, view, q, coef, relu, stream);
   else
@@ -251,7 +241,7 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
   inference_coefficients(view.channels, gamma, beta, running_mean, running_var, params.eps, coef, stream);
   const void* z = params.residual;
   const bool fast = t.usable && aligned_for(16, x, y) && (z == nullptr || aligned_for(16, z));
-  const PlanePlan q = plane_for(fast, view, dtype, x, y, z);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, y, z);
   if (q.usable)
     plane_apply(x, z, y, dtype, view, q, coef, params.relu, stream);
   else
@@ -265,7 +255,7 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, dy, dx);
-  const PlanePlan q = plane_for(fast, view, dtype, x, dy, dx);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, dy, dx);
   float* coef = coefficients(scratch, view, dtype);
   const bool relu = relu_coef != nullptr;
   ReluMask mask;

@@ -66,14 +66,16 @@ inline TilePlan tile_plan(const ChannelView& v, DType dtype) {
 }
 
 // NCHW path (batch_norm_planes.cu): the tensor under 2^31 elements, a channel in N planes of inner
-// = H*W values; packs of 16 bytes where inner divides into them (`vector`, and the caller found the
-// pointers 16-byte aligned), one element at a time otherwise. splits: as many slices per channel as
-// the generic reduction's, so the generic scratch layout holds the partials.
+// = H*W values; packs of 16 bytes where inner divides into them and every operand given (a, b, c, d;
+// nullptr counts as aligned) is 16-byte aligned (`vector`), one element at a time otherwise.
+// splits: as many slices per channel as the generic reduction's, so the generic scratch layout holds
+// the partials.
 struct PlanePlan {
   bool usable = false, vector = false;
   std::int64_t splits = 1;
 };
-PlanePlan plane_plan(const ChannelView& v, DType dtype);
+PlanePlan plane_plan(const ChannelView& v, DType dtype, const void* a, const void* b = nullptr,
+                     const void* c = nullptr, const void* d = nullptr);
 
 // Blocks of `kernel` (kBlock threads) that one SM holds at once: its registers and shared memory
 // decide. Asked once per kernel (the callers keep it in a static).
@@ -131,6 +133,15 @@ struct ReluMask {
 };
 
 __device__ __forceinline__ float clamp_relu(float v) { return v > 0.0f ? v : 0.0f; }  // NaN -> 0
+
+// What relu_backward writes for a pack: dy where the ReLU's output y is positive, +0 elsewhere.
+template <typename T, int K>
+__device__ __forceinline__ Pack<T, K> relu_masked(const Pack<T, K>& dy, const Pack<T, K>& y) {
+  Pack<T, K> out;
+#pragma unroll
+  for (int k = 0; k < K; ++k) out.v[k] = to_float(y.v[k]) > 0.0f ? dy.v[k] : from_float<T>(0.0f);
+  return out;
+}
 
 // Whether forward's output (x * scale + shift, rounded to the element type) was positive.
 template <typename T>

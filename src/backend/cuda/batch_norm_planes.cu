@@ -64,13 +64,9 @@ __global__ void __launch_bounds__(kBlock)
     for (int u = 0; u < kPlaneUnroll; ++u) {
       if (t + u * step >= t1) continue;
       if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
-        Pack<T, K> masked;
+        const Pack<T, K> masked = relu_masked(va[u], vb[u]);
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const bool passes = to_float(vb[u].v[k]) > 0.0f;
-          masked.v[k] = passes ? va[u].v[k] : from_float<T>(0.0f);
-          s1 += passes ? to_float(va[u].v[k]) : 0.0f;
-        }
+        for (int k = 0; k < K; ++k) s1 += to_float(masked.v[k]);
         store_pack<T, K>(masked_out + at[u], masked);
       } else {
 #pragma unroll
@@ -227,10 +223,11 @@ Partials launch_plane_reduce(const void* a, const void* b, DType dt, const Chann
 
 namespace bn {
 
-PlanePlan plane_plan(const ChannelView& v, DType dtype) {
+PlanePlan plane_plan(const ChannelView& v, DType dtype, const void* a, const void* b, const void* c,
+                     const void* d) {
   PlanePlan p;
   if (!plane_path_takes(v, dtype)) return p;
-  p.vector = v.inner % (16 / static_cast<std::int64_t>(dtype_size_bytes(dtype))) == 0;
+  p.vector = v.inner % (16 / static_cast<std::int64_t>(dtype_size_bytes(dtype))) == 0 && aligned_for(16, a, b, c, d);
   p.splits = plan_for(v).splits;  // the generic reduction's: its scratch holds these partials
   p.usable = true;
   return p;

@@ -201,13 +201,9 @@ __global__ void __launch_bounds__(kBlock)
       for (int u = 0; u < kRowUnroll; ++u) {
         if (r + u * by >= r1) continue;
         if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
-          Pack<T, K> masked;
+          const Pack<T, K> masked = relu_masked(va[u], vb[u]);
 #pragma unroll
-          for (int k = 0; k < K; ++k) {
-            const bool passes = to_float(vb[u].v[k]) > 0.0f;
-            masked.v[k] = passes ? va[u].v[k] : from_float<T>(0.0f);
-            s1[k] += passes ? to_float(va[u].v[k]) : 0.0f;
-          }
+          for (int k = 0; k < K; ++k) s1[k] += to_float(masked.v[k]);
           store_pack<T, K>(masked_out + (r + u * by) * channels + c0, masked);
         } else {
 #pragma unroll
@@ -419,8 +415,7 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
   if (view.channels == 0) return;
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, dy);
-  PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype);
-  if (q.vector && !aligned_for(16, dy)) q.vector = false;
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, dy);
   const Partials p =
       fast        ? launch_tile_reduce<0>(dy, nullptr, dtype, view, t, nullptr, scratch, stream)
       : q.usable  ? plane_reduce(Reduce::kSum, dy, nullptr, dtype, view, q, nullptr, scratch, stream)
@@ -433,9 +428,8 @@ void relu_backward_bias_grad(const void* y, void* dy, DType dtype, const Channel
                              DType db_dtype, void* scratch, cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
   if (!(t.usable && aligned_for(16, dy) && aligned_for(16, y))) {
-    PlanePlan q = plane_plan(view, dtype);
+    const PlanePlan q = plane_plan(view, dtype, dy, y);
     if (q.usable && view.channels > 0) {  // NCHW: one pass over the planes
-      if (q.vector && !aligned_for(16, dy, y)) q.vector = false;
       const Partials p = plane_relu_mask_sum(dy, y, dtype, view, q, scratch, stream);
       bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
       CNNERGY_CUDA_LAUNCH_CHECK("relu_backward_bias_grad_finish");
