@@ -135,6 +135,7 @@ struct Cell {
   bool cuda_graph = false;  // the step replayed as one recorded CUDA graph (phases not separable)
   bool fuse_relu = true;    // batch norms take the ReLU after them (ExecutorOptions::fuse_relu)
   bool fuse_residual = true;  // batch norms take the residual add after them (ExecutorOptions::fuse_residual)
+  bool fuse_residual_backward = true;  // and mask its ReLU in backward (ExecutorOptions::fuse_residual_backward)
   bool space_to_depth = true;  // BackendOptions::conv_space_to_depth (a first layer over few channels, NHWC)
   bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
   StatisticsFusion fuse_statistics = StatisticsFusion::kWhereFaster;  // BackendOptions::conv_statistics_fusion
@@ -194,7 +195,10 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   auto graph = build_model(cell.model, input, std::nullopt);
   std::optional<std::size_t> budget;
   if (cell.activation_budget_mib) budget = static_cast<std::size_t>(*cell.activation_budget_mib) << 20;
-  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234, cell.cuda_graph, cell.fuse_relu, cell.fuse_residual,
+  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234, cell.cuda_graph, cell.fuse_relu,
+                          !cell.fuse_residual            ? ResidualFusion::kOff
+                          : cell.fuse_residual_backward ? ResidualFusion::kForwardAndBackward
+                                                        : ResidualFusion::kForward,
                           budget);
   Executor& exec = work.executor();
   SgdSolver& solver = work.solver();
@@ -321,6 +325,11 @@ void measure_energy(Cell& cell, Backend& backend, FixedBatchWorkload& work) {
   if (r.watts) cell.watts = r.watts->median;
 }
 
+// The table's residual column: on (forward and backward), fwd (forward only) or off.
+const char* residual_text(const Cell& c) {
+  return !c.fuse_residual ? "off" : c.fuse_residual_backward ? "on" : "fwd";
+}
+
 // The --fuse-statistics cells a flag value asks for, by statistics_fusion_name.
 std::set<std::string> stats_flag_names(const std::string& flag) {
   if (flag == "both") return {"off", "on"};
@@ -368,6 +377,9 @@ int main(int argc, char** argv) {
              {"off", "on", "both"});
     p.option("fuse-residual", "batch norms take the residual add (and its ReLU) after them: on, off, or both (a cell each)",
              "on", {"off", "on", "both"});
+    p.option("fuse-residual-backward", "with --fuse-residual on, such a batch norm also does the add's ReLU mask in "
+             "its backward pass (ExecutorOptions::fuse_residual_backward): on, off, or both (a cell each)", "on",
+             {"off", "on", "both"});
     p.option("space-to-depth", "a strided first convolution over few channels runs space-to-depth where that times "
              "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
              "(a cell each)", "on", {"off", "on", "both"});
@@ -424,6 +436,7 @@ int main(int argc, char** argv) {
           for (const bool graphed : {false, true})
             for (const bool fused : {true, false})
             for (const bool residual : {true, false})
+            for (const bool residual_backward : {true, false})
             for (const bool s2d : {true, false})
             for (const StatisticsFusion stats :
                  {StatisticsFusion::kOff, StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways})
@@ -431,6 +444,10 @@ int main(int argc, char** argv) {
             if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
             if (fused ? p.get("fuse-relu") == "off" : p.get("fuse-relu") == "on") continue;
             if (residual ? p.get("fuse-residual") == "off" : p.get("fuse-residual") == "on") continue;
+            // Without the forward fusion there is nothing to fuse backward: one cell, called off.
+            if (residual_backward ? !residual || p.get("fuse-residual-backward") == "off"
+                                  : residual && p.get("fuse-residual-backward") == "on")
+              continue;
             if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
@@ -444,6 +461,7 @@ int main(int argc, char** argv) {
             c.cuda_graph = graphed;
             c.fuse_relu = fused;
             c.fuse_residual = residual;
+            c.fuse_residual_backward = residual_backward;
             c.space_to_depth = s2d;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.fuse_statistics = stats;
@@ -469,6 +487,7 @@ int main(int argc, char** argv) {
             << "\", \"layout\": \"" << c.layout << "\", \"algo\": \"" << c.algo << "\", \"conv_candidates\": " << c.candidates << ", \"cuda_graph\": " << (c.cuda_graph ? "true" : "false")
             << ", \"fuse_relu\": " << (c.fuse_relu ? "true" : "false")
             << ", \"fuse_residual\": " << (c.fuse_residual ? "true" : "false")
+            << ", \"fuse_residual_backward\": " << (c.fuse_residual_backward ? "true" : "false")
             << ", \"space_to_depth\": " << (c.space_to_depth ? "true" : "false")
             << ", \"fuse_epilogue\": " << (c.fuse_epilogue ? "true" : "false")
             << ", \"fuse_statistics\": \"" << statistics_fusion_name(c.fuse_statistics) << "\""
@@ -530,7 +549,7 @@ int main(int argc, char** argv) {
       if (c.status == "ok") {
         std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %-4s %-4s %9.1f %8.2f %8.2f %8.2f %9.0f", c.model.c_str(),
                     static_cast<long long>(c.batch), c.precision.c_str(), c.layout.c_str(), c.algo.c_str(), c.cuda_graph ? "on" : "off",
-                    c.fuse_relu ? "on" : "off", c.fuse_residual ? "on" : "off", c.space_to_depth ? "on" : "off", c.images_per_s,
+                    c.fuse_relu ? "on" : "off", residual_text(c), c.space_to_depth ? "on" : "off", c.images_per_s,
                     c.forward_ms, c.backward_ms, c.update_ms, c.peak_mem_mib);
         if (c.cuda_graph)
           std::printf(" %17s %8.2f\n", "step host", c.step_host_ms);
@@ -572,7 +591,7 @@ int main(int argc, char** argv) {
       } else
         std::printf("%-10s %5lld %-5s %-4s %-10s %-5s %-4s %-4s %-4s %s: %.100s\n", c.model.c_str(), static_cast<long long>(c.batch),
                     c.precision.c_str(), c.layout.c_str(), c.algo.c_str(), c.cuda_graph ? "on" : "off", c.fuse_relu ? "on" : "off",
-                    c.fuse_residual ? "on" : "off", c.space_to_depth ? "on" : "off",
+                    residual_text(c), c.space_to_depth ? "on" : "off",
                     c.status.c_str(), c.error.c_str());
       std::fflush(stdout);
       write_json(i + 1);

@@ -244,6 +244,19 @@ class BatchNormKernel {
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                         const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
                         const Tensor& dgamma, const Tensor& dbeta, bool accumulate) = 0;
+  // A kernel made with a residual add and a ReLU (BatchNormDesc::residual and relu), where it can:
+  // the add's ReLU backward and then backward, in fewer passes than Backend::relu_backward(y, dy, dy)
+  // followed by backward, with the same values bit for bit. dy (the add's output gradient, which the
+  // add's other input may share) is overwritten with dy where y (forward's output) is positive and +0
+  // elsewhere; the rest as backward. Returns false, having done nothing, where the kernel has no
+  // such pass (the caller then runs the two).
+  virtual bool backward_masking(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
+                                const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                                const Tensor& dgamma, const Tensor& dbeta, bool accumulate) {
+    (void)x, (void)y, (void)dy, (void)gamma, (void)saved_mean, (void)saved_inv_std, (void)dx, (void)dgamma,
+        (void)dbeta, (void)accumulate;
+    return false;
+  }
 
  protected:
   // The backend's forward passes; z: the fused residual add's other input, null without one (the

@@ -287,9 +287,11 @@ int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) 
   if (fused > 0)
     std::printf("fused: %zu ReLU layer(s) run inside the batch norm or add before them (no pass of their own)\n", fused);
   const std::size_t residuals = work.executor().memory().fused_residuals;
+  const std::size_t masks = work.executor().memory().fused_residual_masks;
   if (residuals > 0)
-    std::printf("fused: %zu residual add(s) run inside the batch norm before them (no forward pass of their own)\n",
-                residuals);
+    std::printf("fused: %zu residual add(s) run inside the batch norm before them (no forward pass of their own; "
+                "%zu of their ReLU masks in that batch norm's backward)\n",
+                residuals, masks);
   return 0;
 }
 

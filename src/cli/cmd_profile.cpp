@@ -101,7 +101,7 @@ int run_profile(const std::vector<std::string>& args) {
   auto graph = build_model(p.get("MODEL"), input, classes);
   auto backend = create_backend(bo);
   FixedBatchWorkload work(*graph, *backend, batch, 1, /*cuda_graph=*/false, p.get("fuse-relu") == "on",
-                          /*fuse_residual=*/true, activation_budget_from_flags(p));
+                          ResidualFusion::kForwardAndBackward, activation_budget_from_flags(p));
   Executor& ex = work.executor();
   SgdSolver& solver = work.solver();
   const AlgoSearchStats search = backend->algo_search_stats();  // binding searched, before any window

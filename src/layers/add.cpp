@@ -2,7 +2,9 @@
 // gradient to both inputs: nothing to do where the executor let an input's gradient share the output
 // gradient's memory (gradient_in_place), else a copy, or an accumulation where another consumer
 // already wrote. It takes the ReLU after it (Layer::fuse_relu): forward writes max(0, a + b), and
-// backward masks the output gradient by its output (once, in place, where an input shares it).
+// backward masks the output gradient by its output (once, in place, where an input shares it; where
+// every input shares it and the batch norm that took this add's forward takes the mask too,
+// Layer::leave_relu_backward, that batch norm's backward masks it instead).
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 
@@ -29,6 +31,7 @@ class AddLayer final : public Layer {
     return true;
   }
   bool relu_fused() const override { return relu_; }
+  void leave_relu_backward() override { mask_left_ = true; }
 
   void forward(const ForwardContext& ctx) override {
     if (absorbed()) return;  // the convolution before it adds (inference: Layer::fuse_residual)
@@ -45,8 +48,11 @@ class AddLayer final : public Layer {
     };
     const bool in_place = shares_dy(0) || shares_dy(1);
     // With the ReLU: the masked gradient either replaces dy where an input shares it, or is
-    // written (or added) into each input's gradient directly.
-    if (relu_ && in_place) backend().relu_backward(ctx.outputs[0], dy, dy, false);
+    // written (or added) into each input's gradient directly. Left to the batch norm only where no
+    // input gradient is written here (every one shares dy or is not wanted).
+    bool left = mask_left_;
+    for (std::size_t i = 0; i < 2; ++i) left = left && (!ctx.input_grads[i].defined() || shares_dy(i));
+    if (relu_ && in_place && !left) backend().relu_backward(ctx.outputs[0], dy, dy, false);
     for (std::size_t i = 0; i < 2; ++i) {
       const Tensor& dx = ctx.input_grads[i];
       if (!dx.defined() || shares_dy(i)) continue;
@@ -78,6 +84,7 @@ class AddLayer final : public Layer {
 
  private:
   bool relu_ = false;
+  bool mask_left_ = false;  // leave_relu_backward
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // checkpoints; the batch statistics saved for backward are private to the layer. A ReLU that is
 // the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu), and so may
 // the residual add that is (Layer::fuse_residual: forward then reads the add's other input as its
-// second input and writes the add's output; backward is unchanged, the add's still runs).
+// second input and writes the add's output; the add's backward still runs, and leaves its ReLU's mask
+// to this layer's backward where the executor arms Layer::take_residual_relu_backward).
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -21,6 +22,7 @@ class BatchNormLayer final : public Layer {
   std::unique_ptr<Layer> clone() const override { return std::make_unique<BatchNormLayer>(name(), spec_); }
   LayerSpec spec() const override { return spec_; }
   bool needs_inputs_in_backward() const override { return true; }
+  bool needs_outputs_in_backward() const override { return masks_add_relu_; }  // the add's ReLU mask
   std::size_t private_bytes() const override { return saved_mean_.size_bytes() + saved_inv_std_.size_bytes(); }
   std::string describe() const override {
     if (absorbed()) return "batch_norm (folded into " + absorbed_into() + ")";
@@ -46,6 +48,12 @@ class BatchNormLayer final : public Layer {
     fused.relu = relu;
     if (bound() || desc_.relu || desc_.residual || !backend.fuses_batch_norm_residual(fused)) return false;
     desc_ = fused;
+    return true;
+  }
+
+  bool take_residual_relu_backward() override {
+    if (bound() || !desc_.residual || !desc_.relu) return false;
+    masks_add_relu_ = true;
     return true;
   }
 
@@ -125,8 +133,15 @@ class BatchNormLayer final : public Layer {
       dx = scratch_;
       accumulate = false;
     }
-    kernel_->backward(ctx.inputs[0], ctx.output_grads[0], parameters()[0].master, parameters()[1].master,
-                      saved_mean_, saved_inv_std_, dx, parameters()[0].grad, parameters()[1].grad, accumulate);
+    const Tensor& dy = ctx.output_grads[0];
+    if (masks_add_relu_) {  // dy masked in place, as the add would have (masking twice changes nothing)
+      if (kernel_->backward_masking(ctx.inputs[0], ctx.outputs[0], dy, parameters()[0].master, saved_mean_,
+                                    saved_inv_std_, dx, parameters()[0].grad, parameters()[1].grad, accumulate))
+        return;
+      backend().relu_backward(ctx.outputs[0], dy, dy, false);
+    }
+    kernel_->backward(ctx.inputs[0], dy, parameters()[0].master, parameters()[1].master, saved_mean_,
+                      saved_inv_std_, dx, parameters()[0].grad, parameters()[1].grad, accumulate);
   }
 
  protected:
@@ -172,6 +187,7 @@ class BatchNormLayer final : public Layer {
   std::unique_ptr<BatchNormKernel> kernel_;
   Tensor saved_mean_, saved_inv_std_, scratch_;
   std::shared_ptr<BatchStatistics> statistics_;  // from the convolution before it (Layer::use_statistics)
+  bool masks_add_relu_ = false;                  // take_residual_relu_backward
 };
 
 }  // namespace

@@ -146,6 +146,15 @@ class Layer {
     (void)relu;
     return false;
   }
+  // Its backward, for training executors (ExecutorOptions::fuse_residual_backward): the batch norm
+  // that took an add and the add's ReLU in forward may take that ReLU's backward too
+  // (take_residual_relu_backward: true where it took both): it then masks the add's output gradient
+  // by the add's output (its own output) in place, in its own first pass over that gradient
+  // (BatchNormKernel::backward_masking), and the add leaves the in-place mask to it
+  // (leave_relu_backward). The executor arms the pair only where the batch norm's backward runs
+  // right after the add's, so that nothing reads the gradient between the two.
+  virtual bool take_residual_relu_backward() { return false; }
+  virtual void leave_relu_backward() {}
   // Statistics fusion, for training executors (decided between setup() and bind(), like ReLU
   // fusion; BackendOptions::conv_statistics_fusion). A convolution without a bias whose output only
   // a batch norm reads is offered that batch norm's statistics (offer_statistics: true where the

@@ -273,6 +273,12 @@ void Executor::fuse_residuals() {
       }
       residual_input_[static_cast<std::size_t>(taker)] = z;
       ++memory_.fused_residuals;
+      // Its backward too, where nothing runs backward between the add and the batch norm.
+      if (!folded && options_.training && options_.fuse_residual_backward && add.relu_fused() &&
+          static_cast<std::size_t>(taker) + 1 == i && layer.take_residual_relu_backward()) {
+        add.leave_relu_backward();
+        ++memory_.fused_residual_masks;
+      }
       break;
     }
   }

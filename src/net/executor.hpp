@@ -36,9 +36,12 @@
 //   norm's only output, read by nothing else, and whose other input z is computed before that batch
 //   norm, is offered to the batch norm (Layer::fuse_residual, where Backend::fuses_batch_norm_residual
 //   holds): if taken, the batch norm's forward writes relu?(bn(x) + z) into the add's output (one
-//   group with the batch norm's output) and the add's forward runs nothing; backward is unchanged
-//   (the add's backward masks and hands on its output gradient, the batch norm's reads it). The
-//   values equal the unfused chain's bit for bit (bn(x) is rounded to the dtype before the add).
+//   group with the batch norm's output) and the add's forward runs nothing; the add's backward masks
+//   and hands on its output gradient, the batch norm's reads it. In training with the add's ReLU
+//   taken too (ExecutorOptions::fuse_residual_backward), and where the batch norm comes right before
+//   the add, the batch norm's backward does the add's in-place mask in its own first pass
+//   (Layer::take_residual_relu_backward; the add's backward then only hands on). The values equal
+//   the unfused chain's bit for bit (bn(x) is rounded to the dtype before the add).
 // * Statistics fusion (training executors, where the backend offers it: BackendOptions::
 //   conv_statistics_fusion): a batch norm whose input is a convolution's only output, read by
 //   nothing else, is given that convolution's per-channel sums (Layer::offer_statistics /
@@ -79,6 +82,7 @@ struct ExecutorOptions {
   std::uint64_t dropout_seed = 0;  // base seed of dropout masks (mixed with layer and iteration)
   bool fuse_relu = true;      // let layers take the ReLU after them (see above)
   bool fuse_residual = true;  // folded convolutions, or else batch norms, take the residual add after them (see above)
+  bool fuse_residual_backward = true;  // training: such a batch norm masks the add's ReLU in backward too (see above)
   // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
   // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
   // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
@@ -110,6 +114,7 @@ struct MemoryReport {
   std::size_t fused_relus = 0;        // ReLU layers absorbed by their producer
   std::size_t folded_batch_norms = 0; // batch norms folded into the convolution before them
   std::size_t fused_residuals = 0;    // residual adds taken by the folded convolution or batch norm before them
+  std::size_t fused_residual_masks = 0;  // of them, adds whose ReLU's backward mask their batch norm does
   std::size_t conv_statistics = 0;    // batch norms given their statistics by the convolution before them
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)

@@ -29,12 +29,13 @@ void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t s
 }
 
 FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
-                                       bool cuda_graph, bool fuse_relu, bool fuse_residual,
+                                       bool cuda_graph, bool fuse_relu, ResidualFusion fuse_residual,
                                        std::optional<std::size_t> activation_budget_bytes) {
   ExecutorOptions eo;
   eo.batch_size = batch;
   eo.fuse_relu = fuse_relu;
-  eo.fuse_residual = fuse_residual;
+  eo.fuse_residual = fuse_residual != ResidualFusion::kOff;
+  eo.fuse_residual_backward = fuse_residual == ResidualFusion::kForwardAndBackward;
   eo.activation_budget_bytes = activation_budget_bytes;
   executor_ = std::make_unique<Executor>(graph, backend, eo);
   executor_->initialize_parameters(seed);

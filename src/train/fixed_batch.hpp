@@ -19,16 +19,20 @@ class Graph;
 void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t seed, const Tensor& images,
                          const Tensor& labels);
 
+// ExecutorOptions::fuse_residual and ::fuse_residual_backward together.
+enum class ResidualFusion { kOff, kForward, kForwardAndBackward };
+
 class FixedBatchWorkload {
  public:
   // Allocates the executor (OutOfMemory here is a batch that does not fit), initialises weights
   // from `seed`, uploads normal(0, 1) images and uniform labels, and sets them as the input.
   // Loss scaling follows the backend dtype (dynamic for fp16). With cuda_graph the steps after the
   // first replay one recorded CUDA graph (TrainStep; NotSupported where it cannot). fuse_relu,
-  // fuse_residual: ExecutorOptions::fuse_relu, ::fuse_residual (off only to measure what the
-  // fusions bring).
+  // fuse_residual: ExecutorOptions::fuse_relu, ::fuse_residual and ::fuse_residual_backward (less
+  // only to measure what the fusions bring).
   FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1,
-                     bool cuda_graph = false, bool fuse_relu = true, bool fuse_residual = true,
+                     bool cuda_graph = false, bool fuse_relu = true,
+                     ResidualFusion fuse_residual = ResidualFusion::kForwardAndBackward,
                      std::optional<std::size_t> activation_budget_bytes = std::nullopt);
 
   Executor& executor() { return *executor_; }

@@ -451,12 +451,13 @@ TEST_F(CudaLayers, BatchNormRecomputesItsTrainingOutputBitForBit) {
 
 // A fused residual add on the GPU is exactly the GPU's batch norm followed by its add (+ ReLU):
 // training and inference outputs and the statistics bit for bit, the backward the plain batch
-// norm's bit for bit; and the CPU's fused kernel within the dtype's tolerance. Tiled path (NHWC,
+// norm's bit for bit, and with the add's ReLU mask taken in (backward_masking) the pair's bit for bit;
+// and the CPU's fused kernel within the dtype's tolerance. Tiled path (NHWC,
 // packs filled), plane path (NCHW), 2-D; where cuDNN normalises the backend declines.
 TEST_F(CudaLayers, BatchNormFusedResidualAddIsThePairBitForBit) {
   const Shape shapes[] = {Shape{8, 16, 12, 10}, Shape{5, 24, 7, 9}, Shape{300, 64}, Shape{8, 64, 16, 16},
                           Shape{8, 512, 2, 2}};
-  int fused_cases = 0;
+  int fused_cases = 0, masking_cases = 0;
   for (const Shape& s : shapes) {
     const bool flat = s.rank() == 2;
     BatchNormDesc d;
@@ -523,6 +524,23 @@ TEST_F(CudaLayers, BatchNormFusedResidualAddIsThePairBitForBit) {
             EXPECT_TRUE(all_close(download(*g, dxf), download(*g, dxp), 0.0, 0.0)) << how << " dx";
             EXPECT_TRUE(all_close(download(*g, dgf), download(*g, dgp), 0.0, 0.0)) << how << " dgamma";
             EXPECT_TRUE(all_close(download(*g, dbf), download(*g, dbp), 0.0, 0.0)) << how << " dbeta";
+            if (!relu) continue;
+            // The add's ReLU backward taken into the batch norm's (backward_masking): the add's
+            // in-place mask of dy by its output, then the plain backward, bit for bit, the masked dy
+            // included (one pass on the tiled path, the pair elsewhere).
+            Tensor dym = upload(*g, dy, p.dtype, l), dyp = upload(*g, dy, p.dtype, l);
+            Tensor dxm = upload(*g, dx0, p.dtype, l), dxq = upload(*g, dx0, p.dtype, l);
+            Tensor dgm = g->alloc({d.c}, DType::kF32), dbm = g->alloc({d.c}, DType::kF32);
+            Tensor dgq = g->alloc({d.c}, DType::kF32), dbq = g->alloc({d.c}, DType::kF32);
+            g->relu_backward(yf, dyp, dyp, false);
+            plain->backward(xd, dyp, gd, bd, sp[2], sp[3], dxq, dgq, dbq, accumulate);
+            ASSERT_TRUE(fused->backward_masking(xd, yf, dym, gd, sf[2], sf[3], dxm, dgm, dbm, accumulate)) << how;
+            EXPECT_TRUE(all_close(download(*g, dym), download(*g, dyp), 0.0, 0.0)) << how << " masked dy";
+            EXPECT_TRUE(all_close(download(*g, dxm), download(*g, dxq), 0.0, 0.0)) << how << " masking dx";
+            EXPECT_TRUE(all_close(download(*g, dgm), download(*g, dgq), 0.0, 0.0)) << how << " masking dgamma";
+            EXPECT_TRUE(all_close(download(*g, dbm), download(*g, dbq), 0.0, 0.0)) << how << " masking dbeta";
+            ++masking_cases;
+            EXPECT_THROW(plain->backward_masking(xd, yf, dym, gd, sp[2], sp[3], dxm, dgm, dbm, accumulate), InvalidArgument);
           }
           // And the CPU's fused kernel on the same data (fp32 reference; x and z hold dtype values).
           auto ref = cpu_->make_batch_norm(df);
@@ -537,6 +555,7 @@ TEST_F(CudaLayers, BatchNormFusedResidualAddIsThePairBitForBit) {
   }
   if (cuda_device_count() > 0) {
     EXPECT_GE(fused_cases, 12);
+    EXPECT_GE(masking_cases, 12);
   }
 }
 

@@ -128,6 +128,9 @@ TEST_F(MemoryPlan, FusedReluTrainsBitForBitAsSeparateLayers) {
     o.batch_size = 4;
     o.dropout_seed = seed_;
     o.reuse_memory = reuse;
+    // The ReLU fusion alone: the add's mask in the batch norm's backward keeps a tensor live one
+    // layer longer (BatchNormTakesTheResidualAdd... below).
+    o.fuse_residual_backward = false;
     Executor fused(*graph, *backend, o);
     o.fuse_relu = false;
     Executor separate(*graph, *backend, o);
@@ -154,8 +157,9 @@ TEST_F(MemoryPlan, FusedReluTrainsBitForBitAsSeparateLayers) {
 
 // A batch norm takes the residual add after it (and the add's ReLU) in training: its forward
 // writes relu?(bn(x) + z) into the add's output, the add's forward runs nothing, its backward runs
-// as before. Bit for bit what the separate layers compute, with and without memory reuse and with
-// and without the ReLU fusion; evaluation (running statistics) likewise.
+// as before, or, with the add's ReLU, leaves the mask to the batch norm's backward
+// (ExecutorOptions::fuse_residual_backward). Bit for bit what the separate layers compute, with and
+// without memory reuse and with and without the ReLU fusion; evaluation (running statistics) likewise.
 TEST_F(MemoryPlan, BatchNormTakesTheResidualAddAndTrainsBitForBit) {
   auto backend = cpu_backend();
   auto graph = residual_graph();
@@ -169,10 +173,18 @@ TEST_F(MemoryPlan, BatchNormTakesTheResidualAddAndTrainsBitForBit) {
       o.reuse_memory = reuse;
       o.fuse_relu = relu;
       Executor fused(*graph, *backend, o);
+      o.fuse_residual_backward = false;
+      Executor forward_only(*graph, *backend, o);
       o.fuse_residual = false;
+      o.fuse_residual_backward = true;
       Executor separate(*graph, *backend, o);
       EXPECT_EQ(fused.memory().fused_residuals, 3u);  // b0_bn2, b1_bn2, b2_bn2 take b*_add
+      // With the add's ReLU, each batch norm (right before its add) masks in its backward too.
+      EXPECT_EQ(fused.memory().fused_residual_masks, relu ? 3u : 0u);
+      EXPECT_EQ(forward_only.memory().fused_residuals, 3u);
+      EXPECT_EQ(forward_only.memory().fused_residual_masks, 0u);
       EXPECT_EQ(separate.memory().fused_residuals, 0u);
+      EXPECT_EQ(separate.memory().fused_residual_masks, 0u);
       EXPECT_EQ(fused.layer(graph->layer_index("b1_bn2")).describe(),
                 relu ? "batch_norm (statistics from its convolution) + add + relu"
                      : "batch_norm (statistics from its convolution) + add");
@@ -182,9 +194,20 @@ TEST_F(MemoryPlan, BatchNormTakesTheResidualAddAndTrainsBitForBit) {
       EXPECT_NE(separate.activation(out("b1_add")).raw(), separate.activation(out("b1_bn2")).raw());
       EXPECT_LT(fused.memory().naive_bytes, separate.memory().naive_bytes);
       if (reuse) {
-        EXPECT_LE(fused.memory().activation_bytes, separate.memory().activation_bytes);
+        EXPECT_LE(forward_only.memory().activation_bytes, separate.memory().activation_bytes);
+        // The mask in the batch norm's backward keeps the add's output (the batch norm's) live
+        // through that backward: at most that one tensor more at once.
+        const std::size_t add_out = fused.activation(out("b1_add")).size_bytes();
+        EXPECT_LE(fused.memory().activation_bytes, forward_only.memory().activation_bytes + add_out);
       }
       expect_same_training(*graph, *backend, 4, fused, separate);
+      // Fresh executors (dropout masks follow the iteration count): the forward fusion alone, too.
+      o.fuse_residual = true;
+      o.fuse_residual_backward = false;
+      Executor forward_only_again(*graph, *backend, o);
+      o.fuse_residual = false;
+      Executor separate_again(*graph, *backend, o);
+      expect_same_training(*graph, *backend, 4, forward_only_again, separate_again);
     }
   }
 }

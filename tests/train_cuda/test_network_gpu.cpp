@@ -224,11 +224,15 @@ TEST_F(GpuTraining, FusedReluStepMatchesSeparateLayers) {
 // separate layers do on the GPU: one step of ResNet-50 (bottlenecks, downsampling shortcuts) and
 // ResNet-34 (basic blocks) from the same weights and batch, fused against unfused: the logits bit
 // for bit (the fused pass rounds as the pair did), the loss, every parameter gradient and the
-// running statistics (cuDNN's weight-gradient kernels may add in any order, hence a tolerance).
+// running statistics (cuDNN's weight-gradient kernels may add in any order, hence a tolerance). With
+// the add's ReLU mask in the batch norm's backward (ExecutorOptions::fuse_residual_backward, every
+// block) against the add's own: the same, the batch-norm gradients of a block's last batch norm
+// included.
 TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
-  auto run_step = [](const Graph& graph, Backend& backend, bool fuse_residual) {
+  auto run_step = [](const Graph& graph, Backend& backend, bool fuse_residual, bool fuse_backward = true) {
     ExecutorOptions eo;
     eo.fuse_residual = fuse_residual;
+    eo.fuse_residual_backward = fuse_backward;
     return one_step(graph, backend, eo, 91, 3);
   };
   for (const char* model : {"resnet50", "resnet34"}) {
@@ -240,21 +244,28 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
       const std::string what = std::string(model) + " " + std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
       auto backend = gpu(dtype, layout, "heuristic");
       const OneStep fused = run_step(*graph, *backend, true);
+      const OneStep forward_only = run_step(*graph, *backend, true, false);
       const OneStep separate = run_step(*graph, *backend, false);
       EXPECT_EQ(fused.memory.fused_residuals, 16u) << what;  // one add per residual block
+      EXPECT_EQ(fused.memory.fused_residual_masks, 16u) << what;
+      EXPECT_EQ(forward_only.memory.fused_residuals, 16u) << what;
+      EXPECT_EQ(forward_only.memory.fused_residual_masks, 0u) << what;
       EXPECT_EQ(separate.memory.fused_residuals, 0u) << what;
-      EXPECT_TRUE(all_close(fused.logits, separate.logits, 0.0, 0.0)) << what << ": logits";
-      EXPECT_NEAR(fused.loss, separate.loss, 1e-6 * std::max(1.0f, std::abs(separate.loss))) << what;
-      ASSERT_EQ(fused.grads.size(), separate.grads.size());
-      int reported = 0;
-      for (std::size_t k = fused.grads.size(); k-- > 0;) {
-        const double err = relative_norm_error(fused.grads[k], separate.grads[k]);
-        if (err >= tol && reported++ < 8)
-          ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
+      for (const auto& [other, name] : {std::pair{&separate, "separate"}, std::pair{&forward_only, "forward only"}}) {
+        const std::string against = what + " against " + name;
+        EXPECT_TRUE(all_close(fused.logits, other->logits, 0.0, 0.0)) << against << ": logits";
+        EXPECT_NEAR(fused.loss, other->loss, 1e-6 * std::max(1.0f, std::abs(other->loss))) << against;
+        ASSERT_EQ(fused.grads.size(), other->grads.size());
+        int reported = 0;
+        for (std::size_t k = fused.grads.size(); k-- > 0;) {
+          const double err = relative_norm_error(fused.grads[k], other->grads[k]);
+          if (err >= tol && reported++ < 8)
+            ADD_FAILURE() << against << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
+        }
+        ASSERT_EQ(fused.buffers.size(), other->buffers.size());
+        for (std::size_t k = 0; k < fused.buffers.size(); ++k)
+          EXPECT_TRUE(all_close(fused.buffers[k], other->buffers[k], 0.0, 0.0)) << against << ": running statistics " << k;
       }
-      ASSERT_EQ(fused.buffers.size(), separate.buffers.size());
-      for (std::size_t k = 0; k < fused.buffers.size(); ++k)
-        EXPECT_TRUE(all_close(fused.buffers[k], separate.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
     }
   }
 }

@@ -248,23 +248,12 @@ void batch_norm_forward_inference(const void* x, void* y, DType dtype, const Cha
     launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
 }
 
-void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
-                         const ChannelView& view, const float* gamma, const float* saved_mean,
-                         const float* saved_inv_std, float* dgamma, float* dbeta,
-                         const float* relu_coef, bool accumulate, void* scratch,
-                         cudaStream_t stream) {
-  const TilePlan t = tile_plan(view, dtype);
-  const bool fast = t.usable && aligned_for(16, x, dy, dx);
-  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, dy, dx);
-  float* coef = coefficients(scratch, view, dtype);
-  const bool relu = relu_coef != nullptr;
-  ReluMask mask;
-  if (relu) mask = ReluMask{relu_coef, view.channels};
-  const Partials p =
-      q.usable ? plane_reduce(Reduce::kBatchNormBackward, dy, x, dtype, view, q, saved_mean, scratch, stream, mask)
-               : reduce_channels(Reduce::kBatchNormBackward, fast, dy, x, dtype, view, t, saved_mean, scratch, stream,
-                                 mask);
-  finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
+namespace {
+// dx from the finished backward coefficients, on the path the reduction took.
+void backward_apply(const void* x, const void* dy, void* dx, DType dtype, const ChannelView& view,
+                    const TilePlan& t, bool fast, const PlanePlan& q, const float* coef,
+                    const float* saved_mean, const ReluMask& mask, bool accumulate, cudaStream_t stream) {
+  const bool relu = mask.coef != nullptr;
   const std::int64_t count = view.outer * view.channels * view.inner;
   if (q.usable) {
     plane_backward_apply(x, dy, dx, dtype, view, q, coef, saved_mean, mask, accumulate, stream);
@@ -297,6 +286,43 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
         x, dy, dx, dtype, view, coef, saved_mean, mask, accumulate, count);
   }
   CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_apply");
+}
+}  // namespace
+
+void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
+                         const ChannelView& view, const float* gamma, const float* saved_mean,
+                         const float* saved_inv_std, float* dgamma, float* dbeta,
+                         const float* relu_coef, bool accumulate, void* scratch,
+                         cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  const bool fast = t.usable && aligned_for(16, x, dy, dx);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, dy, dx);
+  float* coef = coefficients(scratch, view, dtype);
+  ReluMask mask;
+  if (relu_coef != nullptr) mask = ReluMask{relu_coef, view.channels};
+  const Partials p =
+      q.usable ? plane_reduce(Reduce::kBatchNormBackward, dy, x, dtype, view, q, saved_mean, scratch, stream, mask)
+               : reduce_channels(Reduce::kBatchNormBackward, fast, dy, x, dtype, view, t, saved_mean, scratch, stream,
+                                 mask);
+  finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
+  backward_apply(x, dy, dx, dtype, view, t, fast, q, coef, saved_mean, mask, accumulate, stream);
+}
+
+void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* dx, DType dtype,
+                                 const ChannelView& view, const float* gamma, const float* saved_mean,
+                                 const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
+                                 void* scratch, cudaStream_t stream) {
+  const TilePlan t = tile_plan(view, dtype);
+  if (!(t.usable && aligned_for(16, x, dy, dx) && aligned_for(16, y))) {  // the two passes
+    relu_backward(y, dy, dy, dtype, view.outer * view.channels * view.inner, false, stream);
+    batch_norm_backward(x, dy, dx, dtype, view, gamma, saved_mean, saved_inv_std, dgamma, dbeta, nullptr,
+                        accumulate, scratch, stream);
+    return;
+  }
+  float* coef = coefficients(scratch, view, dtype);
+  const Partials p = reduce_masked_by_output(dy, x, y, dtype, view, t, saved_mean, scratch, stream);
+  finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
+  backward_apply(x, dy, dx, dtype, view, t, true, PlanePlan{}, coef, saved_mean, ReluMask{}, accumulate, stream);
 }
 
 }  // namespace cnnergy::cuda::kernels

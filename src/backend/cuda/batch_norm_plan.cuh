@@ -173,6 +173,11 @@ inline float* coefficients(void* scratch, const ChannelView& v, DType dtype) {
 Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, DType dt,
                          const ChannelView& v, const TilePlan& t, const float* mean, void* scratch,
                          cudaStream_t stream, const ReluMask& relu = {});
+// kBatchNormBackward's sums on the tiled path (plan `t`, 16-byte aligned operands) with dy first
+// masked where y (a fused residual add's ReLU output) is not positive; the masked dy is written back
+// into dy: the add's ReLU backward in the same pass.
+Partials reduce_masked_by_output(void* dy, const void* x, const void* y, DType dt, const ChannelView& v,
+                                 const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream);
 // The NCHW path's reductions (a = dy, b = x for kBatchNormBackward), its normalisation (plus z,
 // clamped at 0 with relu) and its dx pass, as the channel-last ones; plane_relu_mask_sum zeroes dy
 // in place where the ReLU output y is not positive and sums what is left (a fused ReLU backward and

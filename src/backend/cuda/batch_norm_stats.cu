@@ -153,20 +153,25 @@ Partials launch_generic_reduce(const void* a, const void* b, DType dt, const Cha
 // shift_out by the first slice). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with
 // kRelu, dy only where forward's output was positive. 3: a (dy) masked where b (a ReLU's output y)
 // is not positive, written to masked_out (may be a), and its sum: a fused ReLU's backward and the
-// bias gradient of the layer before it in one pass (the second sum stays 0).
+// bias gradient of the layer before it in one pass (the second sum stays 0). 4: mode 2 on a (dy)
+// masked where c (a fused residual add's ReLU output) is not positive, the masked dy written to
+// masked_out (may be a): the add's ReLU backward and the batch norm's reduction in one pass, the
+// sums those of relu_backward then mode 2 bit for bit.
 template <typename T, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     tile_reduce_kernel(const T* a, const T* b, std::int64_t rows, std::int64_t channels,
                        const float* mean, ReluMask relu, float* partial, float* shift_out,
-                       T* masked_out) {
+                       T* masked_out, const T* c) {
   constexpr int K = kVec<T>;
   __shared__ float red[2][kBlock * K];
   const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * bx + tx) * K;
   const bool active = c0 < channels;
-  const std::int64_t chunk = (rows + gridDim.y - 1) / gridDim.y;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * chunk;
-  const std::int64_t r1 = min(rows, r0 + chunk);
+  // Slices take blocks of kRowUnroll * by rows in turn, from the last block back: the sweep reads
+  // first the rows its producer wrote last (still in L2 where the tensor outgrows it) and ends on the
+  // first rows, which the ascending apply passes read first.
+  const std::int64_t block_rows = static_cast<std::int64_t>(kRowUnroll) * by;
+  const std::int64_t row_blocks = (rows + block_rows - 1) / block_rows;
   float center[K], s1[K], s2[K];
   Affine f[kRelu ? K : 1];
 #pragma unroll
@@ -180,26 +185,32 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
         for (int k = 0; k < K; ++k) shift_out[c0 + k] = center[k];
     }
-    if constexpr (kMode == 2) {
+    if constexpr (kMode == 2 || kMode == 4) {
 #pragma unroll
       for (int k = 0; k < K; ++k) center[k] = mean[c0 + k];
       if constexpr (kRelu)
 #pragma unroll
         for (int k = 0; k < K; ++k) f[k] = relu.at(c0 + k);
     }
-    for (std::int64_t r = r0 + ty; r < r1; r += kRowUnroll * by) {
-      Pack<T, K> va[kRowUnroll], vb[kRowUnroll];
+    for (std::int64_t j = row_blocks - 1 - blockIdx.y; j >= 0; j -= gridDim.y) {
+      const std::int64_t r = j * block_rows + ty;
+      Pack<T, K> va[kRowUnroll], vb[kRowUnroll], vc[kMode == 4 ? kRowUnroll : 1];
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
         const std::int64_t row = r + u * by;
-        if (row < r1) {
+        if (row < rows) {
           va[u] = load_pack<T, K>(a + row * channels + c0);
           if constexpr (kMode >= 2) vb[u] = load_pack<T, K>(b + row * channels + c0);
+          if constexpr (kMode == 4) vc[u] = load_pack<T, K>(c + row * channels + c0);
         }
       }
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
-        if (r + u * by >= r1) continue;
+        if (r + u * by >= rows) continue;
+        if constexpr (kMode == 4) {
+          va[u] = relu_masked(va[u], vc[kMode == 4 ? u : 0]);
+          store_pack<T, K>(masked_out + (r + u * by) * channels + c0, va[u]);
+        }
         if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
           const Pack<T, K> masked = relu_masked(va[u], vb[u]);
 #pragma unroll
@@ -215,7 +226,7 @@ __global__ void __launch_bounds__(kBlock)
               s1[k] += d;
               s2[k] = fmaf(d, d, s2[k]);
             }
-            if constexpr (kMode == 2) {
+            if constexpr (kMode == 2 || kMode == 4) {
               const float xv = to_float(vb[u].v[k]);
               float g = v;
               if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
@@ -258,19 +269,21 @@ __global__ void __launch_bounds__(kBlock)
 template <int kMode, bool kRelu = false>
 Partials launch_tile_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
                             const TilePlan& p, const float* mean, void* scratch,
-                            cudaStream_t stream, const ReluMask& relu = {}, void* masked_out = nullptr) {
+                            cudaStream_t stream, const ReluMask& relu = {}, void* masked_out = nullptr,
+                            const void* c = nullptr) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
   unsigned splits = 1;
   dispatch_float(dt, "channel reduction", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Mode 3 slices the rows as mode 0 (bias_grad) does: the same sums in the same order, so the
-    // fused pass gives the bias gradient of the two passes bit for bit.
-    static const int resident = resident_blocks(tile_reduce_kernel<T, kMode == 3 ? 0 : kMode, kRelu>);
+    // Mode 3 slices the rows as mode 0 (bias_grad) does, and mode 4 as mode 2: the same sums in the
+    // same order, so each fused pass gives the two passes' results bit for bit.
+    constexpr int kSliced = kMode == 3 ? 0 : kMode == 4 ? 2 : kMode;
+    static const int resident = resident_blocks(tile_reduce_kernel<T, kSliced, kRelu>);
     splits = wave_slices(resident, p, p.splits);  // one full wave: no half-empty second one
     tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, splits), dim3(p.bx, p.by), 0, stream>>>(
         static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
-        partial, shift, static_cast<T*>(masked_out));
+        partial, shift, static_cast<T*>(masked_out), static_cast<const T*>(c));
   });
   CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
   Partials out;
@@ -372,6 +385,11 @@ Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, D
   }
   return relu.coef != nullptr ? launch_tile_reduce<2, true>(a, b, dt, v, t, mean, scratch, stream, relu)
                               : launch_tile_reduce<2, false>(a, b, dt, v, t, mean, scratch, stream);
+}
+
+Partials reduce_masked_by_output(void* dy, const void* x, const void* y, DType dt, const ChannelView& v,
+                                 const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream) {
+  return launch_tile_reduce<4>(dy, x, dt, v, t, mean, scratch, stream, {}, dy, y);
 }
 
 void finish_batch_stats(const Partials& p, std::int64_t m, const float* gamma, const float* beta,

@@ -337,6 +337,27 @@ class CudaBatchNorm final : public BatchNormKernel {
                                  ctx_->stream());
   }
 
+  // The add's mask in the reduction's pass where the rows are whole 16-byte packs of channels
+  // (kernels::batch_norm_backward_masking; else its relu_backward and then backward).
+  bool backward_masking(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
+                        const Tensor& dgamma, const Tensor& dbeta, bool accumulate) override {
+    if (!d_.residual || !d_.relu)
+      throw InvalidArgument("batch_norm: backward_masking needs a kernel made with a residual add and a ReLU");
+    ctx_->activate();
+    for (const auto& [t, name] : {std::pair{&x, "x"}, std::pair{&y, "y"}, std::pair{&dy, "dy"}, std::pair{&dx, "dx"}})
+      check_activation(*t, "backward_masking", name);
+    for (const auto& [t, name] : {std::pair{&gamma, "gamma"}, std::pair{&saved_mean, "saved_mean"},
+                                  std::pair{&saved_inv_std, "saved_inv_std"},
+                                  std::pair{&dgamma, "dgamma"}, std::pair{&dbeta, "dbeta"}})
+      check_param(*t, "backward_masking", name);
+    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
+    kernels::batch_norm_backward_masking(x.raw(), y.raw(), dy.raw(), dx.raw(), dtype_, view_, f32(gamma),
+                                         f32(saved_mean), f32(saved_inv_std), f32(dgamma), f32(dbeta), accumulate,
+                                         scratch->data(), ctx_->stream());
+    return true;
+  }
+
  protected:
   // The coefficients forward_training kept (use_cudnn_ is never set for a kernel that has them:
   // Backend::recomputes_batch_norm_output asks batch_norm_uses_cudnn first).
