@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(kBlock)
                        const float* mean, ReluMask relu, float* partial, float* shift_out,
                        T* masked_out, const T* c) {
   constexpr int K = kVec<T>;
+  constexpr int kInFlight = kMode == 4 ? kRowUnroll / 2 : kRowUnroll;  // rows loaded at once
   __shared__ float red[2][kBlock * K];
   const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * bx + tx) * K;
@@ -194,44 +195,50 @@ __global__ void __launch_bounds__(kBlock)
     }
     for (std::int64_t j = row_blocks - 1 - blockIdx.y; j >= 0; j -= gridDim.y) {
       const std::int64_t r = j * block_rows + ty;
-      Pack<T, K> va[kRowUnroll], vb[kRowUnroll], vc[kMode == 4 ? kRowUnroll : 1];
+      // Mode 4 loads three packs a row: half the rows at a time, in the same order, so that it
+      // needs no more registers than mode 2 (whose slicing it shares).
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        const std::int64_t row = r + u * by;
-        if (row < rows) {
-          va[u] = load_pack<T, K>(a + row * channels + c0);
-          if constexpr (kMode >= 2) vb[u] = load_pack<T, K>(b + row * channels + c0);
-          if constexpr (kMode == 4) vc[u] = load_pack<T, K>(c + row * channels + c0);
+      for (int h = 0; h < kRowUnroll; h += kInFlight) {
+        Pack<T, K> va[kInFlight], vb[kInFlight], vc[kMode == 4 ? kInFlight : 1];
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i) {
+          const std::int64_t row = r + (h + i) * by;
+          if (row < rows) {
+            va[i] = load_pack<T, K>(a + row * channels + c0);
+            if constexpr (kMode >= 2) vb[i] = load_pack<T, K>(b + row * channels + c0);
+            if constexpr (kMode == 4) vc[i] = load_pack<T, K>(c + row * channels + c0);
+          }
         }
-      }
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        if (r + u * by >= rows) continue;
-        if constexpr (kMode == 4) {
-          va[u] = relu_masked(va[u], vc[kMode == 4 ? u : 0]);
-          store_pack<T, K>(masked_out + (r + u * by) * channels + c0, va[u]);
-        }
-        if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
-          const Pack<T, K> masked = relu_masked(va[u], vb[u]);
+        for (int i = 0; i < kInFlight; ++i) {
+          const std::int64_t row = r + (h + i) * by;
+          if (row >= rows) continue;
+          if constexpr (kMode == 4) {
+            va[i] = relu_masked(va[i], vc[kMode == 4 ? i : 0]);
+            store_pack<T, K>(masked_out + row * channels + c0, va[i]);
+          }
+          if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
+            const Pack<T, K> masked = relu_masked(va[i], vb[i]);
 #pragma unroll
-          for (int k = 0; k < K; ++k) s1[k] += to_float(masked.v[k]);
-          store_pack<T, K>(masked_out + (r + u * by) * channels + c0, masked);
-        } else {
+            for (int k = 0; k < K; ++k) s1[k] += to_float(masked.v[k]);
+            store_pack<T, K>(masked_out + row * channels + c0, masked);
+          } else {
 #pragma unroll
-          for (int k = 0; k < K; ++k) {
-            const float v = to_float(va[u].v[k]);
-            if constexpr (kMode == 0) s1[k] += v;
-            if constexpr (kMode == 1) {
-              const float d = v - center[k];
-              s1[k] += d;
-              s2[k] = fmaf(d, d, s2[k]);
-            }
-            if constexpr (kMode == 2 || kMode == 4) {
-              const float xv = to_float(vb[u].v[k]);
-              float g = v;
-              if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
-              s1[k] += g;
-              s2[k] = fmaf(g, xv - center[k], s2[k]);
+            for (int k = 0; k < K; ++k) {
+              const float v = to_float(va[i].v[k]);
+              if constexpr (kMode == 0) s1[k] += v;
+              if constexpr (kMode == 1) {
+                const float d = v - center[k];
+                s1[k] += d;
+                s2[k] = fmaf(d, d, s2[k]);
+              }
+              if constexpr (kMode == 2 || kMode == 4) {
+                const float xv = to_float(vb[i].v[k]);
+                float g = v;
+                if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
+                s1[k] += g;
+                s2[k] = fmaf(g, xv - center[k], s2[k]);
+              }
             }
           }
         }
@@ -278,8 +285,12 @@ Partials launch_tile_reduce(const void* a, const void* b, DType dt, const Channe
     using T = typename decltype(tag)::type;
     // Mode 3 slices the rows as mode 0 (bias_grad) does, and mode 4 as mode 2: the same sums in the
     // same order, so each fused pass gives the two passes' results bit for bit.
+    // Both halves of each pair launch the wave the less resident of the two fits, so that neither
+    // runs a second, part-empty wave.
     constexpr int kSliced = kMode == 3 ? 0 : kMode == 4 ? 2 : kMode;
-    static const int resident = resident_blocks(tile_reduce_kernel<T, kSliced, kRelu>);
+    constexpr int kPartner = kSliced == 0 ? 3 : kSliced == 2 && !kRelu ? 4 : kSliced;
+    static const int resident = std::min(resident_blocks(tile_reduce_kernel<T, kSliced, kRelu>),
+                                         resident_blocks(tile_reduce_kernel<T, kPartner, kRelu>));
     splits = wave_slices(resident, p, p.splits);  // one full wave: no half-empty second one
     tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, splits), dim3(p.bx, p.by), 0, stream>>>(
         static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
