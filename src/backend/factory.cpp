@@ -25,6 +25,14 @@ void Backend::relu_backward_bias_grad(const Tensor&, const Tensor&, const Tensor
                      "passes (Backend::fuses_relu_bias_grad)");
 }
 
+void Backend::sgd_update_all(std::span<const SgdUpdate> updates, const SgdStep& step, const Tensor& skip_if_nonzero) {
+  SgdStep each = step;
+  for (const SgdUpdate& u : updates) {
+    each.weight_decay = u.weight_decay;
+    sgd_update(u.master, u.grad, u.momentum, u.working, each, skip_if_nonzero);
+  }
+}
+
 void BatchNormKernel::check_residual_given(bool given) const {
   if (given != residual_)
     throw InvalidArgument(residual_ ? "batch_norm: a kernel made with a fused residual add needs its residual input"

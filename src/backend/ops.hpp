@@ -296,6 +296,11 @@ struct SgdStep {
   float weight_decay = 0.0f;
   float inv_grad_scale = 1.0f;  // gradients are multiplied by this first (1 / loss scale)
 };
+// One parameter of Backend::sgd_update_all: sgd_update's tensors and its weight decay.
+struct SgdUpdate {
+  Tensor master, grad, momentum, working;
+  float weight_decay = 0.0f;
+};
 
 // ---- the backend ---------------------------------------------------------------------------------
 // Whether a training convolution computes the statistics of the batch norm that reads its output
@@ -563,6 +568,11 @@ class Backend {
   // (fp16 dynamic loss scaling: an overflowed step is skipped without a host round trip).
   virtual void sgd_update(const Tensor& master, const Tensor& grad, const Tensor& momentum, const Tensor& working,
                           const SgdStep& step, const Tensor& skip_if_nonzero) = 0;
+  // sgd_update for each of `updates` with its own weight decay (step.weight_decay is not read), the
+  // same values bit for bit: what a solver's step runs. This base runs them one by one; CUDA in one
+  // launch per pair of gradient and working-copy dtypes (its device table of the parameters is
+  // uploaded the first time it sees them, outside a CUDA-graph capture).
+  virtual void sgd_update_all(std::span<const SgdUpdate> updates, const SgdStep& step, const Tensor& skip_if_nonzero);
   // flag (int32, 1) |= any element of t is Inf or NaN.
   virtual void check_finite(const Tensor& t, const Tensor& flag) = 0;
   // Top-k hits: correct (int32, 1) += number of rows whose label is among the k largest logits.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "net/executor.hpp"
@@ -126,11 +127,13 @@ void SgdSolver::enqueue_update() {
   step.learning_rate = static_cast<float>(lr);
   step.momentum = static_cast<float>(options_.momentum);
   step.inv_grad_scale = 1.0f / scale;
+  std::vector<SgdUpdate> updates(params_.size());
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    Parameter* p = params_[i];
-    step.weight_decay = (p->decay || options_.decay_all_parameters) ? static_cast<float>(options_.weight_decay) : 0.0f;
-    backend.sgd_update(p->master, p->grad, momentum_[i], p->working, step, dynamic ? overflow_flag_ : Tensor{});
+    const Parameter* p = params_[i];
+    const bool decay = p->decay || options_.decay_all_parameters;
+    updates[i] = {p->master, p->grad, momentum_[i], p->working, decay ? static_cast<float>(options_.weight_decay) : 0.0f};
   }
+  backend.sgd_update_all(updates, step, dynamic ? overflow_flag_ : Tensor{});
 }
 
 void SgdSolver::advance() {

@@ -202,6 +202,72 @@ TEST_F(CudaElementwise, SgdUpdateMatchesCpuAndRefreshesTheWorkingCopy) {
   }
 }
 
+// A solver's step in one launch per dtype pair (sgd_update_all over its uploaded table) is each
+// parameter's sgd_update bit for bit: sizes below a pack, across the kernel's chunks, and views at
+// odd offsets (no 16-byte packs), each with its own weight decay; with and without momentum; a
+// second step reusing the table; a set skip flag changes nothing.
+TEST_F(CudaElementwise, SgdUpdateAllIsEachUpdateBitForBit) {
+  const std::int64_t sizes[] = {1, 3, 4, 7, 1000, 40000, 70001};
+  for (const Precision& p : {kFp32, kFp16, kBf16}) {
+    for (const float momentum : {0.9f, 0.0f}) {
+      auto g = gpu(p, Layout::kNCHW);
+      if (!g) continue;
+      const std::string what = std::string(p.name) + (momentum != 0.0f ? " momentum" : " plain");
+      SgdStep step;
+      step.learning_rate = 0.05f, step.momentum = momentum, step.inv_grad_scale = 1.0f / 64.0f;
+      struct Param {
+        Tensor master, grad, momentum, working;
+      };
+      // Two copies of every parameter: one for sgd_update_all, one for sgd_update.
+      std::vector<Param> all, each;
+      std::vector<float> decay;
+      auto add = [&](std::int64_t n, std::int64_t offset) {
+        const Shape s{n + offset};
+        const Tensor w0 = random(s, DType::kF32), v0 = random(s, DType::kF32, -0.1f, 0.1f);
+        const Tensor g0 = random(s, p.dtype, -64.0f, 64.0f);
+        for (auto* set : {&all, &each}) {
+          auto view = [&](const Tensor& t) { return t.batch_slice(offset, n); };
+          Param q;
+          q.master = view(upload(*g, w0, DType::kF32, Layout::kNCHW));
+          q.grad = view(upload(*g, g0, p.dtype, Layout::kNCHW));
+          if (momentum != 0.0f) q.momentum = view(upload(*g, v0, DType::kF32, Layout::kNCHW));
+          if (p.dtype != DType::kF32) q.working = view(g->alloc(s, p.dtype, Layout::kNCHW));
+          set->push_back(q);
+        }
+        decay.push_back(decay.size() % 2 == 0 ? 1e-3f : 0.0f);
+      };
+      for (const std::int64_t n : sizes) add(n, 0);
+      add(1001, 1);
+      add(40001, 3);
+      std::vector<SgdUpdate> updates;
+      for (std::size_t i = 0; i < all.size(); ++i)
+        updates.push_back({all[i].master, all[i].grad, all[i].momentum, all[i].working, decay[i]});
+      const Tensor no_skip = int_on(*g, 0);
+      for (int round = 0; round < 2; ++round) {
+        g->sgd_update_all(updates, step, round == 0 ? no_skip : Tensor{});
+        for (std::size_t i = 0; i < each.size(); ++i) {
+          SgdStep one = step;
+          one.weight_decay = decay[i];
+          g->sgd_update(each[i].master, each[i].grad, each[i].momentum, each[i].working, one, Tensor{});
+        }
+        for (std::size_t i = 0; i < all.size(); ++i) {
+          const std::string which = what + " parameter " + std::to_string(i) + " round " + std::to_string(round);
+          EXPECT_TRUE(all_close(download(*g, all[i].master), download(*g, each[i].master), 0.0, 0.0)) << which;
+          if (momentum != 0.0f) {
+            EXPECT_TRUE(all_close(download(*g, all[i].momentum), download(*g, each[i].momentum), 0.0, 0.0)) << which;
+          }
+          if (p.dtype != DType::kF32) {
+            EXPECT_TRUE(all_close(download(*g, all[i].working), download(*g, each[i].working), 0.0, 0.0)) << which;
+          }
+        }
+      }
+      const Tensor before = download(*g, all[5].master);
+      g->sgd_update_all(updates, step, int_on(*g, 1));
+      EXPECT_TRUE(all_close(download(*g, all[5].master), before, 0.0, 0.0)) << what << ": a skipped step changed a master";
+    }
+  }
+}
+
 TEST_F(CudaElementwise, CheckFiniteFlagsInfAndNan) {
   for (const Precision& p : {kFp32, kFp16, kBf16}) {
     auto g = gpu(p, Layout::kNCHW);

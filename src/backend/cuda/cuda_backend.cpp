@@ -9,7 +9,11 @@
 
 #include <bit>
 #include <cstdint>
+#include <map>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/conv_algos.hpp"
 #include "backend/cuda/conv_cudnn.hpp"
@@ -18,6 +22,7 @@
 #include "backend/cuda/cuda_graph.hpp"
 #include "backend/cuda/cuda_ops.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/sgd_tables.hpp"
 #include "core/errors.hpp"
 
 namespace cnnergy::cuda {
@@ -374,47 +379,42 @@ class CudaBackend final : public Backend {
                   const Tensor& working, const SgdStep& step,
                   const Tensor& skip_if_nonzero) override {
     ctx_->activate();
-    const char* op = "sgd_update";
-    check_device_tensor(master, *ctx_, op, "master");
-    check_device_tensor(grad, *ctx_, op, "grad");
-    if (master.dtype() != DType::kF32)
-      throw InvalidArgument("sgd_update: master must be fp32, got " + master.describe());
-    const std::int64_t n = master.numel();
-    if (grad.numel() != n)
-      throw ShapeError("sgd_update: master " + master.shape().str() + " and grad " +
-                       grad.shape().str() + " differ in size");
-    float* momentum_ptr = nullptr;  // plain SGD needs no momentum buffer
-    if (momentum.defined()) {
-      check_device_tensor(momentum, *ctx_, op, "momentum");
-      if (momentum.dtype() != DType::kF32 || momentum.numel() != n)
-        throw ShapeError("sgd_update: momentum must be fp32 with " + std::to_string(n) +
-                         " elements, got " + momentum.describe());
-      momentum_ptr = static_cast<float*>(momentum.raw());
-    } else if (step.momentum != 0.0f) {
-      throw InvalidArgument("sgd_update: momentum " + std::to_string(step.momentum) +
-                            " needs a momentum buffer");
-    }
-    if (grad.dtype() == DType::kI32)
-      throw InvalidArgument("sgd_update: grad must be floating point");
-    void* working_ptr = nullptr;
-    DType working_dtype = DType::kF32;
-    if (working.defined() && working.raw() != master.raw()) {
-      check_device_tensor(working, *ctx_, op, "working");
-      if (working.numel() != n || working.dtype() == DType::kI32)
-        throw ShapeError("sgd_update: working copy " + working.describe() +
-                         " does not match master " + master.describe());
-      working_ptr = working.raw();
-      working_dtype = working.dtype();
-    }
-    const std::int32_t* skip = nullptr;
-    if (skip_if_nonzero.defined()) {
-      check_flag(skip_if_nonzero, op, "skip_if_nonzero");
-      skip = skip_if_nonzero.data<std::int32_t>();
-    }
-    kernels::sgd_update(static_cast<float*>(master.raw()), grad.raw(), grad.dtype(), momentum_ptr,
-                        working_ptr, working_dtype, n,
+    const SgdOperands o = sgd_operands(master, grad, momentum, working, step.momentum, "sgd_update");
+    kernels::sgd_update(o.entry.master, o.entry.grad, o.grad_dtype, o.entry.momentum, o.entry.working,
+                        o.working_dtype, o.entry.count,
                         {step.learning_rate, step.momentum, step.weight_decay, step.inv_grad_scale},
-                        skip, ctx_->stream());
+                        skip_flag(skip_if_nonzero, "sgd_update"), ctx_->stream());
+  }
+
+  // One launch per (grad, working) dtype pair over a device table of the parameters (SgdTables),
+  // where one exists or can be uploaded now; one launch per parameter otherwise (a first step
+  // inside a CUDA-graph capture).
+  void sgd_update_all(std::span<const SgdUpdate> updates, const SgdStep& step,
+                      const Tensor& skip_if_nonzero) override {
+    ctx_->activate();
+    const std::int32_t* skip = skip_flag(skip_if_nonzero, "sgd_update_all");
+    const kernels::SgdParams params{step.learning_rate, step.momentum, 0.0f, step.inv_grad_scale};
+    std::map<std::pair<DType, DType>, std::vector<kernels::SgdEntry>> groups;
+    for (const SgdUpdate& u : updates) {
+      SgdOperands o = sgd_operands(u.master, u.grad, u.momentum, u.working, step.momentum, "sgd_update_all");
+      if (o.entry.count == 0) continue;
+      o.entry.weight_decay = u.weight_decay;
+      o.entry.vector = kernels::sgd_entry_packs(o.entry, o.grad_dtype, o.working_dtype) ? 1 : 0;
+      groups[{o.grad_dtype, o.working_dtype}].push_back(o.entry);
+    }
+    for (const auto& [dtypes, entries] : groups) {
+      if (const SgdTables::Table* t = sgd_tables_.find_or_upload(entries, *ctx_)) {
+        kernels::sgd_update_many(t->entries, t->chunks, t->num_chunks, dtypes.first, dtypes.second, params, skip,
+                                 ctx_->stream());
+        continue;
+      }
+      for (const kernels::SgdEntry& e : entries) {
+        kernels::SgdParams each = params;
+        each.weight_decay = e.weight_decay;
+        kernels::sgd_update(e.master, e.grad, dtypes.first, e.momentum, e.working, dtypes.second, e.count, each, skip,
+                            ctx_->stream());
+      }
+    }
   }
 
   void check_finite(const Tensor& t, const Tensor& flag) override {
@@ -543,8 +543,57 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // An SGD update's operands, checked: master fp32, grad of its size, momentum (fp32, the same size)
+  // where step_momentum needs one, a working copy other than the master (kF32 and null otherwise).
+  struct SgdOperands {
+    kernels::SgdEntry entry;
+    DType grad_dtype = DType::kF32, working_dtype = DType::kF32;
+  };
+  SgdOperands sgd_operands(const Tensor& master, const Tensor& grad, const Tensor& momentum, const Tensor& working,
+                           float step_momentum, const char* op) const {
+    check_device_tensor(master, *ctx_, op, "master");
+    check_device_tensor(grad, *ctx_, op, "grad");
+    if (master.dtype() != DType::kF32)
+      throw InvalidArgument(std::string(op) + ": master must be fp32, got " + master.describe());
+    SgdOperands o;
+    const std::int64_t n = master.numel();
+    o.entry.count = n;
+    o.entry.master = static_cast<float*>(master.raw());
+    if (grad.numel() != n)
+      throw ShapeError(std::string(op) + ": master " + master.shape().str() + " and grad " + grad.shape().str() +
+                       " differ in size");
+    if (grad.dtype() == DType::kI32) throw InvalidArgument(std::string(op) + ": grad must be floating point");
+    o.entry.grad = grad.raw();
+    o.grad_dtype = grad.dtype();
+    if (momentum.defined()) {  // plain SGD needs no momentum buffer
+      check_device_tensor(momentum, *ctx_, op, "momentum");
+      if (momentum.dtype() != DType::kF32 || momentum.numel() != n)
+        throw ShapeError(std::string(op) + ": momentum must be fp32 with " + std::to_string(n) + " elements, got " +
+                         momentum.describe());
+      o.entry.momentum = static_cast<float*>(momentum.raw());
+    } else if (step_momentum != 0.0f) {
+      throw InvalidArgument(std::string(op) + ": momentum " + std::to_string(step_momentum) +
+                            " needs a momentum buffer");
+    }
+    if (working.defined() && working.raw() != master.raw()) {
+      check_device_tensor(working, *ctx_, op, "working");
+      if (working.numel() != n || working.dtype() == DType::kI32)
+        throw ShapeError(std::string(op) + ": working copy " + working.describe() + " does not match master " +
+                         master.describe());
+      o.entry.working = working.raw();
+      o.working_dtype = working.dtype();
+    }
+    return o;
+  }
+  const std::int32_t* skip_flag(const Tensor& skip_if_nonzero, const char* op) const {
+    if (!skip_if_nonzero.defined()) return nullptr;
+    check_flag(skip_if_nonzero, op, "skip_if_nonzero");
+    return skip_if_nonzero.data<std::int32_t>();
+  }
+
   std::shared_ptr<CudaContext> ctx_;
   std::unique_ptr<Stream> copy_stream_;  // created on first upload_on_copy_stream
+  SgdTables sgd_tables_;                 // after ctx_: its buffers go back before the context does
 };
 
 std::string no_gpu_reason() {

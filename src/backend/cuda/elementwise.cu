@@ -1,5 +1,5 @@
 // The CUDA backend's own element-wise kernels: conversions and copies, fill, add, ReLU, dropout,
-// padding, bias, the SGD step and finiteness checks.
+// padding, bias and finiteness checks (the SGD step: sgd.cu).
 // The hot ones (all that a training step runs per activation or parameter) are templated on the
 // storage type and move 16-byte packs (8 fp16/bf16 or 4 fp32 per access, a scalar tail for the
 // rest), two packs in flight per thread, so they run at memory bandwidth. Rare paths
@@ -217,46 +217,6 @@ __global__ void __launch_bounds__(kBlock)
     }
     store_pack<T, K>(y + j, out);
   }
-}
-
-// ---- SGD ----------------------------------------------------------------------------------------
-// PyTorch's momentum SGD (the CPU reference's formula): g = grad * inv_scale + wd * w;
-// v = momentum * v + g; w -= lr * v. Packs of 4 (16 bytes of fp32 master and momentum).
-template <typename G, typename W, int K>
-__device__ __forceinline__ void sgd_pack(float* master, const G* grad, float* momentum, W* working,
-                                         std::int64_t i, const SgdParams& p) {
-  const Pack<float, K> w = load_pack<float, K>(master + i);
-  const Pack<G, K> g = load_pack<G, K>(grad + i);
-  Pack<float, K> v{};
-  if (momentum != nullptr) v = load_pack<float, K>(momentum + i);
-  Pack<float, K> updated;
-  Pack<W, K> work;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const float gk = to_float(g.v[k]) * p.inv_grad_scale + p.weight_decay * w.v[k];
-    const float vk = momentum != nullptr ? p.momentum * v.v[k] + gk : gk;
-    v.v[k] = vk;
-    updated.v[k] = w.v[k] - p.learning_rate * vk;
-    work.v[k] = from_float<W>(updated.v[k]);
-  }
-  store_pack<float, K>(master + i, updated);
-  if (momentum != nullptr) store_pack<float, K>(momentum + i, v);
-  if (working != nullptr) store_pack<W, K>(working + i, work);
-}
-
-template <typename G, typename W>
-__global__ void __launch_bounds__(kBlock)
-    sgd_kernel(float* master, const G* grad, float* momentum, W* working, std::int64_t count,
-               SgdParams p, const std::int32_t* skip, std::int64_t packs) {
-  if (skip != nullptr && *skip != 0) return;
-  constexpr int K = 4;
-  const std::int64_t p0 = pack_base(kUnroll);
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-    if (p0 + u * kBlock < packs)
-      sgd_pack<G, W, K>(master, grad, momentum, working, (p0 + u * kBlock) * K, p);
-  for (std::int64_t i = packs * K + global_thread(); i < count; i += grid_threads())
-    sgd_pack<G, W, 1>(master, grad, momentum, working, i, p);
 }
 
 // ---- finiteness ---------------------------------------------------------------------------------
@@ -590,26 +550,6 @@ void bias_add(void* y, const void* b, DType dtype, const ChannelView& view, cuda
     }
   });
   CNNERGY_CUDA_LAUNCH_CHECK("bias_add");
-}
-
-void sgd_update(float* master, const void* grad, DType grad_dtype, float* momentum, void* working,
-                DType working_dtype, std::int64_t count, const SgdParams& params,
-                const std::int32_t* skip, cudaStream_t stream) {
-  if (count == 0) return;
-  const bool vectorized = aligned_for(16, master, momentum) &&
-                          aligned_for(4 * dtype_size_bytes(grad_dtype), grad) &&
-                          aligned_for(4 * dtype_size_bytes(working_dtype), working);
-  dispatch_float(grad_dtype, "sgd_update", [&](auto g_tag) {
-    using G = typename decltype(g_tag)::type;
-    dispatch_float(working_dtype, "sgd_update", [&](auto w_tag) {
-      using W = typename decltype(w_tag)::type;
-      const std::int64_t packs = vectorized ? count / 4 : 0;
-      sgd_kernel<G, W><<<pack_grid(packs, count, kUnroll), kBlock, 0, stream>>>(
-          master, static_cast<const G*>(grad), momentum, static_cast<W*>(working), count, params,
-          skip, packs);
-    });
-  });
-  CNNERGY_CUDA_LAUNCH_CHECK("sgd_update");
 }
 
 void check_finite(const void* t, DType dtype, std::int64_t count, std::int32_t* flag,

@@ -91,6 +91,27 @@ struct SgdParams {
 void sgd_update(float* master, const void* grad, DType grad_dtype, float* momentum, void* working,
                 DType working_dtype, std::int64_t count, const SgdParams& params,
                 const std::int32_t* skip, cudaStream_t stream);
+// Many parameters in one launch (Backend::sgd_update_all): entries and chunks in device memory
+// (SgdTables uploads them); block b updates chunk b of its entry as sgd_update would (bit for bit),
+// with the entry's weight decay (params.weight_decay unused). All entries share grad_dtype and
+// working_dtype (kF32 where working is null); vector: the entry's operands allow 16-byte packs
+// (sgd_entry_packs). Chunks start at multiples of 4 elements.
+struct SgdEntry {
+  float* master = nullptr;
+  const void* grad = nullptr;
+  float* momentum = nullptr;
+  void* working = nullptr;
+  std::int64_t count = 0;
+  float weight_decay = 0.0f;
+  std::int32_t vector = 0;
+};
+struct SgdChunk {
+  std::int64_t entry = 0, begin = 0, end = 0;
+};
+constexpr std::int64_t kSgdChunkElements = std::int64_t{1} << 15;
+bool sgd_entry_packs(const SgdEntry& e, DType grad_dtype, DType working_dtype);
+void sgd_update_many(const SgdEntry* entries, const SgdChunk* chunks, std::int64_t num_chunks, DType grad_dtype,
+                     DType working_dtype, const SgdParams& params, const std::int32_t* skip, cudaStream_t stream);
 // *flag = 1 when any element is Inf or NaN (flag is left alone otherwise).
 void check_finite(const void* t, DType dtype, std::int64_t count, std::int32_t* flag,
                   cudaStream_t stream);
