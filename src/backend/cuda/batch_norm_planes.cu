@@ -211,12 +211,7 @@ Partials launch_plane_reduce(const void* a, const void* b, DType dt, const Chann
         static_cast<unsigned>(v.inner), per_channel, chunk, mean, relu, partial, shift, static_cast<T*>(masked_out));
   });
   CNNERGY_CUDA_LAUNCH_CHECK("plane_reduce");
-  Partials out;
-  out.fast = partial;
-  out.shift = kMode == 1 ? shift : nullptr;
-  out.splits = splits;
-  out.channels = v.channels;
-  return out;
+  return Partials{nullptr, partial, kMode == 1 ? shift : nullptr, splits, v.channels};  // the fast layout
 }
 
 }  // namespace

@@ -297,12 +297,7 @@ Partials launch_tile_reduce(const void* a, const void* b, DType dt, const Channe
         partial, shift, static_cast<T*>(masked_out), static_cast<const T*>(c));
   });
   CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
-  Partials out;
-  out.fast = partial;
-  out.shift = kMode == 1 ? shift : nullptr;
-  out.splits = splits;
-  out.channels = v.channels;
-  return out;
+  return Partials{nullptr, partial, kMode == 1 ? shift : nullptr, splits, v.channels};  // the fast layout
 }
 
 // ---- finishing kernels (one thread per channel) -------------------------------------------------
