@@ -313,16 +313,19 @@ void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* d
                                  const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
                                  void* scratch, cudaStream_t stream) {
   const TilePlan t = tile_plan(view, dtype);
-  if (!(t.usable && aligned_for(16, x, dy, dx) && aligned_for(16, y))) {  // the two passes
+  const bool fast = t.usable && aligned_for(16, x, dy, dx) && aligned_for(16, y);
+  const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, dy, dx, y);
+  if (!fast && !q.usable) {  // the two passes
     relu_backward(y, dy, dy, dtype, view.outer * view.channels * view.inner, false, stream);
     batch_norm_backward(x, dy, dx, dtype, view, gamma, saved_mean, saved_inv_std, dgamma, dbeta, nullptr,
                         accumulate, scratch, stream);
     return;
   }
   float* coef = coefficients(scratch, view, dtype);
-  const Partials p = reduce_masked_by_output(dy, x, y, dtype, view, t, saved_mean, scratch, stream);
+  const Partials p = fast ? reduce_masked_by_output(dy, x, y, dtype, view, t, saved_mean, scratch, stream)
+                          : plane_reduce_masked_by_output(dy, x, y, dtype, view, q, saved_mean, scratch, stream);
   finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
-  backward_apply(x, dy, dx, dtype, view, t, true, PlanePlan{}, coef, saved_mean, ReluMask{}, accumulate, stream);
+  backward_apply(x, dy, dx, dtype, view, t, fast, q, coef, saved_mean, ReluMask{}, accumulate, stream);
 }
 
 }  // namespace cnnergy::cuda::kernels

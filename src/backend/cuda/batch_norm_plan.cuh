@@ -187,6 +187,9 @@ Partials plane_reduce(Reduce mode, const void* a, const void* b, DType dt, const
                       const ReluMask& relu = {});
 Partials plane_relu_mask_sum(void* dy, const void* y, DType dt, const ChannelView& v, const PlanePlan& p,
                              void* scratch, cudaStream_t stream);
+// reduce_masked_by_output on the NCHW path (plan p made with dy, x and y).
+Partials plane_reduce_masked_by_output(void* dy, const void* x, const void* y, DType dt, const ChannelView& v,
+                                       const PlanePlan& p, const float* mean, void* scratch, cudaStream_t stream);
 void plane_apply(const void* x, const void* z, void* y, DType dt, const ChannelView& v, const PlanePlan& p,
                  const float* coef, bool relu, cudaStream_t stream);
 void plane_backward_apply(const void* x, const void* dy, void* dx, DType dt, const ChannelView& v,

@@ -28,12 +28,15 @@ constexpr int kPlaneUnroll = 4;  // packs in flight per thread
 // shift_out by slice 0). 2: sums of a (dy) and a * (b - mean) (dy * (x - mean)); with kRelu, dy only
 // where forward's output was positive. 3: a (dy) masked where b (a ReLU's output) is not positive,
 // written to masked_out (may be a), and its sum; mode 0 over the masked values adds the same terms in
-// the same order, so the one pass gives the two passes' bias gradient bit for bit.
+// the same order, so the one pass gives the two passes' bias gradient bit for bit. 4: mode 2 on a
+// (dy) masked where mask_by (a fused residual add's ReLU output) is not positive, the masked dy
+// written to masked_out (may be a): the add's ReLU backward in the same pass, the sums those of the
+// two passes bit for bit (the slices do not depend on the mode).
 template <typename T, int K, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     plane_reduce_kernel(const T* a, const T* b, unsigned channels, unsigned inner, unsigned per_channel,
                         unsigned chunk, const float* mean, ReluMask relu, float* partial, float* shift_out,
-                        T* masked_out) {
+                        T* masked_out, const T* mask_by) {
   const unsigned c = blockIdx.x, slice = blockIdx.y;
   const unsigned t0 = slice * chunk, t1 = min(per_channel, t0 + chunk);
   float center = 0.0f, s1 = 0.0f, s2 = 0.0f;
@@ -42,13 +45,13 @@ __global__ void __launch_bounds__(kBlock)
     center = to_float(a[static_cast<std::size_t>(c) * inner]);
     if (slice == 0 && threadIdx.x == 0) shift_out[c] = center;
   }
-  if constexpr (kMode == 2) {
+  if constexpr (kMode == 2 || kMode == 4) {
     center = mean[c];
     if constexpr (kRelu) f = relu.at(c);
   }
   const unsigned step = blockDim.x * K;
   for (unsigned t = t0 + threadIdx.x * K; t < t1; t += kPlaneUnroll * step) {
-    Pack<T, K> va[kPlaneUnroll], vb[kPlaneUnroll];
+    Pack<T, K> va[kPlaneUnroll], vb[kPlaneUnroll], vm[kMode == 4 ? kPlaneUnroll : 1];
     std::size_t at[kPlaneUnroll];
 #pragma unroll
     for (int u = 0; u < kPlaneUnroll; ++u) {
@@ -58,11 +61,16 @@ __global__ void __launch_bounds__(kBlock)
         at[u] = (static_cast<std::size_t>(o) * channels + c) * inner + (tu - o * inner);
         va[u] = load_pack<T, K>(a + at[u]);
         if constexpr (kMode >= 2) vb[u] = load_pack<T, K>(b + at[u]);
+        if constexpr (kMode == 4) vm[u] = load_pack<T, K>(mask_by + at[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < kPlaneUnroll; ++u) {
       if (t + u * step >= t1) continue;
+      if constexpr (kMode == 4) {
+        va[u] = relu_masked(va[u], vm[kMode == 4 ? u : 0]);
+        store_pack<T, K>(masked_out + at[u], va[u]);
+      }
       if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
         const Pack<T, K> masked = relu_masked(va[u], vb[u]);
 #pragma unroll
@@ -194,7 +202,7 @@ unsigned apply_blocks(std::int64_t packs) {
 template <int kMode, bool kRelu>
 Partials launch_plane_reduce(const void* a, const void* b, DType dt, const ChannelView& v, const PlanePlan& p,
                              const float* mean, void* scratch, cudaStream_t stream, const ReluMask& relu,
-                             void* masked_out) {
+                             void* masked_out, const void* mask_by = nullptr) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = partial + static_cast<std::size_t>(p.splits) * 2 * v.channels;
   const auto per_channel = static_cast<unsigned>(v.per_channel());
@@ -208,7 +216,8 @@ Partials launch_plane_reduce(const void* a, const void* b, DType dt, const Chann
     splits = (per_channel + chunk - 1) / chunk;
     plane_reduce_kernel<T, K, kMode, kRelu><<<dim3(static_cast<unsigned>(v.channels), splits), kBlock, 0, stream>>>(
         static_cast<const T*>(a), static_cast<const T*>(b), static_cast<unsigned>(v.channels),
-        static_cast<unsigned>(v.inner), per_channel, chunk, mean, relu, partial, shift, static_cast<T*>(masked_out));
+        static_cast<unsigned>(v.inner), per_channel, chunk, mean, relu, partial, shift, static_cast<T*>(masked_out),
+        static_cast<const T*>(mask_by));
   });
   CNNERGY_CUDA_LAUNCH_CHECK("plane_reduce");
   return Partials{nullptr, partial, kMode == 1 ? shift : nullptr, splits, v.channels};  // the fast layout
@@ -238,6 +247,11 @@ Partials plane_reduce(Reduce mode, const void* a, const void* b, DType dt, const
   }
   return relu.coef != nullptr ? launch_plane_reduce<2, true>(a, b, dt, v, p, mean, scratch, stream, relu, nullptr)
                               : launch_plane_reduce<2, false>(a, b, dt, v, p, mean, scratch, stream, relu, nullptr);
+}
+
+Partials plane_reduce_masked_by_output(void* dy, const void* x, const void* y, DType dt, const ChannelView& v,
+                                       const PlanePlan& p, const float* mean, void* scratch, cudaStream_t stream) {
+  return launch_plane_reduce<4, false>(dy, x, dt, v, p, mean, scratch, stream, {}, dy, y);
 }
 
 Partials plane_relu_mask_sum(void* dy, const void* y, DType dt, const ChannelView& v, const PlanePlan& p,

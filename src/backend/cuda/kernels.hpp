@@ -181,8 +181,9 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
                          cudaStream_t stream);
 // backward of a batch norm with a fused residual add and ReLU, with the add's ReLU backward: dy (the
 // add's output gradient) is masked where y (the add's output, forward's y) is not positive and
-// written back masked (the add's other input shares it), then backward as above on it. 16-byte packs
-// of channel-last rows: one pass for the mask and the sums; otherwise relu_backward then backward.
+// written back masked (the add's other input shares it), then backward as above on it. One pass for
+// the mask and the sums on the tiled (channel-last) and plane (NCHW) paths; otherwise relu_backward
+// then backward.
 void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* dx, DType dtype,
                                  const ChannelView& view, const float* gamma, const float* saved_mean,
                                  const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,

@@ -337,7 +337,7 @@ class CudaBatchNorm final : public BatchNormKernel {
                                  ctx_->stream());
   }
 
-  // The add's mask in the reduction's pass where the rows are whole 16-byte packs of channels
+  // The add's mask in the reduction's pass on the tiled and plane paths
   // (kernels::batch_norm_backward_masking; else its relu_backward and then backward).
   bool backward_masking(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
                         const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
