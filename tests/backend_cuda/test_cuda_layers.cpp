@@ -301,6 +301,72 @@ TEST_F(CudaLayers, BatchNormVectorisedChannelLastMatchesCpu) {
                                 Layout::kNHWC, false);
 }
 
+// Batch norms enqueued back to back, nothing waited for between them: on Hopper each pass's finishing
+// kernel and its normalisation or dx pass start before the kernel they read from has ended
+// (programmatic dependent launch, device_utils.cuh) and wait inside for its results. Six
+// batch norms over inputs whose means lie 10 apart, each writing its coefficients where the one
+// before wrote its own (the allocator hands the freed scratch back): a pass that read before its
+// producer had finished would use the previous one's statistics, 10 standard deviations off. Each
+// output is checked against the CPU's, forward (y, statistics) and backward (dx, dgamma, dbeta).
+TEST_F(CudaLayers, BatchNormPassesEnqueuedBackToBackReadTheirOwnStatistics) {
+  const Shape s{16, 64, 28, 28};
+  BatchNormDesc d;
+  d.n = s[0], d.c = s[1], d.h = s[2], d.w = s[3], d.eps = 1e-5, d.momentum = 0.1;
+  constexpr int kPasses = 6;
+  int checked = 0;
+  for (const Precision& p : {kFp32, kBf16}) {
+    auto g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    auto ref = cpu_->make_batch_norm(d);
+    auto k = g->make_batch_norm(d);
+    auto up32 = [&](const Tensor& t) { return upload(*g, t, DType::kF32, Layout::kNCHW); };
+    struct Pass {
+      Tensor x, dy, y_r, dx_r, sm_r, si_r, dg_r, db_r;          // host
+      Tensor xd, dyd, rm, rv, y, sm, si, dx, dg, db;            // device
+    };
+    std::vector<Pass> passes(kPasses);
+    const Tensor gamma = random({d.c}, DType::kF32, 0.5f, 1.5f), beta = random({d.c}, DType::kF32);
+    const Tensor gd = up32(gamma), bd = up32(beta);
+    for (int i = 0; i < kPasses; ++i) {
+      Pass& q = passes[static_cast<std::size_t>(i)];
+      const float mean = 10.0f * static_cast<float>(i % 2 == 0 ? i : -i);
+      q.x = random(s, p.dtype, mean - 1.0f, mean + 1.0f);
+      q.dy = random(s, p.dtype);
+      Tensor rm_r = Tensor::host({d.c}), rv_r = Tensor::host({d.c});
+      std::fill(rv_r.f32().begin(), rv_r.f32().end(), 1.0f);
+      q.y_r = Tensor::host(s), q.dx_r = Tensor::host(s);
+      q.sm_r = Tensor::host({d.c}), q.si_r = Tensor::host({d.c}), q.dg_r = Tensor::host({d.c}), q.db_r = Tensor::host({d.c});
+      ref->forward_training(q.x, gamma, beta, rm_r, rv_r, q.y_r, q.sm_r, q.si_r);
+      ref->backward(q.x, q.dy, gamma, beta, q.sm_r, q.si_r, q.dx_r, q.dg_r, q.db_r, false);
+      q.xd = upload(*g, q.x, p.dtype, Layout::kNHWC);
+      q.dyd = upload(*g, q.dy, p.dtype, Layout::kNHWC);
+      q.rm = g->alloc({d.c}, DType::kF32);
+      q.rv = g->alloc({d.c}, DType::kF32);
+      g->fill(q.rv, 1.0f);
+      for (Tensor* t : {&q.sm, &q.si, &q.dg, &q.db}) *t = g->alloc({d.c}, DType::kF32);
+      q.y = g->alloc(s, p.dtype, Layout::kNHWC);
+      q.dx = g->alloc(s, p.dtype, Layout::kNHWC);
+    }
+    g->synchronize();
+    for (Pass& q : passes) {
+      k->forward_training(q.xd, gd, bd, q.rm, q.rv, q.y, q.sm, q.si);
+      k->backward(q.xd, q.dyd, gd, bd, q.sm, q.si, q.dx, q.dg, q.db, false);
+    }
+    for (int i = 0; i < kPasses; ++i) {
+      const Pass& q = passes[static_cast<std::size_t>(i)];
+      const std::string what = std::string("pass ") + std::to_string(i) + " " + p.name;
+      EXPECT_TRUE(close(download(*g, q.sm), q.sm_r, 1e-5, what + " saved mean"));
+      EXPECT_TRUE(close(download(*g, q.si), q.si_r, 1e-4, what + " saved inverse std"));
+      EXPECT_TRUE(close(download(*g, q.y), q.y_r, p.tol, what + " y"));
+      EXPECT_TRUE(close(download(*g, q.dx), q.dx_r, p.tol, what + " dx"));
+      EXPECT_TRUE(close(download(*g, q.dg), q.dg_r, 1e-4, what + " dgamma"));
+      EXPECT_TRUE(close(download(*g, q.db), q.db_r, 1e-4, what + " dbeta"));
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, kPasses);
+}
+
 // NCHW batch norm: the plane kernels (batch_norm_planes.cu) in every dtype, with planes that take
 // 16-byte packs (32x32, 16x16) and planes that do not (35x35, 7x7: one element at a time), channels
 // of more than 4,096 values (several slices per channel, partials finished in fp64), and data whose

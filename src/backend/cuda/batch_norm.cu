@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(kBlock)
   constexpr int K = kVec<T>;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
   if (c0 >= channels) return;
+  wait_for_producer();  // the coefficients (a finishing kernel's)
   float scale[K], shift[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(kBlock, 2)
   constexpr int K = kVec<T>;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
   if (c0 >= channels) return;
+  wait_for_producer();  // the coefficients (a finishing kernel's)
   float a[K], b[K], e[K], mu[K];
   Affine f[kRelu ? K : 1];
 #pragma unroll
@@ -171,7 +173,9 @@ void launch_apply(const void* x, const void* z, void* y, DType dtype, const Chan
       const auto* xt = static_cast<const T*>(x);
       const auto* zt = static_cast<const T*>(z);
       auto* yt = static_cast<T*>(y);
-      auto launch = [&](auto kernel) { kernel<<<grid, block, 0, stream>>>(xt, zt, yt, view.outer, view.channels, coef); };
+      auto launch = [&](auto kernel) {
+        launch_dependent(kernel, grid, block, stream, xt, zt, yt, view.outer, view.channels, coef);
+      };
       if (z != nullptr)
         relu ? launch(tile_apply_kernel<T, true, true>) : launch(tile_apply_kernel<T, false, true>);
       else
@@ -273,12 +277,14 @@ void backward_apply(const void* x, const void* dy, void* dx, DType dtype, const 
       const dim3 block(t.bx, t.by);
       if (relu) {
         static const int resident = resident_blocks(tile_backward_apply_kernel<T, true>);
-        tile_backward_apply_kernel<T, true><<<dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, true>))), block, 0, stream>>>(
-            xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
+        launch_dependent(tile_backward_apply_kernel<T, true>,
+                         dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, true>))), block, stream,
+                         xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
       } else {
         static const int resident = resident_blocks(tile_backward_apply_kernel<T, false>);
-        tile_backward_apply_kernel<T, false><<<dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, false>))), block, 0, stream>>>(
-            xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
+        launch_dependent(tile_backward_apply_kernel<T, false>,
+                         dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, false>))), block, stream,
+                         xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
       }
     });
   } else {

@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(kBlock)
                        T* masked_out, const T* c) {
   constexpr int K = kVec<T>;
   constexpr int kInFlight = kMode == 4 ? kRowUnroll / 2 : kRowUnroll;  // rows loaded at once
+  let_dependents_launch();  // the finishing kernel may be placed (it waits for this grid's partials)
   __shared__ float red[2][kBlock * K];
   const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * bx + tx) * K;
@@ -306,6 +307,8 @@ __device__ __forceinline__ std::int64_t finish_channel() {
 }
 
 __global__ void bias_grad_finish_kernel(Partials p, void* db, DType db_dtype) {
+  wait_for_producer();      // the reduction's partials
+  let_dependents_launch();  // the pass that reads what this writes may be placed
   const std::int64_t c = finish_channel();
   double s1, s2;
   channel_totals(p, c, s1, s2);
@@ -318,6 +321,8 @@ __global__ void bn_stats_finish_kernel(Partials p, std::int64_t m, const float* 
                                        const float* beta, float* running_mean, float* running_var,
                                        float* saved_mean, float* saved_inv_std, BatchNormParams bp,
                                        float* coef) {
+  wait_for_producer();      // the reduction's partials
+  let_dependents_launch();  // the pass that reads what this writes may be placed
   const std::int64_t channels = p.channels;
   const std::int64_t c = finish_channel();
   double s1, s2;
@@ -356,6 +361,8 @@ __global__ void bn_inference_coef_kernel(std::int64_t channels, const float* gam
 __global__ void bn_backward_finish_kernel(Partials p, std::int64_t m, const float* gamma,
                                           const float* saved_inv_std, float* dgamma, float* dbeta,
                                           float* coef) {
+  wait_for_producer();      // the reduction's partials
+  let_dependents_launch();  // the pass that reads what this writes may be placed
   const std::int64_t channels = p.channels;
   const std::int64_t c = finish_channel();
   double s1, s2;
@@ -402,8 +409,8 @@ void finish_batch_stats(const Partials& p, std::int64_t m, const float* gamma, c
                         float* running_mean, float* running_var, float* saved_mean,
                         float* saved_inv_std, const BatchNormParams& params, float* coef,
                         cudaStream_t stream) {
-  bn_stats_finish_kernel<<<finish_grid(p.channels), kFinishBlock, 0, stream>>>(
-      p, m, gamma, beta, running_mean, running_var, saved_mean, saved_inv_std, params, coef);
+  launch_dependent(bn_stats_finish_kernel, finish_grid(p.channels), kFinishBlock, stream, p, m, gamma, beta,
+                   running_mean, running_var, saved_mean, saved_inv_std, params, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_stats_finish");
 }
 
@@ -418,8 +425,8 @@ void inference_coefficients(std::int64_t channels, const float* gamma, const flo
 void finish_backward_stats(const Partials& p, std::int64_t m, const float* gamma,
                            const float* saved_inv_std, float* dgamma, float* dbeta, float* coef,
                            cudaStream_t stream) {
-  bn_backward_finish_kernel<<<finish_grid(p.channels), kFinishBlock, 0, stream>>>(p, m, gamma, saved_inv_std,
-                                                                                 dgamma, dbeta, coef);
+  launch_dependent(bn_backward_finish_kernel, finish_grid(p.channels), kFinishBlock, stream, p, m, gamma,
+                   saved_inv_std, dgamma, dbeta, coef);
   CNNERGY_CUDA_LAUNCH_CHECK("bn_backward_finish");
 }
 
@@ -444,7 +451,7 @@ void bias_grad(const void* dy, DType dtype, const ChannelView& view, void* db, D
       fast        ? launch_tile_reduce<0>(dy, nullptr, dtype, view, t, nullptr, scratch, stream)
       : q.usable  ? plane_reduce(Reduce::kSum, dy, nullptr, dtype, view, q, nullptr, scratch, stream)
                   : launch_generic_reduce(dy, nullptr, dtype, view, Reduce::kSum, nullptr, scratch, stream);
-  bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
+  launch_dependent(bias_grad_finish_kernel, finish_grid(view.channels), kFinishBlock, stream, p, db, db_dtype);
   CNNERGY_CUDA_LAUNCH_CHECK("bias_grad_finish");
 }
 
@@ -455,7 +462,7 @@ void relu_backward_bias_grad(const void* y, void* dy, DType dtype, const Channel
     const PlanePlan q = plane_plan(view, dtype, dy, y);
     if (q.usable && view.channels > 0) {  // NCHW: one pass over the planes
       const Partials p = plane_relu_mask_sum(dy, y, dtype, view, q, scratch, stream);
-      bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
+      launch_dependent(bias_grad_finish_kernel, finish_grid(view.channels), kFinishBlock, stream, p, db, db_dtype);
       CNNERGY_CUDA_LAUNCH_CHECK("relu_backward_bias_grad_finish");
       return;
     }
@@ -466,7 +473,7 @@ void relu_backward_bias_grad(const void* y, void* dy, DType dtype, const Channel
   }
   if (view.channels == 0) return;
   const Partials p = launch_tile_reduce<3>(dy, y, dtype, view, t, nullptr, scratch, stream, {}, dy);
-  bias_grad_finish_kernel<<<finish_grid(view.channels), kFinishBlock, 0, stream>>>(p, db, db_dtype);
+  launch_dependent(bias_grad_finish_kernel, finish_grid(view.channels), kFinishBlock, stream, p, db, db_dtype);
   CNNERGY_CUDA_LAUNCH_CHECK("relu_backward_bias_grad_finish");
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -111,6 +112,44 @@ inline int sm_count() {
   CNNERGY_CUDA_CALL(cudaGetDevice(&device));
   CNNERGY_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return std::max(sms, 1);
+}
+
+// Programmatic dependent launch (compute capability 9.0+): a kernel that calls
+// let_dependents_launch() lets the next kernel on its stream, when that one is launched with
+// launch_dependent(), be launched before it ends (its blocks take what the SMs have free and start);
+// the dependent calls wait_for_producer() before it reads anything the kernel before it wrote, and
+// that waits for the whole grid before it to finish and its writes to be visible. A CUDA-graph
+// capture keeps the pairing (a programmatic edge). Without the attribute (or before 9.0) both
+// calls do nothing and the launch is a plain one.
+__device__ __forceinline__ void wait_for_producer() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+__device__ __forceinline__ void let_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+inline bool dependent_launch_supported() {
+  int device = 0, major = 0;
+  CNNERGY_CUDA_CALL(cudaGetDevice(&device));
+  CNNERGY_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 9;
+}
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = dependent_launch_supported() ? 1 : 0;
+  CNNERGY_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 // Blocks of kBlock threads for `items` work items (packs), at most `per_sm` resident blocks per SM.
