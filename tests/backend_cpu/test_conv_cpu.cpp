@@ -241,10 +241,19 @@ TEST_F(Conv, SingleSampleAndPointwiseFastPathsMatchReference) {
   strided_1x1.bias = true;
   auto padded_1x1 = conv(1, 4, 6, 6, 5, 1, 1);  // 1x1 with padding: not pointwise either
   padded_1x1.pad_top = padded_1x1.pad_left = 1;
+  // 1x1 whose output is as wide as its input though it is not pointwise: stride 2 over 2 columns
+  // padded by 2 on the right reads columns 0 and 2 (padding). A random trial found it (seed
+  // 10800855030707376724) when only the sizes and the top/left padding were checked.
+  auto strided_same_width = conv(1, 6, 6, 2, 9, 1, 1);
+  strided_same_width.stride_w = 2;
+  strided_same_width.pad_right = 2;
+  strided_same_width.dilation_h = strided_same_width.dilation_w = 2;
+  strided_same_width.groups = 3;
+  strided_same_width.bias = true;
   auto three = conv(1, 16, 11, 13, 24, 3, 3);
   three.pad_top = three.pad_bottom = three.pad_left = three.pad_right = 1;
   three.bias = true;
-  for (const Conv2dDesc& d : {pointwise, pointwise_grouped, strided_1x1, padded_1x1, three}) {
+  for (const Conv2dDesc& d : {pointwise, pointwise_grouped, strided_1x1, padded_1x1, strided_same_width, three}) {
     SCOPED_TRACE(describe(d));
     auto ref = backend_->make_conv(d, {"reference", "reference", "reference"});
     auto gemm = backend_->make_conv(d, {"im2col_gemm", "im2col_gemm", "im2col_gemm"});

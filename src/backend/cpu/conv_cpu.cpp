@@ -297,8 +297,10 @@ class ConvCpu final : public ConvKernel {
     // A chunk of one sample (batch-1 inference, or a chunk the workspace cap cut to one): the staged
     // (K, OH*OW) layout is that sample's NCHW output, so sgemm writes y directly; a pointwise
     // convolution (1x1, stride 1, no padding) needs no im2col either: its input is the operand.
-    const bool pointwise = g_.r == 1 && g_.s == 1 && g_.oh == g_.h && g_.ow == g_.w &&
-                           g_.pad_top == 0 && g_.pad_left == 0;
+    // The strides must be checked too: 1x1 at stride 2 over 2 columns padded by 2 on the right also
+    // has OW == W, but reads columns 0 and 2 (padding), not 0 and 1.
+    const bool pointwise = g_.r == 1 && g_.s == 1 && g_.stride_h == 1 && g_.stride_w == 1 && g_.oh == g_.h &&
+                           g_.ow == g_.w && g_.pad_top == 0 && g_.pad_left == 0;
     for (std::int64_t n0 = 0; n0 < g_.n; n0 += chunk_) {
       const std::int64_t b_now = std::min(chunk_, g_.n - n0);
       const std::int64_t cols = b_now * g_.ohw;
