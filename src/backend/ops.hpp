@@ -138,6 +138,9 @@ struct Pool2dDesc {
   std::int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   bool ceil_mode = false;  // Caffe-era output size: ceil, dropping a last window that starts in the padding
   PoolMode mode = PoolMode::kMax;
+  // Training: a max pool's kernel may keep each output's window argmax from its forward, so that its
+  // backward reads neither x nor y (PoolKernel::keeps_argmax).
+  bool keep_argmax = false;
 
   std::int64_t out_h() const { return out_size(h, kernel_h, stride_h, pad_h); }
   std::int64_t out_w() const { return out_size(w, kernel_w, stride_w, pad_w); }
@@ -158,6 +161,10 @@ class PoolKernel {
   virtual ~PoolKernel() = default;
   virtual void forward(const Tensor& x, const Tensor& y) = 0;
   virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx, bool accumulate) = 0;
+  // True for a kernel made with Pool2dDesc::keep_argmax that keeps it: every forward writes each
+  // output's window argmax (a byte per output) into the kernel, and backward reads that (the latest
+  // forward's) instead of x and y, which may then be passed undefined.
+  virtual bool keeps_argmax() const { return false; }
 };
 
 // ---- local response normalisation (across channels, Caffe/AlexNet) --------------------------------
@@ -249,7 +256,9 @@ class BatchNormKernel {
   // followed by backward, with the same values bit for bit. dy (the add's output gradient, which the
   // add's other input may share) is overwritten with dy where y (forward's output) is positive and +0
   // elsewhere; the rest as backward. Returns false, having done nothing, where the kernel has no
-  // such pass (the caller then runs the two).
+  // such pass (the caller then runs the two). Where y is the tensor this kernel's latest
+  // forward_training_residual wrote, it must still hold those values: a backend may read a mask it
+  // kept of them instead (the CUDA tiled path: 1/16 of y's bytes).
   virtual bool backward_masking(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
                                 const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor& dx,
                                 const Tensor& dgamma, const Tensor& dbeta, bool accumulate) {

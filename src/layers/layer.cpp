@@ -78,6 +78,7 @@ void Layer::bind(Backend& backend, bool with_gradients) {
   if (bound()) throw InternalError("layer '" + name_ + "' bound twice");
   if (output_shapes_.empty() && input_shapes_.empty()) throw InternalError("layer '" + name_ + "': bind() before setup()");
   backend_ = &backend;
+  with_gradients_ = with_gradients;
   const DType dtype = backend.dtype();
   for (auto& p : params_) {
     const bool working_copy = p.backend_dtype && dtype != DType::kF32;

@@ -241,8 +241,10 @@ class Layer {
   virtual std::vector<Shape> infer_shapes(std::span<const Shape> inputs) = 0;
   // Per-sample workload from the shapes set by infer_shapes.
   virtual Workload compute_workload() const = 0;
-  // Creates kernels for the bound backend (parameters are already allocated).
+  // Creates kernels for the bound backend (parameters are already allocated; with_gradients() says
+  // whether this binding trains).
   virtual void create_kernels(Backend& backend) { (void)backend; }
+  bool with_gradients() const { return with_gradients_; }
   // Declares a parameter / buffer (in infer_shapes); returns its index.
   std::size_t declare_parameter(const std::string& suffix, const Shape& shape, bool decay, bool backend_dtype);
   std::size_t declare_buffer(const std::string& suffix, const Shape& shape);
@@ -259,6 +261,7 @@ class Layer {
   Backend* backend_ = nullptr;
 
  private:
+  bool with_gradients_ = false;  // bind()'s
   std::string name_;
   std::vector<Shape> input_shapes_, output_shapes_;
   std::vector<Parameter> params_;

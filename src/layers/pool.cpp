@@ -21,10 +21,10 @@ class PoolLayer final : public Layer {
   }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<PoolLayer>(name(), spec_); }
   LayerSpec spec() const override { return spec_; }
-  // Max pooling finds the arg-max from x and y; average pooling needs neither, but the kernel
-  // contract passes both, so keep them (cuDNN reads them for every mode).
-  bool needs_inputs_in_backward() const override { return true; }
-  bool needs_outputs_in_backward() const override { return true; }
+  // Max pooling finds the arg-max from x and y, unless its kernel kept it in forward; average pooling
+  // needs neither, but the kernel contract passes both, so keep them (cuDNN reads them for every mode).
+  bool needs_inputs_in_backward() const override { return !keeps_argmax(); }
+  bool needs_outputs_in_backward() const override { return !keeps_argmax(); }
 
   void forward(const ForwardContext& ctx) override { kernel_->forward(ctx.inputs[0], ctx.outputs[0]); }
   // Pooling is a function of its input alone: running forward again writes the same output.
@@ -76,7 +76,12 @@ class PoolLayer final : public Layer {
     return w;
   }
 
-  void create_kernels(Backend& backend) override { kernel_ = backend.make_pool(desc_); }
+  void create_kernels(Backend& backend) override {
+    Pool2dDesc d = desc_;
+    d.keep_argmax = with_gradients() && input_grad_needed() && d.mode == PoolMode::kMax;
+    kernel_ = backend.make_pool(d);
+  }
+  bool keeps_argmax() const { return kernel_ && kernel_->keeps_argmax(); }
 
  private:
   PoolSpec spec_;

@@ -64,6 +64,52 @@ TEST(SpaceToDepthGeometry, AppliesOnlyWhereItShould) {
   EXPECT_FALSE(cuda::space_to_depth_geometry(grouped, Layout::kNHWC));
 }
 
+// The input's rearrangement itself, exactly: xs[n, bh, bw, (sy*S + sx)*C + c] = x[n, bh*S + sy - pad_top,
+// bw*S + sx - pad_left, c], zero outside the image and past C*S*S, in every dtype; on the per-pixel
+// kernels (ResNet's and AlexNet's geometries, a batch large enough for several blocks a sample) and
+// the per-element one (a 3x3/3 over 5 channels, and ResNet's into a misaligned output).
+TEST_F(CudaConvSpaceToDepth, InputRearrangementIsExact) {
+  const Conv2dDesc shapes[] = {desc(3, 3, 67, 61, 8, 7, 2, 3, false), desc(2, 3, 75, 75, 16, 11, 4, 2, true),
+                               kShapes[2]};
+  int checked = 0;
+  for (const Precision& p : {kFp32, kFp16, kBf16}) {
+    std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
+    if (!g) continue;
+    for (const Conv2dDesc& d : shapes)
+      for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+        const auto geom = cuda::space_to_depth_geometry(d, Layout::kNHWC);
+        ASSERT_TRUE(geom);
+        const Conv2dDesc inner = cuda::space_to_depth_desc(d, *geom);
+        const Tensor x = random(d.input_shape(), p.dtype);
+        const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC);
+        Tensor xs = upload_view(*g, random(inner.input_shape(), p.dtype, 5.0f, 6.0f), p.dtype, Layout::kNHWC, offset);
+        g->synchronize();
+        cuda::kernels::space_to_depth_input(xd.raw(), xs.raw(), p.dtype, *geom, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const Tensor got = download(*g, xs);  // NCHW fp32
+        const std::int64_t S = geom->stride, C = d.c, cs = geom->cs, hs = geom->hs, ws = geom->ws;
+        std::int64_t wrong = 0;
+        for (std::int64_t n = 0; n < d.n; ++n)
+          for (std::int64_t c = 0; c < cs; ++c)
+            for (std::int64_t bh = 0; bh < hs; ++bh)
+              for (std::int64_t bw = 0; bw < ws; ++bw) {
+                float want = 0.0f;
+                if (c < C * S * S) {
+                  const std::int64_t block = c / C, ch = c % C, sy = block / S, sx = block % S;
+                  const std::int64_t i = bh * S + sy - d.pad_top, k = bw * S + sx - d.pad_left;
+                  if (i >= 0 && i < d.h && k >= 0 && k < d.w) want = x.f32()[((n * C + ch) * d.h + i) * d.w + k];
+                }
+                wrong += got.f32()[((n * cs + c) * hs + bh) * ws + bw] != want;
+              }
+        EXPECT_EQ(wrong, 0) << p.name << " " << d.input_shape().str() << " " << d.r << "x" << d.s << "/" << S
+                            << " offset " << offset;
+        ++checked;
+      }
+  }
+  if (checked == 0) GTEST_SKIP() << "no precision ran";
+  EXPECT_EQ(checked, 3 * 3 * 2);
+}
+
 // The rearranged input and weights through a plain stride-1 convolution give the original's values.
 TEST_F(CudaConvSpaceToDepth, RearrangedConvolutionMatchesTheCpuReference) {
   for (const Precision& p : kAllPrecisions) {

@@ -191,7 +191,10 @@ std::vector<PoolCase> pool_cases(std::int64_t channels) {
   return cases;
 }
 
+// And a max pool made to keep its argmax (Pool2dDesc::keep_argmax, training): where it keeps it, its
+// backward given undefined x and y (which the executor then frees) is the plain kernel's bit for bit.
 TEST_F(CudaLayers, PoolingMatchesCpu) {
+  int kept_cases = 0;
   std::vector<PoolCase> cases = pool_cases(5);
   for (PoolCase& c : pool_cases(16)) cases.push_back(c);
   // A 16x16 max window (256 elements, more than the one-byte argmax holds): the backward
@@ -233,8 +236,28 @@ TEST_F(CudaLayers, PoolingMatchesCpu) {
         EXPECT_TRUE(close(download(*g, y), y_r, p.tol, what + " forward"));
         EXPECT_TRUE(close(download(*g, dx), dx_r, p.tol, what + " backward"));
         EXPECT_TRUE(close(download(*g, dxa), dxa_r, p.tol, what + " backward accumulate"));
+        Pool2dDesc dk = d;
+        dk.keep_argmax = true;
+        auto kk = g->make_pool(dk);
+        EXPECT_FALSE(k->keeps_argmax()) << what;
+        if (d.mode != PoolMode::kMax) {
+          EXPECT_FALSE(kk->keeps_argmax()) << what;
+        }
+        if (!kk->keeps_argmax()) continue;
+        ++kept_cases;
+        Tensor yk = g->alloc(d.output_shape(), p.dtype, l), dxk = g->alloc(xs, p.dtype, l);
+        Tensor dxak = upload(*g, dx0, p.dtype, l);
+        kk->forward(xd, yk);
+        kk->backward(Tensor{}, Tensor{}, dyd, dxk, false);
+        kk->backward(Tensor{}, Tensor{}, dyd, dxak, true);
+        EXPECT_TRUE(close(download(*g, yk), download(*g, y), 0.0, what + " forward, argmax kept"));
+        EXPECT_TRUE(close(download(*g, dxk), download(*g, dx), 0.0, what + " backward from the kept argmax"));
+        EXPECT_TRUE(close(download(*g, dxak), download(*g, dxa), 0.0, what + " accumulate from the kept argmax"));
       }
     }
+  }
+  if (cuda_device_count() > 0) {
+    EXPECT_GE(kept_cases, 12);
   }
 }
 

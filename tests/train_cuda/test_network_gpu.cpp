@@ -273,9 +273,12 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
 // Batch-norm outputs recomputed in backward (ExecutorOptions::activation_budget_bytes = 0) train as
 // kept ones do on the GPU: one ResNet-50 step, the logits and running statistics bit for bit (forward
 // is unchanged), the loss, and every parameter gradient within cuDNN's weight-gradient ordering
-// tolerance; the 33 batch norms are recomputed wherever the backend's own kernels normalise (NHWC,
+// tolerance; the batch norms are recomputed wherever the backend's own kernels normalise (NHWC,
 // and NCHW through the plane kernels in every dtype; fp32 NCHW ran cuDNN's batch norm before them and
-// recomputed only the stem's max pool); the planned peak drops.
+// recomputed only the stem's max pool): all 33 where the stem's max pool runs cuDNN's kernels (fp32
+// NCHW), 32 where it runs the backend's own, which keep the argmax (Pool2dDesc::keep_argmax): the
+// stem's batch-norm output is then not read in backward at all, so nothing recomputes it; the planned
+// peak drops.
 TEST_F(GpuTraining, RecomputedBatchNormOutputsStepMatchesKeptOnes) {
   auto run_step = [](const Graph& graph, Backend& backend, std::optional<std::size_t> budget) {
     ExecutorOptions eo;
@@ -283,9 +286,9 @@ TEST_F(GpuTraining, RecomputedBatchNormOutputsStepMatchesKeptOnes) {
     return one_step(graph, backend, eo, 93, 7);
   };
   auto graph = build_model("resnet50", Shape{3, 64, 64}, 10);
-  for (const auto& [dtype, layout, tol, expected] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4, 33u},
-                                                      std::tuple{DType::kBF16, Layout::kNHWC, 2e-2, 33u},
-                                                      std::tuple{DType::kBF16, Layout::kNCHW, 2e-2, 33u},
+  for (const auto& [dtype, layout, tol, expected] : {std::tuple{DType::kF32, Layout::kNHWC, 1e-4, 32u},
+                                                      std::tuple{DType::kBF16, Layout::kNHWC, 2e-2, 32u},
+                                                      std::tuple{DType::kBF16, Layout::kNCHW, 2e-2, 32u},
                                                       std::tuple{DType::kF32, Layout::kNCHW, 1e-4, 33u}}) {
     const std::string what = std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
     auto backend = gpu(dtype, layout, "heuristic");

@@ -62,10 +62,12 @@ __global__ void bn_backward_apply_kernel(const void* x, const void* dy, void* dx
 
 // Fast: thread (channel pack, row slice); its coefficients stay in registers. Row blocks of
 // kRowUnroll * by rows, grid-strided over gridDim.y (at most 65535).
+// With a residual add and a ReLU, `mask` (may be null) takes each stored pack's positive_bits: a byte
+// per row and pack, for the backward's reduction to read in place of y.
 template <typename T, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kBlock)
     tile_apply_kernel(const T* x, const T* z, T* y, std::int64_t rows, std::int64_t channels,
-                      const float* coef) {
+                      const float* coef, std::uint8_t* mask) {
   constexpr int K = kVec<T>;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
   if (c0 >= channels) return;
@@ -97,20 +99,23 @@ __global__ void __launch_bounds__(kBlock)
         out.v[k] = from_float<T>(kRelu ? clamp_relu(o) : o);
       }
       store_pack<T, K>(y + (r + u * by) * channels + c0, out);
+      if constexpr (kRelu && kResidual)
+        if (mask != nullptr) mask[(r + u * by) * (channels / K) + c0 / K] = positive_bits(out);
     }
   }
 }
 
 // Rows in flight per thread in tile_backward_apply_kernel; two resident blocks per SM keep
-// 2 x kBlock x kBackwardRows x 2 packs of loads in flight (the coefficients stay in registers).
-// bf16's mask recomputation needs more registers: fewer rows there, so that nothing spills.
-template <typename T, bool kRelu>
-constexpr int kBackwardRows = std::is_same_v<T, __nv_bfloat16> ? (kRelu ? 2 : 3) : 4;
-template <typename T, bool kRelu>
+// 2 x kBlock x kBackwardRows x 2 packs of loads in flight (3 when accumulating; the coefficients stay
+// in registers). bf16's mask recomputation, and its accumulation's third pack, need more registers:
+// fewer rows there, so that nothing spills.
+template <typename T, bool kRelu, bool kAccumulate>
+constexpr int kBackwardRows = std::is_same_v<T, __nv_bfloat16> ? (kRelu ? (kAccumulate ? 2 : 3) : kAccumulate ? 3 : 4) : 4;
+template <typename T, bool kRelu, bool kAccumulate>
 __global__ void __launch_bounds__(kBlock, 2)
     tile_backward_apply_kernel(const T* x, const T* dy, T* dx, std::int64_t rows,
                                std::int64_t channels, const float* coef, const float* mean,
-                               ReluMask relu, bool accumulate) {
+                               ReluMask relu) {
   constexpr int K = kVec<T>;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
   if (c0 >= channels) return;
@@ -126,17 +131,17 @@ __global__ void __launch_bounds__(kBlock, 2)
     if constexpr (kRelu) f[k] = relu.at(c0 + k);
   }
   const std::int64_t by = blockDim.y;
-  constexpr int kU = kBackwardRows<T, kRelu>;
+  constexpr int kU = kBackwardRows<T, kRelu, kAccumulate>;
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kU * by + threadIdx.y; r < rows;
        r += static_cast<std::int64_t>(gridDim.y) * kU * by) {
-    Pack<T, K> vx[kU], vdy[kU], vdx[kU];
+    Pack<T, K> vx[kU], vdy[kU], vdx[kAccumulate ? kU : 1];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const std::int64_t row = r + u * by;
       if (row >= rows) continue;
       vx[u] = load_pack<T, K>(x + row * channels + c0);
       vdy[u] = load_pack<T, K>(dy + row * channels + c0);
-      if (accumulate) vdx[u] = load_pack<T, K>(dx + row * channels + c0);
+      if constexpr (kAccumulate) vdx[u] = load_pack<T, K>(dx + row * channels + c0);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -149,7 +154,7 @@ __global__ void __launch_bounds__(kBlock, 2)
         float dyv = to_float(vdy[u].v[k]);
         if constexpr (kRelu) dyv = relu_passes<T>(xv, f[kRelu ? k : 0]) ? dyv : 0.0f;
         float g = a[k] * dyv - b[k] - (xv - mu[k]) * e[k];
-        if (accumulate) g += to_float(vdx[u].v[k]);
+        if constexpr (kAccumulate) g += to_float(vdx[u].v[k]);
         out.v[k] = from_float<T>(g);
       }
       store_pack<T, K>(dx + row * channels + c0, out);
@@ -165,7 +170,8 @@ dim3 apply_grid(const TilePlan& p, std::int64_t rows, std::int64_t rows_per_bloc
 // y = x * scale + shift per channel (coef: scale[C], shift[C]), plus z where z is given, clamped
 // at 0 with relu.
 void launch_apply(const void* x, const void* z, void* y, DType dtype, const ChannelView& view,
-                  const TilePlan& t, bool fast, const float* coef, bool relu, cudaStream_t stream) {
+                  const TilePlan& t, bool fast, const float* coef, bool relu, cudaStream_t stream,
+                  std::uint8_t* mask = nullptr) {
   if (fast) {
     dispatch_float(dtype, "batch_norm apply", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -174,7 +180,7 @@ void launch_apply(const void* x, const void* z, void* y, DType dtype, const Chan
       const auto* zt = static_cast<const T*>(z);
       auto* yt = static_cast<T*>(y);
       auto launch = [&](auto kernel) {
-        launch_dependent(kernel, grid, block, stream, xt, zt, yt, view.outer, view.channels, coef);
+        launch_dependent(kernel, grid, block, stream, xt, zt, yt, view.outer, view.channels, coef, mask);
       };
       if (z != nullptr)
         relu ? launch(tile_apply_kernel<T, true, true>) : launch(tile_apply_kernel<T, false, true>);
@@ -190,7 +196,13 @@ void launch_apply(const void* x, const void* z, void* y, DType dtype, const Chan
 
 }  // namespace
 
-void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
+std::size_t batch_norm_relu_mask_bytes(const ChannelView& view, DType dtype) {
+  const TilePlan t = tile_plan(view, dtype);
+  if (!t.usable) return 0;
+  return static_cast<std::size_t>(view.outer) * static_cast<std::size_t>(view.channels) * dtype_size_bytes(dtype) / 16;
+}
+
+bool batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
                                  const BatchNormParams& params, void* scratch,
@@ -208,10 +220,13 @@ void batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
                       : reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
   finish_batch_stats(p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
                      params, coef, stream);
+  // The mask where the tiled pass writes it (a residual add and a ReLU): else the backward reads y.
+  std::uint8_t* mask = fast && z != nullptr && params.relu ? params.relu_mask : nullptr;
   if (q.usable)
     plane_apply(x, z, y, dtype, view, q, coef, params.relu, stream);
   else
-    launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream);
+    launch_apply(x, z, y, dtype, view, t, fast, coef, params.relu, stream, mask);
+  return mask != nullptr;
 }
 
 void batch_norm_statistics_pass(const void* x, DType dtype, const ChannelView& view, void* scratch,
@@ -275,17 +290,19 @@ void backward_apply(const void* x, const void* dy, void* dx, DType dtype, const 
       const auto* dyt = static_cast<const T*>(dy);
       auto* dxt = static_cast<T*>(dx);
       const dim3 block(t.bx, t.by);
-      if (relu) {
-        static const int resident = resident_blocks(tile_backward_apply_kernel<T, true>);
-        launch_dependent(tile_backward_apply_kernel<T, true>,
-                         dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, true>))), block, stream,
-                         xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
-      } else {
-        static const int resident = resident_blocks(tile_backward_apply_kernel<T, false>);
-        launch_dependent(tile_backward_apply_kernel<T, false>,
-                         dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, false>))), block, stream,
-                         xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask, accumulate);
-      }
+      auto launch = [&](auto relu_tag, auto accumulate_tag) {
+        constexpr bool kRelu = decltype(relu_tag)::value, kAccumulate = decltype(accumulate_tag)::value;
+        static const int resident = resident_blocks(tile_backward_apply_kernel<T, kRelu, kAccumulate>);
+        launch_dependent(tile_backward_apply_kernel<T, kRelu, kAccumulate>,
+                         dim3(t.groups, wave_slices(resident, t, row_blocks(kBackwardRows<T, kRelu, kAccumulate>))),
+                         block, stream, xt, dyt, dxt, view.outer, view.channels, coef, saved_mean, mask);
+      };
+      using On = std::true_type;
+      using Off = std::false_type;
+      if (relu)
+        accumulate ? launch(On{}, On{}) : launch(On{}, Off{});
+      else
+        accumulate ? launch(Off{}, On{}) : launch(Off{}, Off{});
     });
   } else {
     bn_backward_apply_kernel<<<grid_for(count), kBlock, 0, stream>>>(
@@ -317,7 +334,7 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
 void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* dx, DType dtype,
                                  const ChannelView& view, const float* gamma, const float* saved_mean,
                                  const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
-                                 void* scratch, cudaStream_t stream) {
+                                 void* scratch, cudaStream_t stream, const std::uint8_t* relu_mask) {
   const TilePlan t = tile_plan(view, dtype);
   const bool fast = t.usable && aligned_for(16, x, dy, dx) && aligned_for(16, y);
   const PlanePlan q = fast ? PlanePlan{} : plane_plan(view, dtype, x, dy, dx, y);
@@ -328,7 +345,7 @@ void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* d
     return;
   }
   float* coef = coefficients(scratch, view, dtype);
-  const Partials p = fast ? reduce_masked_by_output(dy, x, y, dtype, view, t, saved_mean, scratch, stream)
+  const Partials p = fast ? reduce_masked_by_output(dy, x, y, dtype, view, t, saved_mean, scratch, stream, relu_mask)
                           : plane_reduce_masked_by_output(dy, x, y, dtype, view, q, saved_mean, scratch, stream);
   finish_backward_stats(p, view.per_channel(), gamma, saved_inv_std, dgamma, dbeta, coef, stream);
   backward_apply(x, dy, dx, dtype, view, t, fast, q, coef, saved_mean, ReluMask{}, accumulate, stream);

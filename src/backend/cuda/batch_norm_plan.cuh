@@ -143,6 +143,26 @@ __device__ __forceinline__ Pack<T, K> relu_masked(const Pack<T, K>& dy, const Pa
   return out;
 }
 
+// A fused residual add's ReLU output mask (BatchNormParams::relu_mask): one byte per row and 16-byte
+// pack of channels (8 elements in fp16 / bf16, 4 in fp32), bit k set where the pack's element k was
+// stored positive: what relu_masked reads from y, at 1/16 of y's bytes.
+template <typename T, int K>
+__device__ __forceinline__ std::uint8_t positive_bits(const Pack<T, K>& y) {
+  static_assert(K <= 8, "a pack's bits fill one byte");
+  unsigned bits = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) bits |= (to_float(y.v[k]) > 0.0f ? 1u : 0u) << k;
+  return static_cast<std::uint8_t>(bits);
+}
+// relu_masked with y's positive_bits: the same values bit for bit.
+template <typename T, int K>
+__device__ __forceinline__ Pack<T, K> bits_masked(const Pack<T, K>& dy, unsigned bits) {
+  Pack<T, K> out;
+#pragma unroll
+  for (int k = 0; k < K; ++k) out.v[k] = (bits >> k) & 1u ? dy.v[k] : from_float<T>(0.0f);
+  return out;
+}
+
 // Whether forward's output (x * scale + shift, rounded to the element type) was positive.
 template <typename T>
 __device__ __forceinline__ bool relu_passes(float x, const Affine& f) {
@@ -176,8 +196,10 @@ Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, D
 // kBatchNormBackward's sums on the tiled path (plan `t`, 16-byte aligned operands) with dy first
 // masked where y (a fused residual add's ReLU output) is not positive; the masked dy is written back
 // into dy: the add's ReLU backward in the same pass.
+// With `bits` (forward's relu_mask of y; y may then be null) the mask comes from them, y unread.
 Partials reduce_masked_by_output(void* dy, const void* x, const void* y, DType dt, const ChannelView& v,
-                                 const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream);
+                                 const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream,
+                                 const std::uint8_t* bits = nullptr);
 // The NCHW path's reductions (a = dy, b = x for kBatchNormBackward), its normalisation (plus z,
 // clamped at 0 with relu) and its dx pass, as the channel-last ones; plane_relu_mask_sum zeroes dy
 // in place where the ReLU output y is not positive and sums what is left (a fused ReLU backward and

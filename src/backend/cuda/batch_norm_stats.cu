@@ -156,14 +156,22 @@ Partials launch_generic_reduce(const void* a, const void* b, DType dt, const Cha
 // bias gradient of the layer before it in one pass (the second sum stays 0). 4: mode 2 on a (dy)
 // masked where c (a fused residual add's ReLU output) is not positive, the masked dy written to
 // masked_out (may be a): the add's ReLU backward and the batch norm's reduction in one pass, the
-// sums those of relu_backward then mode 2 bit for bit.
+// sums those of relu_backward then mode 2 bit for bit. 5: mode 4 with the mask from `bits` (forward's
+// positive_bits of c, a byte per row and pack) instead of c: the same values, 1/16 of c's bytes read.
 template <typename T, int kMode, bool kRelu>
 __global__ void __launch_bounds__(kBlock)
     tile_reduce_kernel(const T* a, const T* b, std::int64_t rows, std::int64_t channels,
                        const float* mean, ReluMask relu, float* partial, float* shift_out,
-                       T* masked_out, const T* c) {
+                       T* masked_out, const T* c, const std::uint8_t* bits) {
   constexpr int K = kVec<T>;
-  constexpr int kInFlight = kMode == 4 ? kRowUnroll / 2 : kRowUnroll;  // rows loaded at once
+  constexpr bool kMasking = kMode == 4 || kMode == 5;  // the add's ReLU backward, then mode 2
+  // Rows loaded at once. Mode 4 loads three packs a row, mode 5 two and a byte: half the rows, so that
+  // neither needs more registers than mode 2 (whose slicing, and so occupancy, they share); bf16's
+  // mode 5 fits with all of them (123 registers, as mode 2; fp16 and fp32 would take 92 / 74 against
+  // 80 / 64, a block less per SM).
+  constexpr int kInFlight =
+      kMode == 4 || (kMode == 5 && !std::is_same_v<T, __nv_bfloat16>) ? kRowUnroll / 2 : kRowUnroll;
+  const std::int64_t packs = channels / K;
   let_dependents_launch();  // the finishing kernel may be placed (it waits for this grid's partials)
   __shared__ float red[2][kBlock * K];
   const unsigned tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
@@ -187,7 +195,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
         for (int k = 0; k < K; ++k) shift_out[c0 + k] = center[k];
     }
-    if constexpr (kMode == 2 || kMode == 4) {
+    if constexpr (kMode == 2 || kMasking) {
 #pragma unroll
       for (int k = 0; k < K; ++k) center[k] = mean[c0 + k];
       if constexpr (kRelu)
@@ -201,6 +209,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
       for (int h = 0; h < kRowUnroll; h += kInFlight) {
         Pack<T, K> va[kInFlight], vb[kInFlight], vc[kMode == 4 ? kInFlight : 1];
+        unsigned vm[kMode == 5 ? kInFlight : 1];
 #pragma unroll
         for (int i = 0; i < kInFlight; ++i) {
           const std::int64_t row = r + (h + i) * by;
@@ -208,14 +217,18 @@ __global__ void __launch_bounds__(kBlock)
             va[i] = load_pack<T, K>(a + row * channels + c0);
             if constexpr (kMode >= 2) vb[i] = load_pack<T, K>(b + row * channels + c0);
             if constexpr (kMode == 4) vc[i] = load_pack<T, K>(c + row * channels + c0);
+            if constexpr (kMode == 5) vm[i] = bits[row * packs + c0 / K];
           }
         }
 #pragma unroll
         for (int i = 0; i < kInFlight; ++i) {
           const std::int64_t row = r + (h + i) * by;
           if (row >= rows) continue;
-          if constexpr (kMode == 4) {
-            va[i] = relu_masked(va[i], vc[kMode == 4 ? i : 0]);
+          if constexpr (kMasking) {
+            if constexpr (kMode == 4)
+              va[i] = relu_masked(va[i], vc[kMode == 4 ? i : 0]);
+            else
+              va[i] = bits_masked(va[i], vm[kMode == 5 ? i : 0]);
             store_pack<T, K>(masked_out + row * channels + c0, va[i]);
           }
           if constexpr (kMode == 3) {  // the values relu_backward writes: dy, or +0
@@ -233,7 +246,7 @@ __global__ void __launch_bounds__(kBlock)
                 s1[k] += d;
                 s2[k] = fmaf(d, d, s2[k]);
               }
-              if constexpr (kMode == 2 || kMode == 4) {
+              if constexpr (kMode == 2 || kMasking) {
                 const float xv = to_float(vb[i].v[k]);
                 float g = v;
                 if constexpr (kRelu) g = relu_passes<T>(xv, f[kRelu ? k : 0]) ? v : 0.0f;
@@ -278,24 +291,24 @@ template <int kMode, bool kRelu = false>
 Partials launch_tile_reduce(const void* a, const void* b, DType dt, const ChannelView& v,
                             const TilePlan& p, const float* mean, void* scratch,
                             cudaStream_t stream, const ReluMask& relu = {}, void* masked_out = nullptr,
-                            const void* c = nullptr) {
+                            const void* c = nullptr, const std::uint8_t* bits = nullptr) {
   auto* partial = static_cast<float*>(scratch);
   float* shift = reinterpret_cast<float*>(static_cast<char*>(scratch) + fast_partial_bytes(v, p));
   unsigned splits = 1;
   dispatch_float(dt, "channel reduction", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Mode 3 slices the rows as mode 0 (bias_grad) does, and mode 4 as mode 2: the same sums in the
-    // same order, so each fused pass gives the two passes' results bit for bit.
+    // Mode 3 slices the rows as mode 0 (bias_grad) does, and modes 4 and 5 as mode 2: the same sums in
+    // the same order, so each fused pass gives the two passes' results bit for bit.
     // Both halves of each pair launch the wave the less resident of the two fits, so that neither
     // runs a second, part-empty wave.
-    constexpr int kSliced = kMode == 3 ? 0 : kMode == 4 ? 2 : kMode;
+    constexpr int kSliced = kMode == 3 ? 0 : kMode == 4 || kMode == 5 ? 2 : kMode;
     constexpr int kPartner = kSliced == 0 ? 3 : kSliced == 2 && !kRelu ? 4 : kSliced;
     static const int resident = std::min(resident_blocks(tile_reduce_kernel<T, kSliced, kRelu>),
                                          resident_blocks(tile_reduce_kernel<T, kPartner, kRelu>));
     splits = wave_slices(resident, p, p.splits);  // one full wave: no half-empty second one
     tile_reduce_kernel<T, kMode, kRelu><<<dim3(p.groups, splits), dim3(p.bx, p.by), 0, stream>>>(
         static_cast<const T*>(a), static_cast<const T*>(b), v.outer, v.channels, mean, relu,
-        partial, shift, static_cast<T*>(masked_out), static_cast<const T*>(c));
+        partial, shift, static_cast<T*>(masked_out), static_cast<const T*>(c), bits);
   });
   CNNERGY_CUDA_LAUNCH_CHECK("tile_reduce");
   return Partials{nullptr, partial, kMode == 1 ? shift : nullptr, splits, v.channels};  // the fast layout
@@ -401,7 +414,9 @@ Partials reduce_channels(Reduce mode, bool fast, const void* a, const void* b, D
 }
 
 Partials reduce_masked_by_output(void* dy, const void* x, const void* y, DType dt, const ChannelView& v,
-                                 const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream) {
+                                 const TilePlan& t, const float* mean, void* scratch, cudaStream_t stream,
+                                 const std::uint8_t* bits) {
+  if (bits != nullptr) return launch_tile_reduce<5>(dy, x, dt, v, t, mean, scratch, stream, {}, dy, nullptr, bits);
   return launch_tile_reduce<4>(dy, x, dt, v, t, mean, scratch, stream, {}, dy, y);
 }
 

@@ -149,13 +149,22 @@ struct BatchNormParams {
   // writes act(round(bn(x)) + z), act the ReLU where relu is set; null: no residual. Backward
   // takes no residual (its dy is the gradient of bn(x)).
   const void* residual = nullptr;
+  // With a residual add and a ReLU, training on the tiled path: where forward also writes its output's
+  // mask (batch_norm_relu_mask_bytes bytes: a byte per row and 16-byte pack of channels, bit k set
+  // where element k was stored positive), for batch_norm_backward_masking to read in place of y.
+  // Null: none written.
+  std::uint8_t* relu_mask = nullptr;
 };
+// Bytes of BatchNormParams::relu_mask for this view (1/16 of the tensor's); 0 where the view takes no
+// tiled path (forward never writes a mask there).
+std::size_t batch_norm_relu_mask_bytes(const ChannelView& view, DType dtype);
 // The batch norm of the contract (fp32 parameters and statistics; x/y in dtype). Channel-last
 // views (NHWC, 2-D) with C a multiple of 16 bytes' worth of elements run tiled, vectorised kernels
 // with fp32 sums about a per-channel shift, finished in fp64; other views run generic kernels with
 // fp64 sums. sums (optional): x's per-channel sum then sum of squares (fp32, 2C), from the
 // convolution that wrote x; the statistics are then finished from them and x is read once.
-void batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
+// Returns whether it wrote params.relu_mask.
+bool batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
                                  const BatchNormParams& params, void* scratch, cudaStream_t stream,
@@ -183,24 +192,30 @@ void batch_norm_backward(const void* x, const void* dy, void* dx, DType dtype,
 // add's output gradient) is masked where y (the add's output, forward's y) is not positive and
 // written back masked (the add's other input shares it), then backward as above on it. One pass for
 // the mask and the sums on the tiled (channel-last) and plane (NCHW) paths; otherwise relu_backward
-// then backward.
+// then backward. relu_mask: the mask forward_training wrote of this y (BatchNormParams::relu_mask),
+// read in place of y on the tiled path (the same values, 1/16 of the bytes); null: y is read.
 void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* dx, DType dtype,
                                  const ChannelView& view, const float* gamma, const float* saved_mean,
                                  const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
-                                 void* scratch, cudaStream_t stream);
+                                 void* scratch, cudaStream_t stream, const std::uint8_t* relu_mask = nullptr);
 
 // ---- pooling and LRN (pool_lrn.cu) --------------------------------------------------------------
 struct PoolParams {
   std::int64_t out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   int mode;  // 0 max, 1 average including padding (window clipped to [-pad, in + pad)), 2 excluding
 };
+// argmax (max pooling with pool_backward_scratch_bytes > 0; may be null): also written, the bytes
+// pool_backward's argmax pass would write, for a later pool_backward to take as kept_argmax.
 void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const PoolParams& p,
-                  cudaStream_t stream);
+                  cudaStream_t stream, std::uint8_t* argmax = nullptr);
 // Scratch the backward needs (max pooling: one byte per output for the window argmax; 0 for
 // average pooling and for max windows of more than 255 elements, whose argmax is recomputed).
 std::size_t pool_backward_scratch_bytes(const Dims& x_dims, const PoolParams& p);
+// kept_argmax: what pool_forward wrote as argmax from this x; then no argmax pass runs, x is not read
+// (may be null) and scratch is unused.
 void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, DType dtype,
-                   const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream);
+                   const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream,
+                   const std::uint8_t* kept_argmax = nullptr);
 
 struct LrnParams {
   std::int64_t size;

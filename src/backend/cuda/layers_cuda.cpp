@@ -61,7 +61,14 @@ class CudaPool final : public PoolKernel {
     const std::int64_t floor_w = (d.w + 2 * d.pad_w - d.kernel_w) / d.stride_w + 1;
     const bool own_packs = layout_ == Layout::kNHWC && kernels::fills_packs(d.c, dtype_);
     use_cudnn_ = !own_packs && cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
-    if (!use_cudnn_) return;
+    if (!use_cudnn_) {
+      // Training on the own kernels: forward keeps the window argmax (a byte per output; 51 MiB for
+      // ResNet-50's stem pool at batch 256), and the executor then keeps neither x (392 MiB there in
+      // bf16) nor y for the backward, which also skips its argmax pass over x.
+      const std::size_t argmax_bytes = kernels::pool_backward_scratch_bytes(x_dims(), params_);
+      if (d.keep_argmax && argmax_bytes > 0) argmax_ = ctx_->scratch(argmax_bytes);
+      return;
+    }
     const cudnnPoolingMode_t mode = d.mode == PoolMode::kMax ? CUDNN_POOLING_MAX
                                     : d.mode == PoolMode::kAvgIncludePad
                                         ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
@@ -90,12 +97,21 @@ class CudaPool final : public PoolKernel {
         return;
       use_cudnn_ = false;
     }
-    kernels::pool_forward(x.raw(), dims_of(x), y.raw(), dtype_, params_, ctx_->stream());
+    kernels::pool_forward(x.raw(), dims_of(x), y.raw(), dtype_, params_, ctx_->stream(), kept_argmax());
   }
+
+  bool keeps_argmax() const override { return argmax_ != nullptr; }
 
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
                 bool accumulate) override {
     ctx_->activate();
+    if (argmax_) {  // the latest forward's argmax: x and y unread
+      check_device_tensor(dy, *ctx_, "pool2d backward", "dy", d_.output_shape(), dtype_, layout_);
+      check_device_tensor(dx, *ctx_, "pool2d backward", "dx", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_, layout_);
+      kernels::pool_backward(nullptr, dy.raw(), dx.raw(), x_dims(), dtype_, params_, accumulate, nullptr,
+                             ctx_->stream(), kept_argmax());
+      return;
+    }
     check_device_tensor(x, *ctx_, "pool2d backward", "x", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_,
                         layout_);
     check_device_tensor(dy, *ctx_, "pool2d backward", "dy", d_.output_shape(), dtype_, layout_);
@@ -120,12 +136,16 @@ class CudaPool final : public PoolKernel {
   }
 
  private:
+  kernels::Dims x_dims() const { return {d_.n, d_.c, d_.h, d_.w, layout_ == Layout::kNHWC}; }
+  std::uint8_t* kept_argmax() const { return argmax_ ? static_cast<std::uint8_t*>(argmax_->data()) : nullptr; }
+
   std::shared_ptr<CudaContext> ctx_;
   Pool2dDesc d_;
   DType dtype_;
   Layout layout_;
   kernels::PoolParams params_{};
   bool use_cudnn_ = false;
+  std::shared_ptr<Buffer> argmax_;  // Pool2dDesc::keep_argmax: the latest forward's window argmax
   PoolingDescriptor pool_desc_;
   TensorDescriptor x_desc_, y_desc_;
 };
@@ -276,10 +296,13 @@ class CudaBatchNorm final : public BatchNormKernel {
       use_cudnn_ = false;
     }
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
-    kernels::batch_norm_forward_training(x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta),
-                                         f32(running_mean), f32(running_var), f32(saved_mean),
-                                         f32(saved_inv_std), params(z), scratch->data(),
-                                         ctx_->stream(), forward_coef(), sums != nullptr ? f32(*sums) : nullptr);
+    kernels::BatchNormParams bp = params(z);
+    if (z != nullptr && d_.relu) bp.relu_mask = relu_mask();
+    const bool masked = kernels::batch_norm_forward_training(
+        x.raw(), y.raw(), dtype_, view_, f32(gamma), f32(beta), f32(running_mean), f32(running_var),
+        f32(saved_mean), f32(saved_inv_std), bp, scratch->data(), ctx_->stream(), forward_coef(),
+        sums != nullptr ? f32(*sums) : nullptr);
+    relu_mask_of_ = masked ? y.raw() : nullptr;
   }
 
   void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
@@ -352,9 +375,14 @@ class CudaBatchNorm final : public BatchNormKernel {
                                   std::pair{&dgamma, "dgamma"}, std::pair{&dbeta, "dbeta"}})
       check_param(*t, "backward_masking", name);
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
+    // Forward's mask of this y where it wrote one (BatchNormKernel::backward_masking's contract: y
+    // holds what the latest forward_training_residual wrote there).
+    const auto* mask = relu_mask_of_ != nullptr && relu_mask_of_ == y.raw()
+                           ? static_cast<const std::uint8_t*>(relu_mask_->data())
+                           : nullptr;
     kernels::batch_norm_backward_masking(x.raw(), y.raw(), dy.raw(), dx.raw(), dtype_, view_, f32(gamma),
                                          f32(saved_mean), f32(saved_inv_std), f32(dgamma), f32(dbeta), accumulate,
-                                         scratch->data(), ctx_->stream());
+                                         scratch->data(), ctx_->stream(), mask);
     return true;
   }
 
@@ -381,6 +409,19 @@ class CudaBatchNorm final : public BatchNormKernel {
   }
   float* forward_coef() const {
     return forward_coef_ ? static_cast<float*>(forward_coef_->data()) : nullptr;
+  }
+  // The fused add's ReLU mask buffer, allocated at the first training forward outside a CUDA graph
+  // capture (inference never needs it); null where the view has no tiled path or while capturing
+  // before it exists (the backward then reads y).
+  std::uint8_t* relu_mask() {
+    if (!relu_mask_) {
+      const std::size_t bytes = kernels::batch_norm_relu_mask_bytes(view_, dtype_);
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      CNNERGY_CUDA_CALL(cudaStreamIsCapturing(ctx_->stream(), &capture));
+      if (bytes == 0 || capture != cudaStreamCaptureStatusNone) return nullptr;
+      relu_mask_ = ctx_->scratch(bytes);
+    }
+    return static_cast<std::uint8_t*>(relu_mask_->data());
   }
 
   // 4-D (N, C, H, W) in the backend's layout; with H = W = 1 also 2-D (N, C) or 4-D in any layout
@@ -421,6 +462,8 @@ class CudaBatchNorm final : public BatchNormKernel {
   cudnnBatchNormMode_t mode_ = CUDNN_BATCHNORM_SPATIAL;
   TensorDescriptor x_desc_, param_desc_;
   std::shared_ptr<Buffer> forward_coef_;  // fused ReLU: the latest forward_training's scale, shift
+  std::shared_ptr<Buffer> relu_mask_;     // fused add + ReLU: the latest training output's mask
+  const void* relu_mask_of_ = nullptr;    // the y that mask is of (null: none written)
 };
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------

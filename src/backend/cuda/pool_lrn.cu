@@ -272,10 +272,10 @@ __device__ __forceinline__ void window_argmax(const T* x, const Geometry<I>& g, 
 }
 
 // The kernels take one thread per item (exact_grid); the grid-stride loop runs in 64 bits, the
-// item index in I.
+// item index in I. With argmax (max mode), forward also writes pool_argmax_kernel's bytes.
 template <typename T, int K, typename I>
 __global__ void __launch_bounds__(kBlock)
-    pool_forward_kernel(const T* x, T* y, Geometry<I> g, std::int64_t items) {
+    pool_forward_kernel(const T* x, T* y, Geometry<I> g, std::int64_t items, std::uint8_t* argmax) {
   CNNERGY_GRID_STRIDE(item, items) {
     const I q = static_cast<I>(item);
     const Location<I> o = item_location(g, K, q);
@@ -284,6 +284,12 @@ __global__ void __launch_bounds__(kBlock)
     if (g.mode == 0) {
       int pos[K];
       window_argmax<T, K>(x, g, o.n, o.c, win, out, pos);
+      if (argmax != nullptr) {
+        Pack<std::uint8_t, K> r;
+#pragma unroll
+        for (int k = 0; k < K; ++k) r.v[k] = static_cast<std::uint8_t>(pos[k] < 0 ? kNoArgmax : pos[k]);
+        store_pack<std::uint8_t, K>(argmax + q * K, r);
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < K; ++k) out[k] = 0.0f;
@@ -465,9 +471,10 @@ std::size_t pool_backward_scratch_bytes(const Dims& x_dims, const PoolParams& p)
 }
 
 void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const PoolParams& p,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, std::uint8_t* argmax) {
   const std::int64_t count = x_dims.n * x_dims.c * p.out_h * p.out_w;
   if (count == 0) return;
+  if (pool_backward_scratch_bytes(x_dims, p) == 0) argmax = nullptr;  // average, or windows beyond a byte
   dispatch_float(dtype, "pool_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int K = kVec<T>;
@@ -477,24 +484,29 @@ void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const
       using I = decltype(index);
       if (pool_packs<T>(x_dims, x, y, nullptr))
         pool_forward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
-            xt, yt, geometry<I>(x_dims, p, K, true), count / K);
+            xt, yt, geometry<I>(x_dims, p, K, true), count / K, argmax);
       else
         pool_forward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
-            xt, yt, geometry<I>(x_dims, p, 1, true), count);
+            xt, yt, geometry<I>(x_dims, p, 1, true), count, argmax);
     });
   });
   CNNERGY_CUDA_LAUNCH_CHECK("pool_forward");
 }
 
 void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, DType dtype,
-                   const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream) {
+                   const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream,
+                   const std::uint8_t* kept_argmax) {
   const std::int64_t count = x_dims.numel();
   const std::int64_t out_count = x_dims.n * x_dims.c * p.out_h * p.out_w;
   if (count == 0) return;
+  if (pool_backward_scratch_bytes(x_dims, p) == 0) kept_argmax = nullptr;
   // The argmax pass needs the scratch of pool_backward_scratch_bytes; without it (or for windows
-  // beyond a byte) the gather pass recomputes each window's argmax.
-  auto* argmax =
-      pool_backward_scratch_bytes(x_dims, p) > 0 ? static_cast<std::uint8_t*>(scratch) : nullptr;
+  // beyond a byte) the gather pass recomputes each window's argmax. A kept argmax needs no pass.
+  const bool kept = kept_argmax != nullptr;
+  const std::uint8_t* argmax =
+      kept ? kept_argmax
+           : pool_backward_scratch_bytes(x_dims, p) > 0 ? static_cast<const std::uint8_t*>(scratch) : nullptr;
+  auto* argmax_out = kept ? nullptr : static_cast<std::uint8_t*>(scratch);
   dispatch_float(dtype, "pool_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int K = kVec<T>;
@@ -510,15 +522,15 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
       const Geometry<I> outputs = geometry<I>(x_dims, p, k, true);
       const Geometry<I> inputs = geometry<I>(x_dims, p, k, false);
       if (k == K) {
-        if (argmax != nullptr && out_count > 0)
+        if (argmax_out != nullptr && argmax != nullptr && out_count > 0)
           pool_argmax_kernel<T, K, I><<<exact_grid(out_count / K), kBlock, 0, stream>>>(
-              xt, argmax, outputs, out_count / K);
+              xt, argmax_out, outputs, out_count / K);
         pool_backward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
             xt, dyt, argmax, dxt, inputs, accumulate, count / K);
       } else {
-        if (argmax != nullptr && out_count > 0)
+        if (argmax_out != nullptr && argmax != nullptr && out_count > 0)
           pool_argmax_kernel<T, 1, I>
-              <<<exact_grid(out_count), kBlock, 0, stream>>>(xt, argmax, outputs, out_count);
+              <<<exact_grid(out_count), kBlock, 0, stream>>>(xt, argmax_out, outputs, out_count);
         pool_backward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
             xt, dyt, argmax, dxt, inputs, accumulate, count);
       }

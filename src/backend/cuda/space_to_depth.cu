@@ -46,6 +46,54 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The common first layers, S and C known at compile time (ResNet's and GoogLeNet's 7x7/2 over 3
+// channels: S = 2, 16 rearranged channels; AlexNet's 11x11/4: S = 4, 48): a thread per rearranged
+// pixel reads its S rows of S * C consecutive inputs and writes its kCs channels as 16-byte packs
+// (xs 16-byte aligned; kCs * sizeof(T) a multiple of 16), so a warp's reads and writes are
+// contiguous runs and the index arithmetic is once per pixel, not per element.
+template <typename T, int S, int C, int kCs>
+__global__ void __launch_bounds__(kBlock)
+    space_to_depth_pixels_kernel(const T* x, T* xs, SpaceToDepthGeom g, unsigned pixels, unsigned samples) {
+  static_assert(C * S * S <= kCs, "the rearranged channels hold every tap");
+  constexpr int K = kVec<T>;
+  static_assert(kCs % K == 0, "whole packs a pixel");
+  const unsigned h = static_cast<unsigned>(g.h), w = static_cast<unsigned>(g.w);
+  const unsigned ws = static_cast<unsigned>(g.ws);
+  const std::int64_t in_per_sample = g.h * g.w * C;
+  for (unsigned n = blockIdx.y; n < samples; n += gridDim.y) {
+    const T* xn = x + static_cast<std::int64_t>(n) * in_per_sample;
+    T* xsn = xs + static_cast<std::int64_t>(n) * pixels * kCs;
+    for (unsigned pixel = blockIdx.x * blockDim.x + threadIdx.x; pixel < pixels; pixel += gridDim.x * blockDim.x) {
+      const unsigned bw = pixel % ws, bh = pixel / ws;
+      Pack<T, K> out[kCs / K];
+#pragma unroll
+      for (int q = 0; q < kCs / K; ++q)
+#pragma unroll
+        for (int e = 0; e < K; ++e) out[q].v[e] = from_float<T>(0.0f);
+#pragma unroll
+      for (int sy = 0; sy < S; ++sy) {
+        // Unsigned wrap-around turns a row or column above or left of the image into one past it.
+        const unsigned i = bh * S + sy - static_cast<unsigned>(g.pad_top);
+        if (i >= h) continue;
+#pragma unroll
+        for (int sx = 0; sx < S; ++sx) {
+          const unsigned k = bw * S + sx - static_cast<unsigned>(g.pad_left);
+          if (k >= w) continue;
+          const T* src = xn + (i * w + k) * C;
+#pragma unroll
+          for (int ch = 0; ch < C; ++ch) {
+            const int o = (sy * S + sx) * C + ch;
+            out[o / K].v[o % K] = src[ch];
+          }
+        }
+      }
+      T* dst = xsn + static_cast<std::int64_t>(pixel) * kCs;
+#pragma unroll
+      for (int q = 0; q < kCs / K; ++q) store_pack<T, K>(dst + q * K, out[q]);
+    }
+  }
+}
+
 // The logical (k, c, r, s) of flat index j in a K x C x R x S filter: KCRS in NCHW, K R S C in NHWC.
 struct FilterIndex {
   std::int64_t k, c, r, s;
@@ -124,13 +172,27 @@ void space_to_depth_input(const void* x, void* xs, DType dtype, const SpaceToDep
   if (per_sample >= (std::int64_t{1} << 31) || g.h * g.w * g.c >= (std::int64_t{1} << 31) ||
       g.n >= (std::int64_t{1} << 31))
     throw InvalidArgument("space_to_depth_input: a sample too large for 32-bit indices");
-  const auto blocks_x = static_cast<unsigned>(std::min<std::int64_t>((per_sample + kBlock - 1) / kBlock, 4096));
   const auto blocks_y = static_cast<unsigned>(std::min<std::int64_t>(g.n, 65535));
+  const std::int64_t pixels = g.hs * g.ws;
+  const auto pixel_blocks = static_cast<unsigned>(std::min<std::int64_t>((pixels + kBlock - 1) / kBlock, 4096));
+  const bool packs = aligned_for(16, xs);
   dispatch_float(dtype, "space_to_depth_input", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    space_to_depth_input_kernel<T><<<dim3(blocks_x, blocks_y), kBlock, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(xs), g, static_cast<unsigned>(per_sample),
-        static_cast<unsigned>(g.n));
+    auto by_pixel = [&](auto kernel) {
+      kernel<<<dim3(pixel_blocks, blocks_y), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(xs), g,
+                                                                 static_cast<unsigned>(pixels),
+                                                                 static_cast<unsigned>(g.n));
+    };
+    if (packs && g.stride == 2 && g.c == 3 && g.cs == 16) {
+      by_pixel(space_to_depth_pixels_kernel<T, 2, 3, 16>);
+    } else if (packs && g.stride == 4 && g.c == 3 && g.cs == 48) {
+      by_pixel(space_to_depth_pixels_kernel<T, 4, 3, 48>);
+    } else {
+      const auto blocks_x = static_cast<unsigned>(std::min<std::int64_t>((per_sample + kBlock - 1) / kBlock, 4096));
+      space_to_depth_input_kernel<T><<<dim3(blocks_x, blocks_y), kBlock, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(xs), g, static_cast<unsigned>(per_sample),
+          static_cast<unsigned>(g.n));
+    }
   });
   CNNERGY_CUDA_LAUNCH_CHECK("space_to_depth_input");
 }
