@@ -141,6 +141,7 @@ struct Cell {
   StatisticsFusion fuse_statistics = StatisticsFusion::kWhereFaster;  // BackendOptions::conv_statistics_fusion
   std::size_t conv_statistics = 0;  // batch norms given their statistics by their convolution
   std::size_t conv_statistics_computed = 0;  // of them, taken from it at the last step (cuDNN's graph ran)
+  std::size_t kept_pool_argmaxes = 0;  // max pools keeping their argmax from forward (MemoryReport)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
@@ -286,6 +287,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.recomputed_outputs = held.recomputed_outputs;
   cell.conv_statistics = held.conv_statistics;
+  cell.kept_pool_argmaxes = held.kept_pool_argmaxes;
   cell.conv_statistics_computed = exec.statistics_from_convolutions();
   cell.recomputed_mib = static_cast<double>(held.recomputed_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
@@ -493,6 +495,7 @@ int main(int argc, char** argv) {
             << ", \"fuse_statistics\": \"" << statistics_fusion_name(c.fuse_statistics) << "\""
             << ", \"conv_statistics\": " << c.conv_statistics
             << ", \"conv_statistics_computed\": " << c.conv_statistics_computed
+            << ", \"kept_pool_argmaxes\": " << c.kept_pool_argmaxes
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms

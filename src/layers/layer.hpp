@@ -172,6 +172,11 @@ class Layer {
     return false;
   }
   virtual void use_statistics(const std::shared_ptr<BatchStatistics>& link) { (void)link; }
+  // Argmax keeping, for training executors (between setup() and bind()): a max pool whose input
+  // nothing else reads in backward is offered to keep its argmax from forward; it then asks its
+  // kernel to (Pool2dDesc::keep_argmax), and where the kernel does (PoolKernel::keeps_argmax) it
+  // needs neither its input nor its output in backward.
+  virtual void offer_argmax_keeping() {}
   // Batch-norm folding, for inference executors (decided between setup() and bind(), like ReLU
   // fusion). A layer that can apply a per-output-channel affine map y = scale * f(x) + shift itself
   // (a convolution: scaled weights, a bias) takes the eval-mode batch norm that is its output's sole

@@ -78,15 +78,17 @@ class PoolLayer final : public Layer {
 
   void create_kernels(Backend& backend) override {
     Pool2dDesc d = desc_;
-    d.keep_argmax = with_gradients() && input_grad_needed() && d.mode == PoolMode::kMax;
+    d.keep_argmax = argmax_offered_ && with_gradients() && input_grad_needed() && d.mode == PoolMode::kMax;
     kernel_ = backend.make_pool(d);
   }
+  void offer_argmax_keeping() override { argmax_offered_ = !bound(); }
   bool keeps_argmax() const { return kernel_ && kernel_->keeps_argmax(); }
 
  private:
   PoolSpec spec_;
   Pool2dDesc desc_;
   std::unique_ptr<PoolKernel> kernel_;
+  bool argmax_offered_ = false;  // Layer::offer_argmax_keeping
 };
 
 }  // namespace

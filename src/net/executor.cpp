@@ -99,6 +99,7 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   forward_taken_output_of_.assign(layers_.size(), -1);
   if (options_.fuse_residual) fuse_residuals();
   if (options_.training) fuse_statistics();
+  if (options_.training) offer_argmax_keeping();
   if (backend_.device().is_cpu()) {
     host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
     host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
@@ -122,6 +123,7 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   }
   plan_and_allocate();
   for (const auto& l : layers_) {
+    memory_.kept_pool_argmaxes += l->type() == "max_pool" && options_.training && !l->needs_inputs_in_backward();
     for (const auto& p : l->parameters())
       memory_.parameter_bytes += p.master.size_bytes() + p.working.size_bytes() + p.grad.size_bytes();
     for (const auto& b : l->buffers()) memory_.layer_state_bytes += b.tensor.size_bytes();
@@ -281,6 +283,34 @@ void Executor::fuse_residuals() {
       }
       break;
     }
+  }
+}
+
+// A max pool whose input nothing else reads in backward may keep its argmax from forward
+// (Layer::offer_argmax_keeping), and its input then dies after forward. Where another layer reads
+// that memory in backward anyway (VGG's convolutions keep their fused ReLU's output), the argmax
+// bytes would only add to the peak: the pool reads its input again instead. Walks through absorbed
+// producers (a ReLU fused into the layer before it) to the layer that writes the memory.
+void Executor::offer_argmax_keeping() {
+  // Whether tensor t's memory is read in backward by a layer other than `reader`.
+  auto read_by_others = [&](auto&& self, int t, std::size_t reader) -> bool {
+    const GraphTensor& gt = graph_.tensor(t);
+    if (t == graph_.input_tensor() || t == graph_.logits_tensor() || gt.producer < 0) return true;
+    for (int c : gt.consumers)
+      if (static_cast<std::size_t>(c) != reader && layers_[static_cast<std::size_t>(c)]->needs_inputs_in_backward())
+        return true;
+    const auto producer = static_cast<std::size_t>(gt.producer);
+    const Layer& p = *layers_[producer];
+    if (p.needs_outputs_in_backward() || forward_taken_output_of_[producer] >= 0) return true;
+    if (!p.absorbed()) return false;
+    const auto& ins = graph_.layer_inputs(producer);
+    return ins.size() != 1 || self(self, ins[0], producer);
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& pool = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (pool.type() != "max_pool" || ins.size() != 1 || read_by_others(read_by_others, ins[0], i)) continue;
+    pool.offer_argmax_keeping();
   }
 }
 

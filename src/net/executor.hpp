@@ -116,6 +116,7 @@ struct MemoryReport {
   std::size_t fused_residuals = 0;    // residual adds taken by the folded convolution or batch norm before them
   std::size_t fused_residual_masks = 0;  // of them, adds whose ReLU's backward mask their batch norm does
   std::size_t conv_statistics = 0;    // batch norms given their statistics by the convolution before them
+  std::size_t kept_pool_argmaxes = 0; // max pools that keep their argmax from forward (their input freed)
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -207,6 +208,7 @@ class Executor {
   void fuse_relus();
   void fuse_residuals();
   void fuse_statistics();
+  void offer_argmax_keeping();
   void fold_batch_norms();
   void park_masters();
   void plan_and_allocate();

@@ -270,6 +270,19 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
   }
 }
 
+// A max pool keeps its argmax from forward only where that frees its input: ResNet's stem pool (its
+// input, the stem batch norm's output, is read by nothing else in backward) keeps it; VGG-16's five do
+// not (each input is also the fused ReLU output its convolution keeps for the ReLU's mask, so argmax
+// bytes would only add to the peak).
+TEST_F(GpuTraining, MaxPoolsKeepTheirArgmaxOnlyWhereTheirInputDies) {
+  for (const auto& [model, expected] : {std::pair{"resnet50", 1u}, std::pair{"vgg16", 0u}}) {
+    auto backend = gpu(DType::kBF16, Layout::kNHWC, "heuristic");
+    auto graph = build_model(model, Shape{3, 64, 64}, 10);
+    const OneStep st = one_step(*graph, *backend, ExecutorOptions{}, 5, 3);
+    EXPECT_EQ(st.memory.kept_pool_argmaxes, expected) << model;
+  }
+}
+
 // Batch-norm outputs recomputed in backward (ExecutorOptions::activation_budget_bytes = 0) train as
 // kept ones do on the GPU: one ResNet-50 step, the logits and running statistics bit for bit (forward
 // is unchanged), the loss, and every parameter gradient within cuDNN's weight-gradient ordering
