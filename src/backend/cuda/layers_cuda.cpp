@@ -105,17 +105,15 @@ class CudaPool final : public PoolKernel {
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
                 bool accumulate) override {
     ctx_->activate();
+    check_device_tensor(dy, *ctx_, "pool2d backward", "dy", d_.output_shape(), dtype_, layout_);
+    check_device_tensor(dx, *ctx_, "pool2d backward", "dx", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_,
+                        layout_);
     if (argmax_) {  // the latest forward's argmax: x and y unread
-      check_device_tensor(dy, *ctx_, "pool2d backward", "dy", d_.output_shape(), dtype_, layout_);
-      check_device_tensor(dx, *ctx_, "pool2d backward", "dx", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_, layout_);
       kernels::pool_backward(nullptr, dy.raw(), dx.raw(), x_dims(), dtype_, params_, accumulate, nullptr,
                              ctx_->stream(), kept_argmax());
       return;
     }
     check_device_tensor(x, *ctx_, "pool2d backward", "x", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_,
-                        layout_);
-    check_device_tensor(dy, *ctx_, "pool2d backward", "dy", d_.output_shape(), dtype_, layout_);
-    check_device_tensor(dx, *ctx_, "pool2d backward", "dx", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_,
                         layout_);
     if (use_cudnn_) {
       check_device_tensor(y, *ctx_, "pool2d backward", "y", d_.output_shape(), dtype_, layout_);

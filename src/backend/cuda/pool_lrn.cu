@@ -499,14 +499,12 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
   const std::int64_t count = x_dims.numel();
   const std::int64_t out_count = x_dims.n * x_dims.c * p.out_h * p.out_w;
   if (count == 0) return;
-  if (pool_backward_scratch_bytes(x_dims, p) == 0) kept_argmax = nullptr;
-  // The argmax pass needs the scratch of pool_backward_scratch_bytes; without it (or for windows
-  // beyond a byte) the gather pass recomputes each window's argmax. A kept argmax needs no pass.
-  const bool kept = kept_argmax != nullptr;
-  const std::uint8_t* argmax =
-      kept ? kept_argmax
-           : pool_backward_scratch_bytes(x_dims, p) > 0 ? static_cast<const std::uint8_t*>(scratch) : nullptr;
-  auto* argmax_out = kept ? nullptr : static_cast<std::uint8_t*>(scratch);
+  // The argmax pass writes into the scratch of pool_backward_scratch_bytes; a kept argmax needs no
+  // pass; without either (average pooling, windows beyond a byte) the gather pass recomputes each
+  // window's argmax.
+  const bool has_argmax = pool_backward_scratch_bytes(x_dims, p) > 0;
+  std::uint8_t* argmax_out = has_argmax && kept_argmax == nullptr ? static_cast<std::uint8_t*>(scratch) : nullptr;
+  const std::uint8_t* argmax = has_argmax && kept_argmax != nullptr ? kept_argmax : argmax_out;
   dispatch_float(dtype, "pool_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int K = kVec<T>;
@@ -522,13 +520,13 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
       const Geometry<I> outputs = geometry<I>(x_dims, p, k, true);
       const Geometry<I> inputs = geometry<I>(x_dims, p, k, false);
       if (k == K) {
-        if (argmax_out != nullptr && argmax != nullptr && out_count > 0)
+        if (argmax_out != nullptr && out_count > 0)
           pool_argmax_kernel<T, K, I><<<exact_grid(out_count / K), kBlock, 0, stream>>>(
               xt, argmax_out, outputs, out_count / K);
         pool_backward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
             xt, dyt, argmax, dxt, inputs, accumulate, count / K);
       } else {
-        if (argmax_out != nullptr && argmax != nullptr && out_count > 0)
+        if (argmax_out != nullptr && out_count > 0)
           pool_argmax_kernel<T, 1, I>
               <<<exact_grid(out_count), kBlock, 0, stream>>>(xt, argmax_out, outputs, out_count);
         pool_backward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
