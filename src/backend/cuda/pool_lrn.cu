@@ -6,8 +6,11 @@
 // (fp16/bf16) or 4 (fp32) channels per access. Max-pool backward runs in two gather passes: the
 // window argmax of every output (one byte per output) from x, then for every input the windows that
 // hold it, summing dy where the input is the argmax. No atomics (deterministic, exact in fp16/bf16)
-// and no dependence on a previous forward call. The pooling index math runs in 32-bit ints
-// (division by multiply-shift) where the call's coordinates and offsets fit, in 64 bits otherwise.
+// and no dependence on a previous forward call; a training forward may keep the argmax bytes
+// instead (Pool2dDesc::keep_argmax). Stride-2 windows of at most 3 x 3 gather per 2 x 2 tile of
+// inputs (pool_backward_tile_kernel), and global average pooling's backward has a kernel of its own. The pooling
+// index math runs in 32-bit ints (division by multiply-shift) where the call's coordinates and
+// offsets fit, in 64 bits otherwise.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -402,6 +405,117 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// Max pooling with stride 2 and windows of at most 3 x 3 (ResNet's stem, VGG's and AlexNet's pools),
+// NHWC packs, argmax bytes given: a 2 x 2 tile of inputs lies in at most 2 x 2 windows (per dimension
+// the windows holding rows 2i and 2i + 1 span at most floor(kernel / 2) + 1 of them). One thread per
+// tile and channel pack loads each of those windows' dy and argmax bytes once for its four inputs,
+// where pool_backward_kernel loads them once per input (2.25 times as many for 3 x 3 windows) and
+// works out an input's coordinates per input. Each input sums its windows in the same order
+// (rows, then columns) as pool_backward_kernel: the same values bit for bit. g's item divisors are
+// those of the tiles (packs, tile columns, tile rows).
+template <typename T, int K>
+__global__ void __launch_bounds__(kBlock)
+    pool_backward_tile_kernel(const T* dy, const std::uint8_t* argmax, T* dx, Geometry<int> g,
+                              bool accumulate, std::int64_t items) {
+  CNNERGY_GRID_STRIDE(item, items) {
+    const Location<int> t = item_location(g, K, static_cast<int>(item));  // t.h, t.w: the tile
+    const int h0 = 2 * t.h, w0 = 2 * t.w;
+    // The windows holding rows h0, h0 + 1 and columns w0, w0 + 1 (stride 2).
+    const int nh = h0 + g.pad_h - g.kernel_h + 1, nw = w0 + g.pad_w - g.kernel_w + 1;
+    const int oh0 = nh <= 0 ? 0 : (nh + 1) >> 1, ow0 = nw <= 0 ? 0 : (nw + 1) >> 1;
+    const int oh1 = min(g.out_h - 1, (h0 + 1 + g.pad_h) >> 1);
+    const int ow1 = min(g.out_w - 1, (w0 + 1 + g.pad_w) >> 1);
+    Held<T, K> d[2][2];
+    Held<std::uint8_t, K> a[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (oh0 + i <= oh1 && ow0 + j <= ow1) {
+          const int out = y_at(g, t.n, t.c, oh0 + i, ow0 + j);
+          d[i][j] = load_held<T, K>(dy + out);
+          a[i][j] = load_held<std::uint8_t, K>(argmax + out);
+        }
+#pragma unroll
+    for (int dh = 0; dh < 2; ++dh)
+#pragma unroll
+      for (int dw = 0; dw < 2; ++dw) {
+        const int h = h0 + dh, w = w0 + dw;
+        if (h >= g.h || w >= g.w) continue;
+        float acc[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int hs = (oh0 + i) * 2 - g.pad_h;
+          if (oh0 + i > oh1 || h < hs || h >= hs + g.kernel_h) continue;
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int ws = (ow0 + j) * 2 - g.pad_w;
+            if (ow0 + j > ow1 || w < ws || w >= ws + g.kernel_w) continue;
+            const int mine = (h - hs) * g.kernel_w + (w - ws);
+#pragma unroll
+            for (int k = 0; k < K; ++k)
+              if (lane_byte(a[i][j], k) == mine) acc[k] += lane_float<T>(d[i][j], k);
+          }
+        }
+        T* at = dx + x_at(g, t.n, t.c, h, w);
+        Pack<T, K> r;
+        if (accumulate) r = load_pack<T, K>(at);
+#pragma unroll
+        for (int k = 0; k < K; ++k) r.v[k] = from_float<T>(accumulate ? acc[k] + to_float(r.v[k]) : acc[k]);
+        store_pack<T, K>(at, r);
+      }
+  }
+}
+
+// Global average pooling's backward (one window, the whole plane: ResNet's and GoogLeNet's heads),
+// NHWC packs: a thread per input pack, dy / (H * W) as pool_backward_kernel computes it, without
+// its window walk (twice as fast at ResNet-50's head). The forward keeps pool_forward_kernel, which
+// already reads at the memory's pace there.
+// plane_packs: positions * packs (the packs of one image's input).
+template <typename T, int K>
+__global__ void __launch_bounds__(kBlock)
+    global_avg_backward_kernel(const T* dy, T* dx, Divisor<int> plane_packs, Divisor<int> packs,
+                               float divisor, bool accumulate, std::int64_t items) {
+  CNNERGY_GRID_STRIDE(item, items) {
+    const int q = static_cast<int>(item);
+    const int n = plane_packs.div(q);
+    const int pack = q - packs.div(q) * packs.d;
+    const Held<T, K> d = load_held<T, K>(dy + (static_cast<std::int64_t>(n) * packs.d + pack) * K);
+    Pack<T, K> r;
+    if (accumulate) r = load_pack<T, K>(dx + item * K);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float g = lane_float<T>(d, k) / divisor;
+      r.v[k] = from_float<T>(accumulate ? g + to_float(r.v[k]) : g);
+    }
+    store_pack<T, K>(dx + item * K, r);
+  }
+}
+
+// Whether global_avg_backward_kernel runs the call: average mode, one window of the whole plane
+// without padding, packs, int index math.
+bool pool_global(const Dims& x, const PoolParams& p, bool packs, bool int_index) {
+  return packs && int_index && p.mode != 0 && p.out_h == 1 && p.out_w == 1 && p.kernel_h == x.h &&
+         p.kernel_w == x.w && p.pad_h == 0 && p.pad_w == 0 && x.h * x.w > 0;
+}
+
+// Whether pool_backward_tile_kernel runs the call: max mode with argmax bytes, stride 2 and windows
+// of at most 3 in both dimensions, packs, int index math.
+bool pool_tiles(const PoolParams& p, bool packs, bool int_index, bool argmax) {
+  return packs && int_index && argmax && p.mode == 0 && p.stride_h == 2 && p.stride_w == 2 &&
+         p.kernel_h <= 3 && p.kernel_w <= 3;
+}
+
+// The input geometry with the tiles' item divisors (packs, tile columns, tile rows).
+Geometry<int> tile_geometry(const Dims& x, const PoolParams& p, int k) {
+  Geometry<int> g = geometry<int>(x, p, k, false);
+  g.item[1] = Divisor<int>(std::max<std::int64_t>((x.w + 1) / 2, 1));
+  g.item[2] = Divisor<int>(std::max<std::int64_t>((x.h + 1) / 2, 1));
+  return g;
+}
+
 // Packs of kVec<T> channels for NHWC tensors whose channels fill them; single elements otherwise.
 template <typename T>
 bool pool_packs(const Dims& d, const void* a, const void* b, const void* c) {
@@ -523,8 +637,19 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
         if (argmax_out != nullptr && out_count > 0)
           pool_argmax_kernel<T, K, I><<<exact_grid(out_count / K), kBlock, 0, stream>>>(
               xt, argmax_out, outputs, out_count / K);
-        pool_backward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
-            xt, dyt, argmax, dxt, inputs, accumulate, count / K);
+        if (pool_global(x_dims, p, true, std::is_same_v<I, int>)) {
+          const std::int64_t packs_per_image = x_dims.c / K;
+          global_avg_backward_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(
+              dyt, dxt, Divisor<int>(x_dims.h * x_dims.w * packs_per_image), Divisor<int>(packs_per_image),
+              static_cast<float>(x_dims.h * x_dims.w), accumulate, count / K);
+        } else if (pool_tiles(p, true, std::is_same_v<I, int>, argmax != nullptr)) {
+          const std::int64_t tiles = x_dims.n * ((x_dims.h + 1) / 2) * ((x_dims.w + 1) / 2) * (x_dims.c / K);
+          pool_backward_tile_kernel<T, K><<<exact_grid(tiles), kBlock, 0, stream>>>(
+              dyt, argmax, dxt, tile_geometry(x_dims, p, K), accumulate, tiles);
+        } else {
+          pool_backward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
+              xt, dyt, argmax, dxt, inputs, accumulate, count / K);
+        }
       } else {
         if (argmax_out != nullptr && out_count > 0)
           pool_argmax_kernel<T, 1, I>
