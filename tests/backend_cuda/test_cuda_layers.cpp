@@ -197,13 +197,13 @@ TEST_F(CudaLayers, PoolingMatchesCpu) {
   int kept_cases = 0;
   std::vector<PoolCase> cases = pool_cases(5);
   for (PoolCase& c : pool_cases(16)) cases.push_back(c);
-  // A 16x16 max window (256 elements, more than the one-byte argmax holds): the backward
-  // recomputes each window's argmax, in packs and element by element.
   // Stride 2, 3x3 max windows over an odd width and height: the last 2x2 tiles of inputs of the
   // tiled backward (pool_backward_tile_kernel) reach past both edges.
   Pool2dDesc odd = pool_desc(3, 3, 2, 2, 1, 1, false, PoolMode::kMax, 16);
   odd.w = 9;
   cases.push_back({"max_odd_width", odd});
+  // A 16x16 max window (256 elements, more than the one-byte argmax holds): the backward
+  // recomputes each window's argmax, in packs and element by element.
   for (const std::int64_t channels : {8, 3}) {
     Pool2dDesc big = pool_desc(16, 16, 2, 2, 1, 1, false, PoolMode::kMax, channels);
     big.h = big.w = 16;

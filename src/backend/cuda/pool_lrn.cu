@@ -470,9 +470,10 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // Global average pooling's backward (one window, the whole plane: ResNet's and GoogLeNet's heads),
-// NHWC packs: a thread per input pack, dy / (H * W) as pool_backward_kernel computes it, without
-// its window walk (twice as fast at ResNet-50's head). The forward keeps pool_forward_kernel, which
-// already reads at the memory's pace there.
+// NHWC packs: a thread per input pack, dy / (H * W) (pool_backward_kernel's value; only a zero's sign
+// may differ, where that kernel adds the quotient to +0), without the window walk (twice as fast at
+// ResNet-50's head). The forward keeps pool_forward_kernel, which already reads at the memory's pace
+// there.
 // plane_packs: positions * packs (the packs of one image's input).
 template <typename T, int K>
 __global__ void __launch_bounds__(kBlock)
