@@ -495,17 +495,17 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Whether global_avg_backward_kernel runs the call: average mode, one window of the whole plane
-// without padding, packs, int index math.
-bool pool_global(const Dims& x, const PoolParams& p, bool packs, bool int_index) {
-  return packs && int_index && p.mode != 0 && p.out_h == 1 && p.out_w == 1 && p.kernel_h == x.h &&
+// Whether global_avg_backward_kernel runs a packed call: average mode, one window of the whole plane
+// without padding, int index math.
+bool pool_global(const Dims& x, const PoolParams& p, bool int_index) {
+  return int_index && p.mode != 0 && p.out_h == 1 && p.out_w == 1 && p.kernel_h == x.h &&
          p.kernel_w == x.w && p.pad_h == 0 && p.pad_w == 0 && x.h * x.w > 0;
 }
 
-// Whether pool_backward_tile_kernel runs the call: max mode with argmax bytes, stride 2 and windows
-// of at most 3 in both dimensions, packs, int index math.
-bool pool_tiles(const PoolParams& p, bool packs, bool int_index, bool argmax) {
-  return packs && int_index && argmax && p.mode == 0 && p.stride_h == 2 && p.stride_w == 2 &&
+// Whether pool_backward_tile_kernel runs a packed call: max mode with argmax bytes, stride 2 and
+// windows of at most 3 in both dimensions, int index math.
+bool pool_tiles(const PoolParams& p, bool int_index, bool argmax) {
+  return int_index && argmax && p.mode == 0 && p.stride_h == 2 && p.stride_w == 2 &&
          p.kernel_h <= 3 && p.kernel_w <= 3;
 }
 
@@ -638,12 +638,12 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
         if (argmax_out != nullptr && out_count > 0)
           pool_argmax_kernel<T, K, I><<<exact_grid(out_count / K), kBlock, 0, stream>>>(
               xt, argmax_out, outputs, out_count / K);
-        if (pool_global(x_dims, p, true, std::is_same_v<I, int>)) {
+        if (pool_global(x_dims, p, std::is_same_v<I, int>)) {
           const std::int64_t packs_per_image = x_dims.c / K;
           global_avg_backward_kernel<T, K><<<exact_grid(count / K), kBlock, 0, stream>>>(
               dyt, dxt, Divisor<int>(x_dims.h * x_dims.w * packs_per_image), Divisor<int>(packs_per_image),
               static_cast<float>(x_dims.h * x_dims.w), accumulate, count / K);
-        } else if (pool_tiles(p, true, std::is_same_v<I, int>, argmax != nullptr)) {
+        } else if (pool_tiles(p, std::is_same_v<I, int>, argmax != nullptr)) {
           const std::int64_t tiles = x_dims.n * ((x_dims.h + 1) / 2) * ((x_dims.w + 1) / 2) * (x_dims.c / K);
           pool_backward_tile_kernel<T, K><<<exact_grid(tiles), kBlock, 0, stream>>>(
               dyt, argmax, dxt, tile_geometry(x_dims, p, K), accumulate, tiles);
