@@ -142,6 +142,8 @@ struct Cell {
   std::size_t conv_statistics = 0;  // batch norms given their statistics by their convolution
   std::size_t conv_statistics_computed = 0;  // of them, taken from it at the last step (cuDNN's graph ran)
   std::size_t kept_pool_argmaxes = 0;  // max pools keeping their argmax from forward (MemoryReport)
+  bool fuse_pool = true;  // a max pool applies the batch norm before it (ExecutorOptions::fuse_batch_norm_pool)
+  std::size_t normalising_pools = 0;  // max pools that did (MemoryReport)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
   std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
@@ -200,7 +202,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
                           !cell.fuse_residual            ? ResidualFusion::kOff
                           : cell.fuse_residual_backward ? ResidualFusion::kForwardAndBackward
                                                         : ResidualFusion::kForward,
-                          budget);
+                          budget, cell.fuse_pool);
   Executor& exec = work.executor();
   SgdSolver& solver = work.solver();
 
@@ -288,6 +290,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.recomputed_outputs = held.recomputed_outputs;
   cell.conv_statistics = held.conv_statistics;
   cell.kept_pool_argmaxes = held.kept_pool_argmaxes;
+  cell.normalising_pools = held.normalising_pools;
   cell.conv_statistics_computed = exec.statistics_from_convolutions();
   cell.recomputed_mib = static_cast<double>(held.recomputed_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
@@ -382,6 +385,9 @@ int main(int argc, char** argv) {
     p.option("fuse-residual-backward", "with --fuse-residual on, such a batch norm also does the add's ReLU mask in "
              "its backward pass (ExecutorOptions::fuse_residual_backward): on, off, or both (a cell each)", "on",
              {"off", "on", "both"});
+    p.option("fuse-pool", "a max pool that keeps its argmax applies the batch norm (and ReLU) before it as it reads that "
+             "batch norm's input, whose output is then never written (ExecutorOptions::fuse_batch_norm_pool): on, off, "
+             "or both (a cell each)", "on", {"off", "on", "both"});
     p.option("space-to-depth", "a strided first convolution over few channels runs space-to-depth where that times "
              "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
              "(a cell each)", "on", {"off", "on", "both"});
@@ -439,6 +445,7 @@ int main(int argc, char** argv) {
             for (const bool fused : {true, false})
             for (const bool residual : {true, false})
             for (const bool residual_backward : {true, false})
+            for (const bool fuse_pool : {true, false})
             for (const bool s2d : {true, false})
             for (const StatisticsFusion stats :
                  {StatisticsFusion::kOff, StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways})
@@ -451,6 +458,7 @@ int main(int argc, char** argv) {
                                   : residual && p.get("fuse-residual-backward") == "on")
               continue;
             if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
+            if (fuse_pool ? p.get("fuse-pool") == "off" : p.get("fuse-pool") == "on") continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
             c.model = m;
@@ -465,6 +473,7 @@ int main(int argc, char** argv) {
             c.fuse_residual = residual;
             c.fuse_residual_backward = residual_backward;
             c.space_to_depth = s2d;
+            c.fuse_pool = fuse_pool;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.fuse_statistics = stats;
             c.profile_range = p.get_flag("profile-range");
@@ -496,6 +505,8 @@ int main(int argc, char** argv) {
             << ", \"conv_statistics\": " << c.conv_statistics
             << ", \"conv_statistics_computed\": " << c.conv_statistics_computed
             << ", \"kept_pool_argmaxes\": " << c.kept_pool_argmaxes
+            << ", \"fuse_pool\": " << (c.fuse_pool ? "true" : "false")
+            << ", \"normalising_pools\": " << c.normalising_pools
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
@@ -572,6 +583,9 @@ int main(int argc, char** argv) {
           std::printf("    statistics fusion (%s): %zu batch norms paired with their convolution, %zu took its "
                       "statistics at the last step\n",
                       statistics_fusion_name(c.fuse_statistics), c.conv_statistics, c.conv_statistics_computed);
+        if (c.normalising_pools > 0)
+          std::printf("    %zu max pools apply the batch norm before them as they read its input (--fuse-pool)\n",
+                      c.normalising_pools);
         if (c.activation_budget_mib)
           std::printf("    activation budget %lld MiB: %zu batch-norm and pooling outputs (%.0f MiB) recomputed in backward\n",
                       static_cast<long long>(*c.activation_budget_mib), c.recomputed_outputs, c.recomputed_mib);

@@ -20,6 +20,19 @@ bool ConvKernel::forward_statistics(const Tensor& x, const Tensor& w, const Tens
   return false;
 }
 
+void PoolKernel::forward_normalised(const Tensor&, const float*, bool, const Tensor&) {
+  throw NotSupported("pool2d: this backend's pooling applies no batch norm's normalisation (Backend::fuses_batch_norm_pool)");
+}
+
+const float* BatchNormKernel::training_coefficients(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                    const Tensor&, const Tensor&, const Tensor&, const Tensor*) {
+  throw NotSupported("batch_norm: this backend's batch norm hands no normalisation on (Backend::fuses_batch_norm_pool)");
+}
+
+const float* BatchNormKernel::inference_coefficients(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  throw NotSupported("batch_norm: this backend's batch norm hands no normalisation on (Backend::fuses_batch_norm_pool)");
+}
+
 void Backend::relu_backward_bias_grad(const Tensor&, const Tensor&, const Tensor&) {
   throw NotSupported("relu_backward_bias_grad: this backend runs a ReLU's backward and the bias gradient as two "
                      "passes (Backend::fuses_relu_bias_grad)");

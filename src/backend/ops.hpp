@@ -141,6 +141,9 @@ struct Pool2dDesc {
   // Training: a max pool's kernel may keep each output's window argmax from its forward, so that its
   // backward reads neither x nor y (PoolKernel::keeps_argmax).
   bool keep_argmax = false;
+  // Training, with keep_argmax: the input is a batch norm's input, normalised as the pool reads it
+  // (PoolKernel::forward_normalised); only where Backend::fuses_batch_norm_pool says so.
+  bool normalised = false;
 
   std::int64_t out_h() const { return out_size(h, kernel_h, stride_h, pad_h); }
   std::int64_t out_w() const { return out_size(w, kernel_w, stride_w, pad_w); }
@@ -165,6 +168,12 @@ class PoolKernel {
   // output's window argmax (a byte per output) into the kernel, and backward reads that (the latest
   // forward's) instead of x and y, which may then be passed undefined.
   virtual bool keeps_argmax() const { return false; }
+  // A kernel made with Pool2dDesc::normalised: forward of the batch norm's output, reading the batch
+  // norm's input x instead: each value is normalised as it is read, round(relu?(x * scale + shift))
+  // per channel with coef (BatchNormKernel::training_coefficients or inference_coefficients: fp32
+  // scale[C] then shift[C] on the device) and the batch norm's fused ReLU where relu, exactly what
+  // the batch norm would have stored. y and the kept argmax are forward's of that output.
+  virtual void forward_normalised(const Tensor& x, const float* coef, bool relu, const Tensor& y);
 };
 
 // ---- local response normalisation (across channels, Caffe/AlexNet) --------------------------------
@@ -246,6 +255,18 @@ class BatchNormKernel {
     check_residual_given(false);
     reapply(x, gamma, beta, saved_mean, saved_inv_std, y);
   }
+  // Batch-norm apply fusion (Backend::fuses_batch_norm_pool): forward_training / forward_inference
+  // without y, whose normalisation a max pool then applies as it reads x (PoolKernel::
+  // forward_normalised). Training: the batch statistics (from sums where given), running averages
+  // and saved values as forward_training computes them; evaluation: the running averages' map.
+  // Returns the coefficients, y = relu?(x * scale + shift): fp32 scale[C] then shift[C] on the
+  // device, valid until the kernel's next forward. Backward runs as after forward_training.
+  virtual const float* training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                             const Tensor& running_mean, const Tensor& running_var,
+                                             const Tensor& saved_mean, const Tensor& saved_inv_std,
+                                             const Tensor* sums);
+  virtual const float* inference_coefficients(const Tensor& gamma, const Tensor& beta,
+                                              const Tensor& running_mean, const Tensor& running_var);
   // dgamma, dbeta overwritten; dx overwritten or accumulated. beta is read only with a fused ReLU
   // (by backends that recompute forward's coefficients rather than keep them).
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
@@ -505,6 +526,15 @@ class Backend {
   // (BatchNormKernel::recompute_output; never with desc.residual).
   virtual bool recomputes_batch_norm_output(const BatchNormDesc& desc) const {
     (void)desc;
+    return false;
+  }
+  // Whether make_batch_norm(batch_norm) and make_pool(pool) (max, keep_argmax and normalised set) make
+  // a pair whose apply pass the pool takes (BatchNormKernel::training_coefficients, PoolKernel::
+  // forward_normalised; the executor offers it where the batch norm's output, its ReLU's included,
+  // is read by that pool alone).
+  virtual bool fuses_batch_norm_pool(const BatchNormDesc& batch_norm, const Pool2dDesc& pool) const {
+    (void)batch_norm;
+    (void)pool;
     return false;
   }
   // Whether make_conv takes desc with relu = true (forward only: the executor offers it to folded

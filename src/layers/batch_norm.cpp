@@ -4,7 +4,9 @@
 // the output's sole consumer may be fused in (the executor asks; see Layer::fuse_relu), and so may
 // the residual add that is (Layer::fuse_residual: forward then reads the add's other input as its
 // second input and writes the add's output; the add's backward still runs, and leaves its ReLU's mask
-// to this layer's backward where the executor arms Layer::take_residual_relu_backward).
+// to this layer's backward where the executor arms Layer::take_residual_relu_backward). A max pool that
+// is its output's only reader may take its normalisation (Layer::hand_on_normalisation): forward then
+// computes the statistics and coefficients alone, and the pool applies them as it reads x.
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -29,7 +31,8 @@ class BatchNormLayer final : public Layer {
     std::string what = "batch_norm";
     if (statistics_ != nullptr) what += " (statistics from its convolution)";
     if (desc_.residual) what += " + add";
-    return desc_.relu ? what + " + relu" : what;
+    if (desc_.relu) what += " + relu";
+    return normalisation_ != nullptr ? what + " (applied by the max pool after it)" : what;
   }
 
   bool fuse_relu(const Backend& backend) override {
@@ -55,6 +58,16 @@ class BatchNormLayer final : public Layer {
     if (bound() || !desc_.residual || !desc_.relu) return false;
     masks_add_relu_ = true;
     return true;
+  }
+
+  std::optional<BatchNormDesc> offer_normalisation() const override {
+    if (bound() || absorbed() || desc_.residual || masks_add_relu_) return std::nullopt;
+    return desc_;
+  }
+  void hand_on_normalisation(const std::shared_ptr<Normalisation>& link) override {
+    if (bound() || link == nullptr) return;
+    link->relu = desc_.relu;
+    normalisation_ = link;
   }
 
   void use_statistics(const std::shared_ptr<BatchStatistics>& link) override {
@@ -100,7 +113,11 @@ class BatchNormLayer final : public Layer {
     const bool train = ctx.phase == Phase::kTrain;
     // The convolution's sums where its latest (training) forward wrote them.
     const Tensor* sums = statistics_ != nullptr && statistics_->written ? &statistics_->sums : nullptr;
-    if (desc_.residual) {  // the fused add's other input comes second (Executor)
+    if (normalisation_ != nullptr) {  // the max pool after it applies them; no output written
+      normalisation_->coefficients =
+          train ? kernel_->training_coefficients(ctx.inputs[0], gamma, beta, mean, var, saved_mean_, saved_inv_std_, sums)
+                : kernel_->inference_coefficients(gamma, beta, mean, var);
+    } else if (desc_.residual) {  // the fused add's other input comes second (Executor)
       CNNERGY_CHECK(ctx.inputs.size() == 2, "batch norm with a fused residual add run without its second input");
       if (train)
         kernel_->forward_training_residual(ctx.inputs[0], ctx.inputs[1], gamma, beta, mean, var, ctx.outputs[0],
@@ -116,7 +133,8 @@ class BatchNormLayer final : public Layer {
   }
 
   bool recomputes_output() const override {
-    return bound() && !absorbed() && !desc_.residual && backend().recomputes_batch_norm_output(desc_);
+    return bound() && !absorbed() && !desc_.residual && normalisation_ == nullptr &&
+           backend().recomputes_batch_norm_output(desc_);
   }
   void recompute_output(const Tensor& input, const Tensor& output) override {
     kernel_->recompute_output(input, parameters()[0].master, parameters()[1].master, saved_mean_, saved_inv_std_,
@@ -187,6 +205,7 @@ class BatchNormLayer final : public Layer {
   std::unique_ptr<BatchNormKernel> kernel_;
   Tensor saved_mean_, saved_inv_std_, scratch_;
   std::shared_ptr<BatchStatistics> statistics_;  // from the convolution before it (Layer::use_statistics)
+  std::shared_ptr<Normalisation> normalisation_; // handed to the max pool after it (Layer::hand_on_normalisation)
   bool masks_add_relu_ = false;                  // take_residual_relu_backward
 };
 

@@ -177,6 +177,29 @@ class Layer {
   // kernel to (Pool2dDesc::keep_argmax), and where the kernel does (PoolKernel::keeps_argmax) it
   // needs neither its input nor its output in backward.
   virtual void offer_argmax_keeping() {}
+  // Batch-norm apply fusion, for training executors (between setup() and bind(), after argmax keeping
+  // was offered; ExecutorOptions::fuse_batch_norm_pool). A batch norm whose output (with its fused
+  // ReLU's, one tensor) only a max pool reads, right after it, offers its normalisation
+  // (offer_normalisation: its desc, where it can hand it on); the pool takes it where it keeps its
+  // argmax and the backend pairs the two (take_normalisation, Backend::fuses_batch_norm_pool); the
+  // batch norm then hands it on (hand_on_normalisation). Both hold `link`: the batch norm's forward
+  // computes its statistics and coefficients only, writes no output and leaves the coefficients in
+  // the link; the pool's forward reads the batch norm's input (the executor passes it) and applies
+  // them as it reads. The pool's output, its argmax and every gradient are the unfused pair's bit for
+  // bit; the batch norm's output is never written nor read (the executor allocates none).
+  struct Normalisation {
+    const float* coefficients = nullptr;  // device fp32 scale[C] then shift[C], of the latest forward
+    bool relu = false;                    // the batch norm's fused ReLU
+  };
+  virtual std::optional<BatchNormDesc> offer_normalisation() const { return std::nullopt; }
+  virtual bool take_normalisation(const Backend& backend, const BatchNormDesc& batch_norm,
+                                  const std::shared_ptr<Normalisation>& link) {
+    (void)backend;
+    (void)batch_norm;
+    (void)link;
+    return false;
+  }
+  virtual void hand_on_normalisation(const std::shared_ptr<Normalisation>& link) { (void)link; }
   // Batch-norm folding, for inference executors (decided between setup() and bind(), like ReLU
   // fusion). A layer that can apply a per-output-channel affine map y = scale * f(x) + shift itself
   // (a convolution: scaled weights, a bias) takes the eval-mode batch norm that is its output's sole

@@ -17,7 +17,7 @@ class PoolLayer final : public Layer {
                     std::to_string(spec_.stride_h);
     if (spec_.pad_h || spec_.pad_w) s += " pad " + std::to_string(spec_.pad_h);
     if (spec_.ceil_mode) s += " ceil";
-    return s;
+    return normalisation_ != nullptr ? s + " (normalising the batch norm's input)" : s;
   }
   std::unique_ptr<Layer> clone() const override { return std::make_unique<PoolLayer>(name(), spec_); }
   LayerSpec spec() const override { return spec_; }
@@ -26,9 +26,17 @@ class PoolLayer final : public Layer {
   bool needs_inputs_in_backward() const override { return !keeps_argmax(); }
   bool needs_outputs_in_backward() const override { return !keeps_argmax(); }
 
-  void forward(const ForwardContext& ctx) override { kernel_->forward(ctx.inputs[0], ctx.outputs[0]); }
-  // Pooling is a function of its input alone: running forward again writes the same output.
-  bool recomputes_output() const override { return bound(); }
+  // With a batch norm's normalisation (Layer::take_normalisation) the input is the batch norm's.
+  void forward(const ForwardContext& ctx) override {
+    if (normalisation_ != nullptr)
+      kernel_->forward_normalised(ctx.inputs[0], normalisation_->coefficients, normalisation_->relu, ctx.outputs[0]);
+    else
+      kernel_->forward(ctx.inputs[0], ctx.outputs[0]);
+  }
+  // Pooling is a function of its input alone: running forward again writes the same output (not
+  // where its input is a batch norm's, normalised as read: nothing rebuilds it; the executor never
+  // asks, as such a pool keeps its argmax).
+  bool recomputes_output() const override { return bound() && normalisation_ == nullptr; }
   void recompute_output(const Tensor& input, const Tensor& output) override { kernel_->forward(input, output); }
   void backward(const BackwardContext& ctx) override {
     if (!ctx.input_grads[0].defined()) return;
@@ -79,9 +87,21 @@ class PoolLayer final : public Layer {
   void create_kernels(Backend& backend) override {
     Pool2dDesc d = desc_;
     d.keep_argmax = argmax_offered_ && with_gradients() && input_grad_needed() && d.mode == PoolMode::kMax;
+    d.normalised = normalisation_ != nullptr;
     kernel_ = backend.make_pool(d);
   }
   void offer_argmax_keeping() override { argmax_offered_ = !bound(); }
+  bool take_normalisation(const Backend& backend, const BatchNormDesc& batch_norm,
+                          const std::shared_ptr<Normalisation>& link) override {
+    if (bound() || link == nullptr || !argmax_offered_ || !input_grad_needed() || spec_.mode != PoolMode::kMax)
+      return false;
+    Pool2dDesc d = desc_;
+    d.keep_argmax = true;
+    d.normalised = true;
+    if (!backend.fuses_batch_norm_pool(batch_norm, d)) return false;
+    normalisation_ = link;
+    return true;
+  }
   bool keeps_argmax() const { return kernel_ && kernel_->keeps_argmax(); }
 
  private:
@@ -89,6 +109,7 @@ class PoolLayer final : public Layer {
   Pool2dDesc desc_;
   std::unique_ptr<PoolKernel> kernel_;
   bool argmax_offered_ = false;  // Layer::offer_argmax_keeping
+  std::shared_ptr<Normalisation> normalisation_;  // a batch norm's, applied as the input is read (Layer::take_normalisation)
 };
 
 }  // namespace

@@ -100,6 +100,9 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   if (options_.fuse_residual) fuse_residuals();
   if (options_.training) fuse_statistics();
   if (options_.training) offer_argmax_keeping();
+  normalised_input_of_.assign(layers_.size(), -1);
+  output_unwritten_.assign(layers_.size(), 0);
+  if (options_.training && options_.fuse_batch_norm_pool) fuse_normalisations();
   if (backend_.device().is_cpu()) {
     host_budget_ = options_.host_memory ? *options_.host_memory : host_memory_budget();
     host_in_use_at_start_ = backend_.memory_stats().in_use_bytes;
@@ -314,6 +317,44 @@ void Executor::offer_argmax_keeping() {
   }
 }
 
+// A max pool whose input only it reads and that was offered its argmax (offer_argmax_keeping: nothing
+// reads that input in backward), where the input is a batch norm's output (through the ReLU fused into
+// it) and the layers between the two run nothing: the batch norm offers the pool its normalisation.
+// Taken, the pool reads the batch norm's input, and the batch norm's output is never written.
+void Executor::fuse_normalisations() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& pool = *layers_[i];
+    const auto& ins = graph_.layer_inputs(i);
+    if (pool.type() != "max_pool" || ins.size() != 1) continue;
+    const GraphTensor& tt = graph_.tensor(ins[0]);
+    if (ins[0] == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1) continue;
+    auto b = static_cast<std::size_t>(tt.producer);
+    if (layers_[b]->absorbed()) {  // the ReLU fused into the batch norm: its input is the batch norm's output
+      const auto& relu_ins = graph_.layer_inputs(b);
+      if (relu_ins.size() != 1 || graph_.tensor(relu_ins[0]).producer < 0) continue;
+      const auto bn = static_cast<std::size_t>(graph_.tensor(relu_ins[0]).producer);
+      if (layers_[bn]->name() != layers_[b]->absorbed_into() || graph_.tensor(relu_ins[0]).consumers.size() != 1) continue;
+      b = bn;
+    }
+    Layer& bn = *layers_[b];
+    const auto& bn_ins = graph_.layer_inputs(b);
+    if (bn.type() != "batch_norm" || bn_ins.size() != 1 || graph_.layer_outputs(b).size() != 1 ||
+        forward_taken_output_of_[b] >= 0 || residual_input_[b] >= 0)
+      continue;
+    bool between_run = false;  // the batch norm's input must be as the batch norm read it
+    for (std::size_t k = b + 1; k < i; ++k) between_run = between_run || !layers_[k]->absorbed();
+    if (between_run) continue;
+    const std::optional<BatchNormDesc> desc = bn.offer_normalisation();
+    if (!desc) continue;
+    auto link = std::make_shared<Layer::Normalisation>();
+    if (!pool.take_normalisation(backend_, *desc, link)) continue;
+    bn.hand_on_normalisation(link);
+    normalised_input_of_[i] = bn_ins[0];
+    output_unwritten_[b] = 1;
+    ++memory_.normalising_pools;
+  }
+}
+
 // A training batch norm whose input is a convolution's only output, read by nothing else, is given
 // the convolution's statistics where the backend offers them (Backend::fuses_conv_statistics).
 void Executor::fuse_statistics() {
@@ -389,11 +430,22 @@ void Executor::plan_and_allocate() {
   };
   std::vector<GroupSpan> spans(num_tensors);
   std::size_t naive = 0;
+  // Batch-norm apply fusion: the batch norm's output group takes no memory; its input lives on
+  // through the normalising pool's forward, which reads it.
+  std::vector<char> unwritten_group(num_tensors, 0);
+  std::vector<int> last_normalising_reader(num_tensors, -1);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (output_unwritten_[i])
+      unwritten_group[static_cast<std::size_t>(group[static_cast<std::size_t>(graph_.layer_outputs(i)[0])])] = 1;
+    if (const int x = normalised_input_of_[i]; x >= 0)
+      last_normalising_reader[static_cast<std::size_t>(x)] = static_cast<int>(i);
+  }
   for (std::size_t t = 1; t < num_tensors; ++t) {
+    if (unwritten_group[static_cast<std::size_t>(group[t])]) continue;
     const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
     GroupSpan mine;
     mine.start = gt.producer;
-    mine.forward_end = gt.producer;
+    mine.forward_end = std::max(gt.producer, last_normalising_reader[t]);
     auto read_in_backward = [&](int layer) {
       mine.backward_start = std::min(mine.backward_start, bwd_step(layer));
       mine.backward_end = std::max(mine.backward_end, bwd_step(layer));
@@ -585,6 +637,10 @@ void Executor::plan_and_allocate() {
   gradients_.assign(num_tensors, Tensor{});
   for (std::size_t t = 1; t < num_tensors; ++t) {
     const auto g = static_cast<std::size_t>(group[t]);
+    if (group_item[g] < 0) {  // never written (batch-norm apply fusion): no memory, no view
+      if (grad_item[t] >= 0) gradients_[t] = view(static_cast<int>(t), grad_item[t]);
+      continue;
+    }
     activations_[t] = view(static_cast<int>(t), group_item[g]);
     // A recomputed group's backward readers get the buffer it is rebuilt in.
     backward_activations_[t] = backward_item[g] >= 0 ? view(static_cast<int>(t), backward_item[g]) : activations_[t];
@@ -662,7 +718,8 @@ void Executor::refresh_views() {
     io.in_grads.clear();
     for (int t : graph_.layer_inputs(i)) {
       const auto ti = static_cast<std::size_t>(t);
-      io.fwd_in.push_back(activations_[ti]);
+      const int normalised = normalised_input_of_[i];  // a normalising pool reads the batch norm's input
+      io.fwd_in.push_back(activations_[normalised >= 0 ? static_cast<std::size_t>(normalised) : ti]);
       io.bwd_in.push_back(l.needs_inputs_in_backward() ? read_back(ti) : Tensor{});
       io.in_grads.push_back(graph_.tensor(t).needs_grad ? gradients_[ti] : Tensor{});
     }

@@ -30,13 +30,15 @@ void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t s
 
 FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
                                        bool cuda_graph, bool fuse_relu, ResidualFusion fuse_residual,
-                                       std::optional<std::size_t> activation_budget_bytes) {
+                                       std::optional<std::size_t> activation_budget_bytes,
+                                       bool fuse_batch_norm_pool) {
   ExecutorOptions eo;
   eo.batch_size = batch;
   eo.fuse_relu = fuse_relu;
   eo.fuse_residual = fuse_residual != ResidualFusion::kOff;
   eo.fuse_residual_backward = fuse_residual == ResidualFusion::kForwardAndBackward;
   eo.activation_budget_bytes = activation_budget_bytes;
+  eo.fuse_batch_norm_pool = fuse_batch_norm_pool;
   executor_ = std::make_unique<Executor>(graph, backend, eo);
   executor_->initialize_parameters(seed);
   SolverOptions so;

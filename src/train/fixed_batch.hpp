@@ -29,11 +29,12 @@ class FixedBatchWorkload {
   // Loss scaling follows the backend dtype (dynamic for fp16). With cuda_graph the steps after the
   // first replay one recorded CUDA graph (TrainStep; NotSupported where it cannot). fuse_relu,
   // fuse_residual: ExecutorOptions::fuse_relu, ::fuse_residual and ::fuse_residual_backward (less
-  // only to measure what the fusions bring).
+  // only to measure what the fusions bring); fuse_batch_norm_pool likewise ExecutorOptions'.
   FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed = 1,
                      bool cuda_graph = false, bool fuse_relu = true,
                      ResidualFusion fuse_residual = ResidualFusion::kForwardAndBackward,
-                     std::optional<std::size_t> activation_budget_bytes = std::nullopt);
+                     std::optional<std::size_t> activation_budget_bytes = std::nullopt,
+                     bool fuse_batch_norm_pool = true);
 
   Executor& executor() { return *executor_; }
   SgdSolver& solver() { return *solver_; }

@@ -220,6 +220,7 @@ bool batch_norm_forward_training(const void* x, void* y, DType dtype, const Chan
                       : reduce_channels(Reduce::kSumSquares, fast, x, nullptr, dtype, view, t, nullptr, scratch, stream);
   finish_batch_stats(p, view.per_channel(), gamma, beta, running_mean, running_var, saved_mean, saved_inv_std,
                      params, coef, stream);
+  if (y == nullptr) return false;  // the coefficients only: a max pool applies them (PoolNormalisation)
   // The mask where the tiled pass writes it (a residual add and a ReLU): else the backward reads y.
   std::uint8_t* mask = fast && z != nullptr && params.relu ? params.relu_mask : nullptr;
   if (q.usable)
@@ -249,6 +250,12 @@ void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& 
     plane_apply(x, nullptr, y, dtype, view, q, coef, relu, stream);
   else
     launch_apply(x, nullptr, y, dtype, view, t, fast, coef, relu, stream);
+}
+
+void batch_norm_inference_coefficients(std::int64_t channels, const float* gamma, const float* beta,
+                                       const float* running_mean, const float* running_var, double eps,
+                                       float* coef, cudaStream_t stream) {
+  inference_coefficients(channels, gamma, beta, running_mean, running_var, eps, coef, stream);
 }
 
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,

@@ -25,6 +25,9 @@ std::unique_ptr<PoolKernel> make_cuda_pool(std::shared_ptr<CudaContext> ctx,
 std::unique_ptr<LrnKernel> make_cuda_lrn(std::shared_ptr<CudaContext> ctx, const LrnDesc& desc);
 std::unique_ptr<BatchNormKernel> make_cuda_batch_norm(std::shared_ptr<CudaContext> ctx,
                                                       const BatchNormDesc& desc);
+// Whether a pool kernel made with desc on the own kernels keeps its argmax: max pooling, keep_argmax,
+// and windows whose positions fit a byte.
+bool pool_argmax_fits(const Pool2dDesc& desc);
 // Whether cuDNN normalises desc in this dtype and layout (then no ReLU can be fused into it).
 bool batch_norm_uses_cudnn(const BatchNormDesc& desc, DType dtype, Layout layout);
 std::unique_ptr<SoftmaxXentKernel> make_cuda_softmax_xent(std::shared_ptr<CudaContext> ctx,

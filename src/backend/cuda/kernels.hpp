@@ -164,6 +164,9 @@ std::size_t batch_norm_relu_mask_bytes(const ChannelView& view, DType dtype);
 // fp64 sums. sums (optional): x's per-channel sum then sum of squares (fp32, 2C), from the
 // convolution that wrote x; the statistics are then finished from them and x is read once.
 // Returns whether it wrote params.relu_mask.
+// y null (saved_coef given, no residual): the statistics, running averages, saved values and
+// coefficients alone, with the reduction y's 16-byte alignment would choose; a max pool applies the
+// coefficients as it reads x (PoolNormalisation) and nothing writes y.
 bool batch_norm_forward_training(const void* x, void* y, DType dtype, const ChannelView& view,
                                  const float* gamma, const float* beta, float* running_mean,
                                  float* running_var, float* saved_mean, float* saved_inv_std,
@@ -177,6 +180,11 @@ void batch_norm_statistics_pass(const void* x, DType dtype, const ChannelView& v
 // y = relu?(x * scale + shift), the apply pass alone, bit for bit what forward wrote.
 void batch_norm_reapply(const void* x, void* y, DType dtype, const ChannelView& view, const float* coef,
                         bool relu, cudaStream_t stream);
+// The evaluation coefficients forward_inference applies (coef: fp32 scale[C] then shift[C]), for a
+// max pool to apply (PoolNormalisation).
+void batch_norm_inference_coefficients(std::int64_t channels, const float* gamma, const float* beta,
+                                       const float* running_mean, const float* running_var, double eps,
+                                       float* coef, cudaStream_t stream);
 void batch_norm_forward_inference(const void* x, void* y, DType dtype, const ChannelView& view,
                                   const float* gamma, const float* beta, const float* running_mean,
                                   const float* running_var, const BatchNormParams& params,
@@ -204,10 +212,19 @@ struct PoolParams {
   std::int64_t out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   int mode;  // 0 max, 1 average including padding (window clipped to [-pad, in + pad)), 2 excluding
 };
+// A batch norm's normalisation that max pooling applies as it reads its input (the batch norm's input,
+// whose output is never written): coef is the batch norm's fp32 scale[C] then shift[C] (batch_norm.cu's
+// coefficients), relu its fused ReLU. Each value compared is round(relu?(x * scale + shift)), bit for
+// bit what the batch norm's apply pass would have stored. Null coef: the input as it is.
+struct PoolNormalisation {
+  const float* coef = nullptr;
+  bool relu = false;
+};
 // argmax (max pooling with pool_backward_scratch_bytes > 0; may be null): also written, the bytes
 // pool_backward's argmax pass would write, for a later pool_backward to take as kept_argmax.
+// normalise (max pooling only): see PoolNormalisation.
 void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const PoolParams& p,
-                  cudaStream_t stream, std::uint8_t* argmax = nullptr);
+                  cudaStream_t stream, std::uint8_t* argmax = nullptr, const PoolNormalisation& normalise = {});
 // Scratch the backward needs (max pooling: one byte per output for the window argmax; 0 for
 // average pooling and for max windows of more than 255 elements, whose argmax is recomputed).
 std::size_t pool_backward_scratch_bytes(const Dims& x_dims, const PoolParams& p);

@@ -42,6 +42,14 @@ bool cudnn_ran(cudnnStatus_t status, const char* call, const char* layer) {
 }
 
 // ---- pooling -----------------------------------------------------------------------------------
+}  // namespace
+
+bool pool_argmax_fits(const Pool2dDesc& d) {
+  const kernels::PoolParams p{d.out_h(), d.out_w(), d.kernel_h, d.kernel_w, d.stride_h, d.stride_w, d.pad_h, d.pad_w, 0};
+  return d.mode == PoolMode::kMax && d.keep_argmax && kernels::pool_backward_scratch_bytes({d.n, d.c, d.h, d.w, false}, p) > 0;
+}
+
+namespace {
 class CudaPool final : public PoolKernel {
  public:
   CudaPool(std::shared_ptr<CudaContext> ctx, const Pool2dDesc& d)
@@ -60,7 +68,12 @@ class CudaPool final : public PoolKernel {
     const std::int64_t floor_h = (d.h + 2 * d.pad_h - d.kernel_h) / d.stride_h + 1;
     const std::int64_t floor_w = (d.w + 2 * d.pad_w - d.kernel_w) / d.stride_w + 1;
     const bool own_packs = layout_ == Layout::kNHWC && kernels::fills_packs(d.c, dtype_);
-    use_cudnn_ = !own_packs && cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
+    // A normalised pool (Pool2dDesc::normalised) runs the own kernels: cuDNN's pooling applies no
+    // batch norm, and its backward would need the batch norm's output, which nothing writes.
+    use_cudnn_ = !own_packs && !d.normalised && cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
+    if (d.normalised && !pool_argmax_fits(d))
+      throw NotSupported("pool2d: a pool that applies a batch norm's normalisation keeps its argmax: max pooling with "
+                         "keep_argmax and a window of at most 255 (ask fuses_batch_norm_pool first)");
     if (!use_cudnn_) {
       // Training on the own kernels: forward keeps the window argmax (a byte per output; 51 MiB for
       // ResNet-50's stem pool at batch 256), and the executor then keeps neither x (392 MiB there in
@@ -101,6 +114,17 @@ class CudaPool final : public PoolKernel {
   }
 
   bool keeps_argmax() const override { return argmax_ != nullptr; }
+
+  void forward_normalised(const Tensor& x, const float* coef, bool relu, const Tensor& y) override {
+    ctx_->activate();
+    if (!d_.normalised)
+      throw InvalidArgument("pool2d: forward_normalised needs a kernel made with Pool2dDesc::normalised");
+    if (coef == nullptr) throw InvalidArgument("pool2d: forward_normalised without the batch norm's coefficients");
+    check_device_tensor(x, *ctx_, "pool2d forward_normalised", "x", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_, layout_);
+    check_device_tensor(y, *ctx_, "pool2d forward_normalised", "y", d_.output_shape(), dtype_, layout_);
+    kernels::pool_forward(x.raw(), dims_of(x), y.raw(), dtype_, params_, ctx_->stream(), kept_argmax(),
+                          kernels::PoolNormalisation{coef, relu});
+  }
 
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
                 bool accumulate) override {
@@ -255,7 +279,10 @@ class CudaBatchNorm final : public BatchNormKernel {
     // Forward's own coefficients, kept: a fused ReLU's backward recomputes forward's output from x with
     // them, and recompute_output applies them again (not after a fused residual add: the add's
     // backward masks its gradient itself, and that output is never recomputed).
-    if (!d.residual && !use_cudnn_) forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
+    if (!d.residual && !use_cudnn_) {
+      forward_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));
+      eval_coef_ = ctx_->scratch(static_cast<std::size_t>(2 * d.c) * sizeof(float));  // inference_coefficients
+    }
     if (use_cudnn_) {
       // cuDNN's exponentialAverageFactor is the contract's momentum, and it keeps the unbiased
       // variance in the running estimate and 1/sqrt(var + eps) as the saved inverse deviation.
@@ -279,10 +306,7 @@ class CudaBatchNorm final : public BatchNormKernel {
           std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
           std::pair{&saved_mean, "saved_mean"}, std::pair{&saved_inv_std, "saved_inv_std"}})
       check_param(*t, "forward_training", name);
-    if (view_.per_channel() < 2)
-      throw InvalidArgument("batch_norm: training needs more than one value per channel (batch " +
-                            std::to_string(d_.n) + " x " + std::to_string(d_.h * d_.w) +
-                            " positions)");
+    check_training_values();
     if (use_cudnn_) {  // cuDNN reduces x itself: the sums, where given, go unused
       const float one = 1.0f, zero = 0.0f;
       if (cudnn_ran(cudnnBatchNormalizationForwardTraining(
@@ -303,6 +327,47 @@ class CudaBatchNorm final : public BatchNormKernel {
     relu_mask_of_ = masked ? y.raw() : nullptr;
   }
 
+  // The normalisation handed to a max pool (Backend::fuses_batch_norm_pool: never on cuDNN's path,
+  // never with a residual add): training keeps its coefficients where a fused ReLU's backward finds
+  // them; evaluation's go to a buffer of their own, so that an evaluation forward leaves them be.
+ public:
+  const float* training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     const Tensor& saved_mean, const Tensor& saved_inv_std,
+                                     const Tensor* sums) override {
+    ctx_->activate();
+    check_hands_on("training_coefficients");
+    if (sums != nullptr) check_sums(*sums);
+    check_activation(x, "training_coefficients", "x");
+    for (const auto& [t, name] :
+         {std::pair{&gamma, "gamma"}, std::pair{&beta, "beta"},
+          std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
+          std::pair{&saved_mean, "saved_mean"}, std::pair{&saved_inv_std, "saved_inv_std"}})
+      check_param(*t, "training_coefficients", name);
+    check_training_values();
+    auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
+    (void)kernels::batch_norm_forward_training(x.raw(), nullptr, dtype_, view_, f32(gamma), f32(beta),
+                                               f32(running_mean), f32(running_var), f32(saved_mean),
+                                               f32(saved_inv_std), params(nullptr), scratch->data(), ctx_->stream(),
+                                               forward_coef(), sums != nullptr ? f32(*sums) : nullptr);
+    relu_mask_of_ = nullptr;
+    return forward_coef();
+  }
+
+  const float* inference_coefficients(const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                      const Tensor& running_var) override {
+    ctx_->activate();
+    check_hands_on("inference_coefficients");
+    for (const auto& [t, name] : {std::pair{&gamma, "gamma"}, std::pair{&beta, "beta"},
+                                  std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"}})
+      check_param(*t, "inference_coefficients", name);
+    auto* coef = static_cast<float*>(eval_coef_->data());
+    kernels::batch_norm_inference_coefficients(d_.c, f32(gamma), f32(beta), f32(running_mean), f32(running_var),
+                                               d_.eps, coef, ctx_->stream());
+    return coef;
+  }
+
+ protected:
   void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
     ctx_->activate();
@@ -408,6 +473,17 @@ class CudaBatchNorm final : public BatchNormKernel {
   float* forward_coef() const {
     return forward_coef_ ? static_cast<float*>(forward_coef_->data()) : nullptr;
   }
+  void check_training_values() const {
+    if (view_.per_channel() < 2)
+      throw InvalidArgument("batch_norm: training needs more than one value per channel (batch " +
+                            std::to_string(d_.n) + " x " + std::to_string(d_.h * d_.w) +
+                            " positions)");
+  }
+  void check_hands_on(const char* what) const {
+    if (use_cudnn_ || d_.residual || !forward_coef_)
+      throw NotSupported(std::string("batch_norm: ") + what +
+                         " needs the backend's own kernels and no fused residual add (ask fuses_batch_norm_pool first)");
+  }
   // The fused add's ReLU mask buffer, allocated at the first training forward outside a CUDA graph
   // capture (inference never needs it); null where the view has no tiled path or while capturing
   // before it exists (the backward then reads y).
@@ -462,6 +538,7 @@ class CudaBatchNorm final : public BatchNormKernel {
   std::shared_ptr<Buffer> forward_coef_;  // fused ReLU: the latest forward_training's scale, shift
   std::shared_ptr<Buffer> relu_mask_;     // fused add + ReLU: the latest training output's mask
   const void* relu_mask_of_ = nullptr;    // the y that mask is of (null: none written)
+  std::shared_ptr<Buffer> eval_coef_;     // inference_coefficients' scale, shift (with forward_coef_)
 };
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------

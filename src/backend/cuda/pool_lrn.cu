@@ -8,7 +8,9 @@
 // hold it, summing dy where the input is the argmax. No atomics (deterministic, exact in fp16/bf16)
 // and no dependence on a previous forward call; a training forward may keep the argmax bytes
 // instead (Pool2dDesc::keep_argmax). Stride-2 windows of at most 3 x 3 gather per 2 x 2 tile of
-// inputs (pool_backward_tile_kernel), and global average pooling's backward has a kernel of its own. The pooling
+// inputs (pool_backward_tile_kernel), and global average pooling's backward has a kernel of its own. A
+// max pool's forward may normalise a batch norm's input as it reads it (PoolNormalisation), so that the
+// batch norm's output is never written. The pooling
 // index math runs in 32-bit ints (division by multiply-shift) where the call's coordinates and
 // offsets fit, in 64 bits otherwise.
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cuda/batch_norm_plan.cuh"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_utils.cuh"
 
@@ -248,12 +251,56 @@ __device__ __forceinline__ void scan_window(const T* x, const Geometry<I>& g, I 
     }
 }
 
+// What a max pool sees of an input value: the value itself (kNone), or a batch norm's normalisation
+// applied as it is read (PoolNormalisation: the pool reads the batch norm's input), v * scale + shift,
+// clamped at 0 (kRelu), rounded to T: exactly the value the batch norm's apply pass stores
+// (batch_norm.cu's tile, plane and generic kernels), so each window finds the maximum it would find in
+// the batch norm's output.
+enum class Seen : int { kNone, kAffine, kRelu };
+
+template <typename T, int K, Seen kSeen>
+struct SeenValues {
+  float scale[kSeen == Seen::kNone ? 1 : K] = {}, shift[kSeen == Seen::kNone ? 1 : K] = {};
+
+  SeenValues() = default;  // kNone: nothing to hold
+  // The coefficients of channels c0 .. c0 + K - 1 (coef: scale[C] then shift[C]; 16-byte aligned
+  // where K fills float4s).
+  __device__ __forceinline__ SeenValues(const float* coef, int channels, int c0) {
+    if constexpr (kSeen != Seen::kNone) {
+      if constexpr (K % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < K; k += 4) {
+          const float4 a = __ldg(reinterpret_cast<const float4*>(coef + c0 + k));
+          const float4 b = __ldg(reinterpret_cast<const float4*>(coef + channels + c0 + k));
+          scale[k] = a.x, scale[k + 1] = a.y, scale[k + 2] = a.z, scale[k + 3] = a.w;
+          shift[k] = b.x, shift[k + 1] = b.y, shift[k + 2] = b.z, shift[k + 3] = b.w;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          scale[k] = __ldg(coef + c0 + k);
+          shift[k] = __ldg(coef + channels + c0 + k);
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ float operator()(float v, int k) const {
+    if constexpr (kSeen == Seen::kNone) {
+      return v;
+    } else {
+      const float o = fmaf(v, scale[k], shift[k]);
+      return to_float(from_float<T>(kSeen == Seen::kRelu ? bn::clamp_relu(o) : o));
+    }
+  }
+};
+
 // Per lane: the window-relative position ((h - hs) * kernel_w + (w - ws)) of the first maximum in
-// scan order, a NaN winning; -1 for an empty window. best gets the maximum (0 when empty).
-template <typename T, int K, typename I>
+// scan order, a NaN winning; -1 for an empty window. best gets the maximum (0 when empty). seen maps
+// each loaded value to the value compared (SeenValues).
+template <typename T, int K, typename I, Seen kSeen = Seen::kNone>
 __device__ __forceinline__ void window_argmax(const T* x, const Geometry<I>& g, I n, I c0,
                                               const Window<I>& win, float (&best)[K],
-                                              int (&pos)[K]) {
+                                              int (&pos)[K], const SeenValues<T, K, kSeen>& seen) {
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     best[k] = 0.0f;
@@ -264,7 +311,7 @@ __device__ __forceinline__ void window_argmax(const T* x, const Geometry<I>& g, 
     const int here = static_cast<int>((h - win.hs) * g.kernel_w + (w - win.ws));
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const float f = lane_float<T>(v, k);
+      const float f = seen(lane_float<T>(v, k), k);
       if (first || f > best[k] || (isnan(f) && !isnan(best[k]))) {
         best[k] = f;
         pos[k] = here;
@@ -275,10 +322,13 @@ __device__ __forceinline__ void window_argmax(const T* x, const Geometry<I>& g, 
 }
 
 // The kernels take one thread per item (exact_grid); the grid-stride loop runs in 64 bits, the
-// item index in I. With argmax (max mode), forward also writes pool_argmax_kernel's bytes.
-template <typename T, int K, typename I>
+// item index in I. With argmax (max mode), forward also writes pool_argmax_kernel's bytes. With a
+// normalisation (kSeen, max mode only) each window's values are the batch norm's output of x
+// (SeenValues; coef as PoolNormalisation's).
+template <typename T, int K, typename I, Seen kSeen = Seen::kNone>
 __global__ void __launch_bounds__(kBlock)
-    pool_forward_kernel(const T* x, T* y, Geometry<I> g, std::int64_t items, std::uint8_t* argmax) {
+    pool_forward_kernel(const T* x, T* y, Geometry<I> g, std::int64_t items, std::uint8_t* argmax,
+                        const float* coef) {
   CNNERGY_GRID_STRIDE(item, items) {
     const I q = static_cast<I>(item);
     const Location<I> o = item_location(g, K, q);
@@ -286,7 +336,8 @@ __global__ void __launch_bounds__(kBlock)
     float out[K];
     if (g.mode == 0) {
       int pos[K];
-      window_argmax<T, K>(x, g, o.n, o.c, win, out, pos);
+      const SeenValues<T, K, kSeen> seen(coef, static_cast<int>(g.c), static_cast<int>(o.c));
+      window_argmax<T, K>(x, g, o.n, o.c, win, out, pos, seen);
       if (argmax != nullptr) {
         Pack<std::uint8_t, K> r;
 #pragma unroll
@@ -319,7 +370,7 @@ __global__ void __launch_bounds__(kBlock)
     const Location<I> o = item_location(g, K, q);
     float best[K];
     int pos[K];
-    window_argmax<T, K>(x, g, o.n, o.c, pool_window(g, o.h, o.w), best, pos);
+    window_argmax<T, K>(x, g, o.n, o.c, pool_window(g, o.h, o.w), best, pos, SeenValues<T, K, Seen::kNone>{});
     Pack<std::uint8_t, K> r;
 #pragma unroll
     for (int k = 0; k < K; ++k) r.v[k] = static_cast<std::uint8_t>(pos[k] < 0 ? kNoArgmax : pos[k]);
@@ -383,7 +434,7 @@ __global__ void __launch_bounds__(kBlock)
         if constexpr (K == 1) {
           if (argmax == nullptr) {
             float best[K];
-            window_argmax<T, K>(x, g, in.n, in.c, pool_window(g, wh[i], ww[i]), best, pos);
+            window_argmax<T, K>(x, g, in.n, in.c, pool_window(g, wh[i], ww[i]), best, pos, SeenValues<T, K, Seen::kNone>{});
           } else {
             pos[0] = lane_byte(a[i], 0);
           }
@@ -586,10 +637,12 @@ std::size_t pool_backward_scratch_bytes(const Dims& x_dims, const PoolParams& p)
 }
 
 void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const PoolParams& p,
-                  cudaStream_t stream, std::uint8_t* argmax) {
+                  cudaStream_t stream, std::uint8_t* argmax, const PoolNormalisation& normalise) {
   const std::int64_t count = x_dims.n * x_dims.c * p.out_h * p.out_w;
   if (count == 0) return;
   if (pool_backward_scratch_bytes(x_dims, p) == 0) argmax = nullptr;  // average, or windows beyond a byte
+  const float* coef = normalise.coef;
+  CNNERGY_CHECK(coef == nullptr || p.mode == 0, "pool_forward: a batch norm's normalisation is applied by max pooling only");
   dispatch_float(dtype, "pool_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int K = kVec<T>;
@@ -597,12 +650,24 @@ void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const
     auto* yt = static_cast<T*>(y);
     dispatch_index(x_dims, p, [&](auto index) {
       using I = decltype(index);
-      if (pool_packs<T>(x_dims, x, y, nullptr))
-        pool_forward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
-            xt, yt, geometry<I>(x_dims, p, K, true), count / K, argmax);
+      auto launch = [&](auto k, auto seen) {
+        constexpr int kK = decltype(k)::value;
+        pool_forward_kernel<T, kK, I, decltype(seen)::value><<<exact_grid(count / kK), kBlock, 0, stream>>>(
+            xt, yt, geometry<I>(x_dims, p, kK, true), count / kK, argmax, coef);
+      };
+      auto with_seen = [&](auto k) {
+        if (coef == nullptr)
+          launch(k, std::integral_constant<Seen, Seen::kNone>{});
+        else if (normalise.relu)
+          launch(k, std::integral_constant<Seen, Seen::kRelu>{});
+        else
+          launch(k, std::integral_constant<Seen, Seen::kAffine>{});
+      };
+      // The coefficients' packs are 16-byte aligned where coef is (C is a multiple of K there).
+      if (pool_packs<T>(x_dims, x, y, coef))
+        with_seen(std::integral_constant<int, K>{});
       else
-        pool_forward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
-            xt, yt, geometry<I>(x_dims, p, 1, true), count, argmax);
+        with_seen(std::integral_constant<int, 1>{});
     });
   });
   CNNERGY_CUDA_LAUNCH_CHECK("pool_forward");
