@@ -20,16 +20,16 @@ bool ConvKernel::forward_statistics(const Tensor& x, const Tensor& w, const Tens
   return false;
 }
 
-void PoolKernel::forward_normalised(const Tensor&, const float*, bool, const Tensor&) {
+void PoolKernel::forward_normalised(const Tensor&, const NormalisationMap&, bool, const Tensor&) {
   throw NotSupported("pool2d: this backend's pooling applies no batch norm's normalisation (Backend::fuses_batch_norm_pool)");
 }
 
-const float* BatchNormKernel::training_coefficients(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                                    const Tensor&, const Tensor&, const Tensor&, const Tensor*) {
+NormalisationMap BatchNormKernel::training_coefficients(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                       const Tensor&, const Tensor&, const Tensor&, const Tensor*) {
   throw NotSupported("batch_norm: this backend's batch norm hands no normalisation on (Backend::fuses_batch_norm_pool)");
 }
 
-const float* BatchNormKernel::inference_coefficients(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+NormalisationMap BatchNormKernel::inference_coefficients(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   throw NotSupported("batch_norm: this backend's batch norm hands no normalisation on (Backend::fuses_batch_norm_pool)");
 }
 

@@ -159,6 +159,16 @@ struct Pool2dDesc {
   }
 };
 
+// A batch norm's normalisation y = relu?(x * scale + shift) as its backend computed it, for that
+// backend's max pool (BatchNormKernel::training_coefficients, PoolKernel::forward_normalised): per
+// channel scale[C] then shift[C], in the precision the backend's batch norm applies them (CUDA: f32, on
+// the device; the CPU: f64, in host memory), valid until the batch norm's next forward.
+struct NormalisationMap {
+  const float* f32 = nullptr;
+  const double* f64 = nullptr;
+  bool defined() const { return f32 != nullptr || f64 != nullptr; }
+};
+
 class PoolKernel {
  public:
   virtual ~PoolKernel() = default;
@@ -170,10 +180,10 @@ class PoolKernel {
   virtual bool keeps_argmax() const { return false; }
   // A kernel made with Pool2dDesc::normalised: forward of the batch norm's output, reading the batch
   // norm's input x instead: each value is normalised as it is read, round(relu?(x * scale + shift))
-  // per channel with coef (BatchNormKernel::training_coefficients or inference_coefficients: fp32
-  // scale[C] then shift[C] on the device) and the batch norm's fused ReLU where relu, exactly what
-  // the batch norm would have stored. y and the kept argmax are forward's of that output.
-  virtual void forward_normalised(const Tensor& x, const float* coef, bool relu, const Tensor& y);
+  // per channel with map (BatchNormKernel::training_coefficients or inference_coefficients of this
+  // backend) and the batch norm's fused ReLU where relu, exactly what the batch norm would have
+  // stored. y and the kept argmax are forward's of that output.
+  virtual void forward_normalised(const Tensor& x, const NormalisationMap& map, bool relu, const Tensor& y);
 };
 
 // ---- local response normalisation (across channels, Caffe/AlexNet) --------------------------------
@@ -259,14 +269,14 @@ class BatchNormKernel {
   // without y, whose normalisation a max pool then applies as it reads x (PoolKernel::
   // forward_normalised). Training: the batch statistics (from sums where given), running averages
   // and saved values as forward_training computes them; evaluation: the running averages' map.
-  // Returns the coefficients, y = relu?(x * scale + shift): fp32 scale[C] then shift[C] on the
-  // device, valid until the kernel's next forward. Backward runs as after forward_training.
-  virtual const float* training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                             const Tensor& running_mean, const Tensor& running_var,
-                                             const Tensor& saved_mean, const Tensor& saved_inv_std,
-                                             const Tensor* sums);
-  virtual const float* inference_coefficients(const Tensor& gamma, const Tensor& beta,
-                                              const Tensor& running_mean, const Tensor& running_var);
+  // Returns the map y = relu?(x * scale + shift) (NormalisationMap), valid until the kernel's next
+  // forward. Backward runs as after forward_training.
+  virtual NormalisationMap training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                 const Tensor& running_mean, const Tensor& running_var,
+                                                 const Tensor& saved_mean, const Tensor& saved_inv_std,
+                                                 const Tensor* sums);
+  virtual NormalisationMap inference_coefficients(const Tensor& gamma, const Tensor& beta,
+                                                  const Tensor& running_mean, const Tensor& running_var);
   // dgamma, dbeta overwritten; dx overwritten or accumulated. beta is read only with a fused ReLU
   // (by backends that recompute forward's coefficients rather than keep them).
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,

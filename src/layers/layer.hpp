@@ -188,7 +188,7 @@ class Layer {
   // them as it reads. The pool's output, its argmax and every gradient are the unfused pair's bit for
   // bit; the batch norm's output is never written nor read (the executor allocates none).
   struct Normalisation {
-    const float* coefficients = nullptr;  // device fp32 scale[C] then shift[C], of the latest forward
+    NormalisationMap coefficients;  // the batch norm's latest forward's (its backend's form)
     bool relu = false;                    // the batch norm's fused ReLU
   };
   virtual std::optional<BatchNormDesc> offer_normalisation() const { return std::nullopt; }

@@ -192,6 +192,109 @@ TEST_F(Pool, AccumulateAddsAndOverwriteReplaces) {
   }
 }
 
+// A kernel made with keep_argmax keeps each output's argmax from forward: its backward, given no x,
+// routes dy exactly as the recomputing kernel does (ties to the first maximum), overwriting and
+// accumulating; average pooling keeps none.
+TEST_F(Pool, KeptArgmaxRoutesAsTheRecomputedOne) {
+  auto d = pool(2, 3, 9, 7, 3, 2, 1, true, PoolMode::kMax);
+  auto plain = backend_->make_pool(d);
+  d.keep_argmax = true;
+  auto kept = backend_->make_pool(d);
+  EXPECT_FALSE(plain->keeps_argmax());
+  EXPECT_TRUE(kept->keeps_argmax());
+  Tensor x = random_tensor({2, 3, 9, 7}, rng_);
+  for (std::int64_t i = 0; i < x.numel(); i += 5) x.f32()[i] = 1.0f;  // ties
+  const Tensor y = Tensor::host(d.output_shape()), yk = Tensor::host(d.output_shape());
+  plain->forward(x, y);
+  kept->forward(x, yk);
+  for (std::int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(yk.f32()[i], y.f32()[i]) << i;
+  const Tensor dy = random_tensor(d.output_shape(), rng_);
+  for (const bool accumulate : {false, true}) {
+    const Tensor start = random_tensor(x.shape(), rng_);
+    const Tensor dx = clone(start), dxk = clone(start);
+    plain->backward(x, y, dy, dx, accumulate);
+    kept->backward(Tensor{}, Tensor{}, dy, dxk, accumulate);
+    for (std::int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dxk.f32()[i], dx.f32()[i]) << i;
+  }
+  auto avg = pool(2, 3, 9, 7, 3, 2, 1, true, PoolMode::kAvgIncludePad);
+  avg.keep_argmax = true;
+  EXPECT_FALSE(backend_->make_pool(avg)->keeps_argmax());
+}
+
+// The batch-norm apply fusion on the CPU (Backend::fuses_batch_norm_pool): a pool made with
+// Pool2dDesc::normalised, given the batch norm's map (training_coefficients, inference_coefficients),
+// pools what the batch norm would have stored: with and without the batch norm's ReLU, the pooled
+// output, the statistics, the pool's and the batch norm's backward, and the evaluation output equal the
+// unfused pair's bit for bit. A normalised pool without kept argmax, and a batch norm with a residual
+// add, refuse.
+TEST_F(Pool, NormalisingPoolIsTheBatchNormThenPoolPair) {
+  for (const bool relu : {true, false}) {
+    SCOPED_TRACE(relu ? "relu" : "no relu");
+    BatchNormDesc b;
+    b.n = 3, b.c = 4, b.h = 11, b.w = 9, b.relu = relu;
+    auto d = pool(3, 4, 11, 9, 3, 2, 1, false, PoolMode::kMax);
+    d.keep_argmax = true;
+    Pool2dDesc dn = d;
+    dn.normalised = true;
+    ASSERT_TRUE(backend_->fuses_batch_norm_pool(b, dn));
+    auto bn_plain = backend_->make_batch_norm(b), bn_fused = backend_->make_batch_norm(b);
+    auto pool_plain = backend_->make_pool(d), pool_fused = backend_->make_pool(dn);
+    const Tensor x = random_tensor({3, 4, 11, 9}, rng_, -1.0f, 2.0f);
+    const Tensor gamma = random_tensor({4}, rng_, -1.0f, 1.5f), beta = random_tensor({4}, rng_);
+    gamma.f32()[0] = 0.5f, beta.f32()[0] = -3.0f;  // channel 0 below zero nearly everywhere
+    auto stats = [&] {
+      std::vector<Tensor> t{Tensor::host({4}), Tensor::host({4}), Tensor::host({4}), Tensor::host({4})};
+      for (std::int64_t c = 0; c < 4; ++c) t[1].f32()[c] = 1.0f, t[0].f32()[c] = 0.0f;
+      return t;
+    };
+    auto sp = stats(), sf = stats();
+    const Tensor y = Tensor::host(x.shape()), yp = Tensor::host(d.output_shape()), yf = Tensor::host(d.output_shape());
+    bn_plain->forward_training(x, gamma, beta, sp[0], sp[1], y, sp[2], sp[3]);
+    pool_plain->forward(y, yp);
+    const NormalisationMap map = bn_fused->training_coefficients(x, gamma, beta, sf[0], sf[1], sf[2], sf[3], nullptr);
+    ASSERT_NE(map.f64, nullptr);
+    pool_fused->forward_normalised(x, map, relu, yf);
+    std::int64_t zeros = 0;
+    for (std::int64_t i = 0; i < yp.numel(); ++i) {
+      ASSERT_EQ(yf.f32()[i], yp.f32()[i]) << "pooled " << i;
+      zeros += yp.f32()[i] == 0.0f;
+    }
+    if (relu) {
+      EXPECT_GT(zeros, 0);  // whole windows clamped (channel 0): ties at 0 route to the first position
+    }
+    for (std::size_t k = 0; k < 4; ++k)
+      for (std::int64_t c = 0; c < 4; ++c) ASSERT_EQ(sf[k].f32()[c], sp[k].f32()[c]) << "statistics " << k;
+    const Tensor dy = random_tensor(d.output_shape(), rng_);
+    const Tensor dzp = Tensor::host(x.shape()), dzf = Tensor::host(x.shape());
+    pool_plain->backward(Tensor{}, Tensor{}, dy, dzp, false);
+    pool_fused->backward(Tensor{}, Tensor{}, dy, dzf, false);
+    for (std::int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dzf.f32()[i], dzp.f32()[i]) << "pool dx " << i;
+    const Tensor dxp = Tensor::host(x.shape()), dxf = Tensor::host(x.shape());
+    const Tensor dgp = Tensor::host({4}), dbp = Tensor::host({4}), dgf = Tensor::host({4}), dbf = Tensor::host({4});
+    bn_plain->backward(x, dzp, gamma, beta, sp[2], sp[3], dxp, dgp, dbp, false);
+    bn_fused->backward(x, dzf, gamma, beta, sf[2], sf[3], dxf, dgf, dbf, false);
+    for (std::int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dxf.f32()[i], dxp.f32()[i]) << "dx " << i;
+    for (std::int64_t c = 0; c < 4; ++c) {
+      ASSERT_EQ(dgf.f32()[c], dgp.f32()[c]);
+      ASSERT_EQ(dbf.f32()[c], dbp.f32()[c]);
+    }
+    bn_plain->forward_inference(x, gamma, beta, sp[0], sp[1], y);
+    pool_plain->forward(y, yp);
+    pool_fused->forward_normalised(x, bn_fused->inference_coefficients(gamma, beta, sf[0], sf[1]), relu, yf);
+    for (std::int64_t i = 0; i < yp.numel(); ++i) ASSERT_EQ(yf.f32()[i], yp.f32()[i]) << "evaluation " << i;
+    EXPECT_THROW(pool_plain->forward_normalised(x, map, relu, yf), InvalidArgument);
+  }
+  Pool2dDesc no_argmax = pool(1, 2, 6, 6, 3, 2, 1, false, PoolMode::kMax);
+  no_argmax.normalised = true;
+  EXPECT_THROW(backend_->make_pool(no_argmax), NotSupported);
+  BatchNormDesc residual;
+  residual.n = 1, residual.c = 2, residual.h = 6, residual.w = 6, residual.residual = true;
+  no_argmax.keep_argmax = true;
+  EXPECT_FALSE(backend_->fuses_batch_norm_pool(residual, no_argmax));
+  const Tensor p = Tensor::host({2});
+  EXPECT_THROW((void)backend_->make_batch_norm(residual)->inference_coefficients(p, p, p, p), NotSupported);
+}
+
 TEST_F(Pool, RejectsBadDescriptors) {
   EXPECT_THROW(backend_->make_pool(pool(1, 1, 4, 4, 2, 2, 2, false, PoolMode::kMax)),
                InvalidArgument);  // pad >= k

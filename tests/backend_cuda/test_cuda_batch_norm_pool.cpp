@@ -81,8 +81,8 @@ TEST_F(CudaBatchNormPool, NormalisingPoolIsThePairBitForBit) {
           Tensor y = g->alloc(s, p.dtype, l), yp = g->alloc(out, p.dtype, l), yf = g->alloc(out, p.dtype, l);
           bn_plain->forward_training(xd, gd, bd, sp[0], sp[1], y, sp[2], sp[3]);
           pool_plain->forward(y, yp);
-          const float* coef = bn_fused->training_coefficients(xd, gd, bd, sf[0], sf[1], sf[2], sf[3], nullptr);
-          ASSERT_NE(coef, nullptr) << what;
+          NormalisationMap coef = bn_fused->training_coefficients(xd, gd, bd, sf[0], sf[1], sf[2], sf[3], nullptr);
+          ASSERT_NE(coef.f32, nullptr) << what;
           pool_fused->forward_normalised(xd, coef, relu, yf);
           EXPECT_TRUE(all_close(download(*g, yf), download(*g, yp), 0.0, 0.0)) << what << " pooled output";
           for (int i = 0; i < 4; ++i)

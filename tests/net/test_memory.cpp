@@ -355,9 +355,9 @@ TEST_F(MemoryPlan, ArenaIsTheLivePeakOnZooNetworks) {
 // Recomputation (ExecutorOptions::activation_budget_bytes) changes no value: batch-norm outputs
 // dropped after forward and written again before their first backward reader train bit for bit as
 // kept ones, on a residual stack (fused ReLUs and residual adds) and ResNet-50; with budget 0 every
-// candidate that lowers the peak is recomputed (the stem's and each block's first two batch norms in
-// ResNet-50, never one with a fused add, nor the max pool reading the recomputed stem), and the most
-// bytes live at one step drop.
+// candidate that lowers the peak is recomputed (each block's first two batch norms in ResNet-50, never
+// one with a fused add; the stem's is applied by its max pool, ExecutorOptions::fuse_batch_norm_pool,
+// so its output is never written), and the most bytes live at one step drop.
 TEST_F(MemoryPlan, RecomputedBatchNormOutputsTrainBitForBitInLessMemory) {
   auto backend = cpu_backend();
   struct Case {
@@ -367,7 +367,7 @@ TEST_F(MemoryPlan, RecomputedBatchNormOutputsTrainBitForBitInLessMemory) {
   };
   std::vector<Case> cases;
   cases.push_back({residual_graph(), 4, 4});  // stem_bn and each block's bn1 (bn2 takes the add)
-  cases.push_back({build_model("resnet50", Shape{3, 32, 32}, 10), 2, 33});
+  cases.push_back({build_model("resnet50", Shape{3, 32, 32}, 10), 2, 32});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.graph->model_name());
     ExecutorOptions o;
@@ -383,6 +383,56 @@ TEST_F(MemoryPlan, RecomputedBatchNormOutputsTrainBitForBitInLessMemory) {
     EXPECT_LT(rebuilt.memory().activation_bytes, kept.memory().activation_bytes);
     expect_same_training(*c.graph, *backend, c.batch, rebuilt, kept);
   }
+}
+
+// The batch-norm apply fusion (ExecutorOptions::fuse_batch_norm_pool): ResNet-50's and ResNet-34's
+// stem max pool applies the stem batch norm (and its ReLU) as it reads that batch norm's input, and
+// keeps its argmax. Training is the unfused pair's bit for bit (losses, logits, every gradient and
+// weight over three steps, then an evaluation forward); the batch norm's output has no memory (its
+// activation is undefined, the planned tensors shrink by it) and the planned peak does not grow; the
+// layers say what they do. A graph whose pool reads the batch norm's output beside another layer
+// gets no fusion.
+TEST_F(MemoryPlan, NormalisingPoolTrainsAsTheBatchNormThenPool) {
+  auto backend = cpu_backend();
+  for (const char* model : {"resnet50", "resnet34"}) {
+    SCOPED_TRACE(model);
+    auto graph = build_model(model, Shape{3, 32, 32}, 10);
+    ExecutorOptions o;
+    o.batch_size = 2;
+    o.dropout_seed = seed_;
+    Executor fused(*graph, *backend, o);
+    o.fuse_batch_norm_pool = false;
+    Executor plain(*graph, *backend, o);
+    EXPECT_EQ(fused.memory().normalising_pools, 1u);
+    EXPECT_EQ(plain.memory().normalising_pools, 0u);
+    EXPECT_EQ(fused.memory().kept_pool_argmaxes, 1u);
+    EXPECT_LT(fused.memory().naive_bytes, plain.memory().naive_bytes);
+    EXPECT_LE(fused.memory().live_peak_bytes, plain.memory().live_peak_bytes);
+    int stem_bn = -1, stem_pool = -1;
+    for (std::size_t i = 0; i < graph->num_layers(); ++i) {
+      if (stem_bn < 0 && graph->layer(i).type() == "batch_norm") stem_bn = static_cast<int>(i);
+      if (stem_pool < 0 && graph->layer(i).type() == "max_pool") stem_pool = static_cast<int>(i);
+    }
+    ASSERT_GE(stem_bn, 0);
+    ASSERT_GE(stem_pool, 0);
+    EXPECT_NE(fused.layer(static_cast<std::size_t>(stem_bn)).describe().find("applied by the max pool"), std::string::npos)
+        << fused.layer(static_cast<std::size_t>(stem_bn)).describe();
+    EXPECT_NE(fused.layer(static_cast<std::size_t>(stem_pool)).describe().find("normalising"), std::string::npos);
+    const int bn_out = graph->layer_outputs(static_cast<std::size_t>(stem_bn))[0];
+    EXPECT_FALSE(fused.activation(bn_out).defined());
+    EXPECT_TRUE(plain.activation(bn_out).defined());
+    expect_same_training(*graph, *backend, 2, fused, plain);
+  }
+  // The pool's input read by another layer too: no fusion.
+  GraphBuilder g("shared", Shape{3, 8, 8}, 4);
+  auto x = g.batch_norm(g.conv(g.input(), "conv", ConvSpec::make(8, 3, 1, 1)), "bn");
+  auto pooled = g.max_pool(x, "pool", PoolSpec::make(2, 2));
+  auto side = g.max_pool(x, "side", PoolSpec::make(2, 2));
+  g.softmax_loss(g.fc(g.add(pooled, side, "sum"), "fc", 4));
+  auto shared = g.build();
+  ExecutorOptions so;
+  so.batch_size = 2;
+  EXPECT_EQ(Executor(*shared, *backend, so).memory().normalising_pools, 0u);
 }
 
 // The budget is met with as few recomputations as it needs, largest first: a budget between the

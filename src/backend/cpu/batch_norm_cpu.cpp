@@ -2,10 +2,14 @@
 // training with batch statistics (biased variance to normalise, unbiased for the running estimate),
 // inference with the running statistics, and the backward for dx, dgamma and dbeta; optionally with
 // a ReLU fused into the output (BatchNormDesc::relu) and the residual add after it (::residual: the
-// output is act(bn(x) + z), the backward the plain batch norm's).
+// output is act(bn(x) + z), the backward the plain batch norm's). Without a residual add, training and
+// inference may also hand their map on instead of writing y (training_coefficients,
+// inference_coefficients: fp64 scale and shift, the very map y is computed with), for the max pool after
+// it to apply (Backend::fuses_batch_norm_pool).
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_kernels.hpp"
 #include "core/errors.hpp"
@@ -35,10 +39,50 @@ class BatchNormCpu final : public BatchNormKernel {
   void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                 const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor* sums) override {
-    if (sums != nullptr) check_sums(*sums);
+    if (z != nullptr) check_activation(*z, "z");
+    check_activation(y, "y");
+    train(x, z, gamma, beta, running_mean, running_var, &y, saved_mean, saved_inv_std, sums);
+  }
+
+  void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
     if (z != nullptr) check_activation(*z, "z");
     check_activation(x, "x");
     check_activation(y, "y");
+    const float* xp = cf32(x);
+    const float* zp = z != nullptr ? cf32(*z) : nullptr;
+    float* yp = mf32(y);
+    fill_inference_map(gamma, beta, running_mean, running_var);
+    for (std::int64_t c = 0; c < d_.c; ++c) {
+      const Affine a{map_[static_cast<std::size_t>(c)], map_[static_cast<std::size_t>(d_.c + c)]};
+      for_channel(c, [&](std::int64_t i) { yp[i] = output(a.apply(xp[i]), zp, i); });
+    }
+  }
+
+ public:
+  NormalisationMap training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         const Tensor& saved_mean, const Tensor& saved_inv_std,
+                                         const Tensor* sums) override {
+    check_hands_on();
+    train(x, nullptr, gamma, beta, running_mean, running_var, nullptr, saved_mean, saved_inv_std, sums);
+    return {nullptr, map_.data()};
+  }
+  NormalisationMap inference_coefficients(const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                          const Tensor& running_var) override {
+    check_hands_on();
+    fill_inference_map(gamma, beta, running_mean, running_var);
+    return {nullptr, map_.data()};
+  }
+
+ private:
+  // Training's statistics, saved values and running averages, then y from the map (y null: the map
+  // is kept in map_ for the max pool that applies it).
+  void train(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
+             const Tensor& running_mean, const Tensor& running_var, const Tensor* y,
+             const Tensor& saved_mean, const Tensor& saved_inv_std, const Tensor* sums) {
+    if (sums != nullptr) check_sums(*sums);
+    check_activation(x, "x");
     check_param(gamma, "gamma");
     check_param(beta, "beta");
     check_param(running_mean, "running_mean");
@@ -50,7 +94,8 @@ class BatchNormCpu final : public BatchNormKernel {
                             std::to_string(d_.n) + " x " + std::to_string(hw_) + " positions)");
     const float* xp = cf32(x);
     const float* zp = z != nullptr ? cf32(*z) : nullptr;
-    float* yp = mf32(y);
+    float* yp = y != nullptr ? mf32(*y) : nullptr;
+    if (yp == nullptr) map_.assign(static_cast<std::size_t>(2 * d_.c), 0.0);
     const double mom = d_.momentum;
     const double m = static_cast<double>(m_);
     for (std::int64_t c = 0; c < d_.c; ++c) {
@@ -71,7 +116,12 @@ class BatchNormCpu final : public BatchNormKernel {
       mf32(saved_mean)[c] = static_cast<float>(mean);
       mf32(saved_inv_std)[c] = static_cast<float>(inv_std);
       const Affine a = affine(cf32(gamma)[c], cf32(beta)[c], mf32(saved_mean)[c], mf32(saved_inv_std)[c]);
-      for_channel(c, [&](std::int64_t i) { yp[i] = output(a.apply(xp[i]), zp, i); });
+      if (yp != nullptr) {
+        for_channel(c, [&](std::int64_t i) { yp[i] = output(a.apply(xp[i]), zp, i); });
+      } else {
+        map_[static_cast<std::size_t>(c)] = a.scale;
+        map_[static_cast<std::size_t>(d_.c + c)] = a.shift;
+      }
       const double unbiased = sq / static_cast<double>(m_ - 1);
       float& rm = mf32(running_mean)[c];
       float& rv = mf32(running_var)[c];
@@ -80,26 +130,27 @@ class BatchNormCpu final : public BatchNormKernel {
     }
   }
 
-  void inference(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
-                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y) override {
-    if (z != nullptr) check_activation(*z, "z");
-    check_activation(x, "x");
-    check_activation(y, "y");
+  // The evaluation map from the running statistics, into map_.
+  void fill_inference_map(const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var) {
     check_param(gamma, "gamma");
     check_param(beta, "beta");
     check_param(running_mean, "running_mean");
     check_param(running_var, "running_var");
-    const float* xp = cf32(x);
-    const float* zp = z != nullptr ? cf32(*z) : nullptr;
-    float* yp = mf32(y);
+    map_.assign(static_cast<std::size_t>(2 * d_.c), 0.0);
     for (std::int64_t c = 0; c < d_.c; ++c) {
       const double inv_std = 1.0 / std::sqrt(static_cast<double>(cf32(running_var)[c]) + d_.eps);
       const double scale = cf32(gamma)[c] * inv_std;
-      const double shift = cf32(beta)[c] - cf32(running_mean)[c] * scale;
-      for_channel(c, [&](std::int64_t i) { yp[i] = output(static_cast<float>(xp[i] * scale + shift), zp, i); });
+      map_[static_cast<std::size_t>(c)] = scale;
+      map_[static_cast<std::size_t>(d_.c + c)] = cf32(beta)[c] - cf32(running_mean)[c] * scale;
     }
   }
+  void check_hands_on() const {
+    if (d_.residual)
+      throw NotSupported("batch_norm: a batch norm with a fused residual add hands no normalisation on");
+  }
 
+ protected:
   // forward training's output again: the same Affine from the saved statistics, the same rounding.
   void reapply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& saved_mean,
                const Tensor& saved_inv_std, const Tensor& y) override {
@@ -191,6 +242,7 @@ class BatchNormCpu final : public BatchNormKernel {
 
   BatchNormDesc d_;
   std::int64_t hw_, m_;
+  std::vector<double> map_;  // the latest handed-on map: scale[C] then shift[C] (NormalisationMap::f64)
 };
 
 }  // namespace

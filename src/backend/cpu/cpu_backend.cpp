@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "backend/cpu/conv_onednn_cpu.hpp"
@@ -165,6 +166,11 @@ class CpuBackend final : public Backend {
   bool fuses_batch_norm_relu(const BatchNormDesc&) const override { return true; }
   bool fuses_batch_norm_residual(const BatchNormDesc&) const override { return true; }
   bool recomputes_batch_norm_output(const BatchNormDesc& desc) const override { return !desc.residual; }
+  // The batch norm's map (fp64) applied by the max pool as it reads (pool_cpu.cpp), which keeps its argmax.
+  bool fuses_batch_norm_pool(const BatchNormDesc& bn, const Pool2dDesc& pool) const override {
+    return !bn.residual && pool.normalised && pool.keep_argmax && pool.mode == PoolMode::kMax && bn.n == pool.n &&
+           bn.c == pool.c && bn.h == pool.h && bn.w == pool.w && pool.h * pool.w <= std::numeric_limits<std::int32_t>::max();
+  }
   bool fuses_conv_relu(const Conv2dDesc&) const override { return true; }  // every algorithm (conv_cpu.cpp)
   bool fuses_conv_statistics(const Conv2dDesc& desc) const override {
     return options_.conv_statistics_fusion != StatisticsFusion::kOff && !desc.bias && !desc.relu && !desc.residual &&

@@ -1,9 +1,14 @@
 // 2-D max and average pooling on the CPU, with the window, divisor and ceil-mode rules that
-// Pool2dDesc documents (Caffe / PyTorch semantics); max backward routes to the first maximum.
+// Pool2dDesc documents (Caffe / PyTorch semantics); max backward routes to the first maximum. A kernel
+// made with Pool2dDesc::keep_argmax keeps each output's argmax from forward (an index per output) and
+// its backward reads that instead of x; one made with ::normalised also applies a batch norm's map as
+// it reads the batch norm's input (forward_normalised: the values the CPU batch norm would store).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_kernels.hpp"
 #include "core/errors.hpp"
@@ -22,44 +27,76 @@ struct Window {
 
 class PoolCpu final : public PoolKernel {
  public:
-  explicit PoolCpu(const Pool2dDesc& d) : d_(d), oh_(d.out_h()), ow_(d.out_w()) {}
+  explicit PoolCpu(const Pool2dDesc& d) : d_(d), oh_(d.out_h()), ow_(d.out_w()) {
+    const bool fits = d.h * d.w <= std::numeric_limits<std::int32_t>::max();
+    if (d.keep_argmax && d.mode == PoolMode::kMax && fits) argmax_.assign(static_cast<std::size_t>(d.n * d.c * oh_ * ow_), 0);
+    if (d.normalised && argmax_.empty())
+      throw NotSupported("pool2d: a pool that applies a batch norm's normalisation keeps its argmax (max pooling with "
+                         "keep_argmax; ask fuses_batch_norm_pool first)");
+  }
+
+  bool keeps_argmax() const override { return !argmax_.empty(); }
 
   void forward(const Tensor& x, const Tensor& y) override {
     check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
     check_f32_shape(y, kOp, "y", d_.output_shape());
-    const float* xp = cf32(x);
-    float* yp = mf32(y);
+    pool(cf32(x), mf32(y), [](const float* xs, std::int64_t, std::int64_t i) { return xs[i]; });
+  }
+
+  void forward_normalised(const Tensor& x, const NormalisationMap& map, bool relu, const Tensor& y) override {
+    if (!d_.normalised)
+      throw InvalidArgument("pool2d: forward_normalised needs a kernel made with Pool2dDesc::normalised");
+    if (map.f64 == nullptr) throw InvalidArgument("pool2d: forward_normalised without the batch norm's fp64 map");
+    check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
+    check_f32_shape(y, kOp, "y", d_.output_shape());
+    // The CPU batch norm's stored value (batch_norm_cpu.cpp): rounded to float, then its ReLU.
+    pool(cf32(x), mf32(y), [&](const float* xs, std::int64_t c, std::int64_t i) {
+      const auto v = static_cast<float>(xs[i] * map.f64[c] + map.f64[d_.c + c]);
+      return relu && !(v > 0.0f) ? 0.0f : v;
+    });
+  }
+
+ private:
+  // Forward over the values value(plane's x, channel, index in the plane) gives.
+  template <typename Value>
+  void pool(const float* xp, float* yp, Value&& value) {
     for (std::int64_t plane = 0; plane < d_.n * d_.c; ++plane) {
       const float* xs = xp + plane * d_.h * d_.w;
       float* ys = yp + plane * oh_ * ow_;
+      const std::int64_t c = plane % d_.c;
+      auto at = [&](std::int64_t i) { return value(xs, c, i); };
       for (std::int64_t oh = 0; oh < oh_; ++oh)
         for (std::int64_t ow = 0; ow < ow_; ++ow) {
           const Window win = window(oh, ow);
           if (d_.mode == PoolMode::kMax) {
-            ys[oh * ow_ + ow] = xs[argmax(xs, win)];
+            const std::int64_t i = argmax(at, win);
+            ys[oh * ow_ + ow] = at(i);
+            if (keeps_argmax()) argmax_[static_cast<std::size_t>(plane * oh_ * ow_ + oh * ow_ + ow)] = static_cast<std::int32_t>(i);
           } else {
             double sum = 0.0;
             for (std::int64_t h = win.h0; h < win.h1; ++h)
-              for (std::int64_t w = win.w0; w < win.w1; ++w) sum += xs[h * d_.w + w];
+              for (std::int64_t w = win.w0; w < win.w1; ++w) sum += at(h * d_.w + w);
             ys[oh * ow_ + ow] = static_cast<float>(sum / win.divisor);
           }
         }
     }
   }
 
-  // y is not needed on the CPU (the argmax is recomputed from x) but is checked when given.
+ public:
+  // y is not needed on the CPU (the argmax is recomputed from x, or kept from forward: then x is not
+  // read either and may be undefined) but is checked when given.
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
                 bool accumulate) override {
-    check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
+    if (!keeps_argmax() || x.defined()) check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
     if (y.defined()) check_f32_shape(y, kOp, "y", d_.output_shape());
     check_f32_shape(dy, kOp, "dy", d_.output_shape());
     check_f32_shape(dx, kOp, "dx", Shape{d_.n, d_.c, d_.h, d_.w});
-    const float* xp = cf32(x);
+    const float* xp = keeps_argmax() ? nullptr : cf32(x);
     const float* dyp = cf32(dy);
     float* dxp = mf32(dx);
     if (!accumulate) std::fill_n(dxp, dx.numel(), 0.0f);
     for (std::int64_t plane = 0; plane < d_.n * d_.c; ++plane) {
-      const float* xs = xp + plane * d_.h * d_.w;
+      const float* xs = xp != nullptr ? xp + plane * d_.h * d_.w : nullptr;
       const float* dys = dyp + plane * oh_ * ow_;
       float* dxs = dxp + plane * d_.h * d_.w;
       for (std::int64_t oh = 0; oh < oh_; ++oh)
@@ -67,7 +104,9 @@ class PoolCpu final : public PoolKernel {
           const Window win = window(oh, ow);
           const float g = dys[oh * ow_ + ow];
           if (d_.mode == PoolMode::kMax) {
-            dxs[argmax(xs, win)] += g;
+            const std::int64_t i = keeps_argmax() ? argmax_[static_cast<std::size_t>(plane * oh_ * ow_ + oh * ow_ + ow)]
+                                                  : argmax([&](std::int64_t j) { return xs[j]; }, win);
+            dxs[i] += g;
           } else {
             const float share = g / win.divisor;
             for (std::int64_t h = win.h0; h < win.h1; ++h)
@@ -92,13 +131,15 @@ class PoolCpu final : public PoolKernel {
     return win;
   }
 
-  // Index of the first maximum in scan order (a NaN wins, so that it propagates as in PyTorch).
-  std::int64_t argmax(const float* xs, const Window& win) const {
+  // Index of the first maximum in scan order of at(index in the plane) (a NaN wins, so that it
+  // propagates as in PyTorch).
+  template <typename At>
+  std::int64_t argmax(At&& at, const Window& win) const {
     std::int64_t best_i = -1;
     float best = -std::numeric_limits<float>::infinity();
     for (std::int64_t h = win.h0; h < win.h1; ++h)
       for (std::int64_t w = win.w0; w < win.w1; ++w) {
-        const float v = xs[h * d_.w + w];
+        const float v = at(h * d_.w + w);
         if (best_i < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
           best = v;
           best_i = h * d_.w + w;
@@ -109,6 +150,7 @@ class PoolCpu final : public PoolKernel {
 
   Pool2dDesc d_;
   std::int64_t oh_, ow_;
+  std::vector<std::int32_t> argmax_;  // keep_argmax: the latest forward's, per output (index in its plane)
 };
 
 }  // namespace

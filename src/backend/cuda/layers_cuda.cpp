@@ -115,15 +115,15 @@ class CudaPool final : public PoolKernel {
 
   bool keeps_argmax() const override { return argmax_ != nullptr; }
 
-  void forward_normalised(const Tensor& x, const float* coef, bool relu, const Tensor& y) override {
+  void forward_normalised(const Tensor& x, const NormalisationMap& map, bool relu, const Tensor& y) override {
     ctx_->activate();
     if (!d_.normalised)
       throw InvalidArgument("pool2d: forward_normalised needs a kernel made with Pool2dDesc::normalised");
-    if (coef == nullptr) throw InvalidArgument("pool2d: forward_normalised without the batch norm's coefficients");
+    if (map.f32 == nullptr) throw InvalidArgument("pool2d: forward_normalised without the batch norm's fp32 coefficients");
     check_device_tensor(x, *ctx_, "pool2d forward_normalised", "x", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_, layout_);
     check_device_tensor(y, *ctx_, "pool2d forward_normalised", "y", d_.output_shape(), dtype_, layout_);
     kernels::pool_forward(x.raw(), dims_of(x), y.raw(), dtype_, params_, ctx_->stream(), kept_argmax(),
-                          kernels::PoolNormalisation{coef, relu});
+                          kernels::PoolNormalisation{map.f32, relu});
   }
 
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
@@ -331,10 +331,10 @@ class CudaBatchNorm final : public BatchNormKernel {
   // never with a residual add): training keeps its coefficients where a fused ReLU's backward finds
   // them; evaluation's go to a buffer of their own, so that an evaluation forward leaves them be.
  public:
-  const float* training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     const Tensor& running_mean, const Tensor& running_var,
-                                     const Tensor& saved_mean, const Tensor& saved_inv_std,
-                                     const Tensor* sums) override {
+  NormalisationMap training_coefficients(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         const Tensor& saved_mean, const Tensor& saved_inv_std,
+                                         const Tensor* sums) override {
     ctx_->activate();
     check_hands_on("training_coefficients");
     if (sums != nullptr) check_sums(*sums);
@@ -351,11 +351,11 @@ class CudaBatchNorm final : public BatchNormKernel {
                                                f32(saved_inv_std), params(nullptr), scratch->data(), ctx_->stream(),
                                                forward_coef(), sums != nullptr ? f32(*sums) : nullptr);
     relu_mask_of_ = nullptr;
-    return forward_coef();
+    return {forward_coef(), nullptr};
   }
 
-  const float* inference_coefficients(const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                                      const Tensor& running_var) override {
+  NormalisationMap inference_coefficients(const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                          const Tensor& running_var) override {
     ctx_->activate();
     check_hands_on("inference_coefficients");
     for (const auto& [t, name] : {std::pair{&gamma, "gamma"}, std::pair{&beta, "beta"},
@@ -364,7 +364,7 @@ class CudaBatchNorm final : public BatchNormKernel {
     auto* coef = static_cast<float*>(eval_coef_->data());
     kernels::batch_norm_inference_coefficients(d_.c, f32(gamma), f32(beta), f32(running_mean), f32(running_var),
                                                d_.eps, coef, ctx_->stream());
-    return coef;
+    return {coef, nullptr};
   }
 
  protected:
