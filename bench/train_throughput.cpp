@@ -143,6 +143,11 @@ struct Cell {
   std::size_t conv_statistics_computed = 0;  // of them, taken from it at the last step (cuDNN's graph ran)
   std::size_t kept_pool_argmaxes = 0;  // max pools keeping their argmax from forward (MemoryReport)
   bool fuse_pool = true;  // a max pool applies the batch norm before it (ExecutorOptions::fuse_batch_norm_pool)
+  bool workspace_in_arena = true;  // each convolution's workspace in the arena (ExecutorOptions::conv_workspace_in_arena)
+  std::size_t arena_workspaces = 0;  // convolution calls given their workspace in the arena
+  double arena_workspace_mib = 0;    // the largest of them
+  std::size_t workspace_overflows = 0;  // calls that asked beyond their interval (MemoryStats::conv_workspace_overflows)
+  double workspace_overflow_mib = 0;
   std::size_t normalising_pools = 0;  // max pools that did (MemoryReport)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
@@ -198,11 +203,15 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   auto graph = build_model(cell.model, input, std::nullopt);
   std::optional<std::size_t> budget;
   if (cell.activation_budget_mib) budget = static_cast<std::size_t>(*cell.activation_budget_mib) << 20;
-  FixedBatchWorkload work(*graph, *backend, cell.batch, 1234, cell.cuda_graph, cell.fuse_relu,
-                          !cell.fuse_residual            ? ResidualFusion::kOff
-                          : cell.fuse_residual_backward ? ResidualFusion::kForwardAndBackward
-                                                        : ResidualFusion::kForward,
-                          budget, cell.fuse_pool);
+  ExecutorOptions eo;
+  eo.batch_size = cell.batch;
+  eo.fuse_relu = cell.fuse_relu;
+  eo.fuse_residual = cell.fuse_residual;
+  eo.fuse_residual_backward = cell.fuse_residual && cell.fuse_residual_backward;
+  eo.activation_budget_bytes = budget;
+  eo.fuse_batch_norm_pool = cell.fuse_pool;
+  eo.conv_workspace_in_arena = cell.workspace_in_arena;
+  FixedBatchWorkload work(*graph, *backend, eo, 1234, cell.cuda_graph);
   Executor& exec = work.executor();
   SgdSolver& solver = work.solver();
 
@@ -282,12 +291,16 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.peak_mem_mib = static_cast<double>(mem.peak_bytes) / (1024.0 * 1024.0);
   cell.conv_workspace_mib = static_cast<double>(mem.conv_workspace_bytes) / (1024.0 * 1024.0);
   cell.in_use_mib = static_cast<double>(mem.in_use_bytes) / (1024.0 * 1024.0);
+  cell.workspace_overflows = mem.conv_workspace_overflows;
+  cell.workspace_overflow_mib = static_cast<double>(mem.conv_workspace_overflow_bytes) / (1024.0 * 1024.0);
   const MemoryReport& held = exec.memory();
   cell.activation_mib = static_cast<double>(held.activation_bytes) / (1024.0 * 1024.0);
   cell.live_peak_mib = static_cast<double>(held.live_peak_bytes) / (1024.0 * 1024.0);
   cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.recomputed_outputs = held.recomputed_outputs;
+  cell.arena_workspaces = held.arena_workspaces;
+  cell.arena_workspace_mib = static_cast<double>(held.arena_workspace_bytes) / (1024.0 * 1024.0);
   cell.conv_statistics = held.conv_statistics;
   cell.kept_pool_argmaxes = held.kept_pool_argmaxes;
   cell.normalising_pools = held.normalising_pools;
@@ -388,6 +401,9 @@ int main(int argc, char** argv) {
     p.option("fuse-pool", "a max pool that keeps its argmax applies the batch norm (and ReLU) before it as it reads that "
              "batch norm's input, whose output is then never written (ExecutorOptions::fuse_batch_norm_pool): on, off, "
              "or both (a cell each)", "on", {"off", "on", "both"});
+    p.option("workspace-in-arena", "each convolution's workspace is an interval of the activation arena, live during "
+             "its call only, instead of one shared workspace held throughout (ExecutorOptions::conv_workspace_in_arena): "
+             "on, off, or both (a cell each)", "on", {"off", "on", "both"});
     p.option("space-to-depth", "a strided first convolution over few channels runs space-to-depth where that times "
              "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
              "(a cell each)", "on", {"off", "on", "both"});
@@ -446,6 +462,7 @@ int main(int argc, char** argv) {
             for (const bool residual : {true, false})
             for (const bool residual_backward : {true, false})
             for (const bool fuse_pool : {true, false})
+            for (const bool in_arena : {true, false})
             for (const bool s2d : {true, false})
             for (const StatisticsFusion stats :
                  {StatisticsFusion::kOff, StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways})
@@ -459,6 +476,7 @@ int main(int argc, char** argv) {
               continue;
             if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
             if (fuse_pool ? p.get("fuse-pool") == "off" : p.get("fuse-pool") == "on") continue;
+            if (in_arena ? p.get("workspace-in-arena") == "off" : p.get("workspace-in-arena") == "on") continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
             c.model = m;
@@ -474,6 +492,7 @@ int main(int argc, char** argv) {
             c.fuse_residual_backward = residual_backward;
             c.space_to_depth = s2d;
             c.fuse_pool = fuse_pool;
+            c.workspace_in_arena = in_arena;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.fuse_statistics = stats;
             c.profile_range = p.get_flag("profile-range");
@@ -507,6 +526,11 @@ int main(int argc, char** argv) {
             << ", \"kept_pool_argmaxes\": " << c.kept_pool_argmaxes
             << ", \"fuse_pool\": " << (c.fuse_pool ? "true" : "false")
             << ", \"normalising_pools\": " << c.normalising_pools
+            << ", \"workspace_in_arena\": " << (c.workspace_in_arena ? "true" : "false")
+            << ", \"arena_workspaces\": " << c.arena_workspaces
+            << ", \"arena_workspace_mib\": " << c.arena_workspace_mib
+            << ", \"workspace_overflows\": " << c.workspace_overflows
+            << ", \"workspace_overflow_mib\": " << c.workspace_overflow_mib
             << (c.profile_range ? ", \"profile_range\": true" : "")
             << ", \"status\": \"" << c.status << "\", \"error\": \""
             << json_escape(c.error) << "\", \"images_per_s\": " << c.images_per_s << ", \"iter_ms\": " << c.iter_ms
@@ -583,6 +607,10 @@ int main(int argc, char** argv) {
           std::printf("    statistics fusion (%s): %zu batch norms paired with their convolution, %zu took its "
                       "statistics at the last step\n",
                       statistics_fusion_name(c.fuse_statistics), c.conv_statistics, c.conv_statistics_computed);
+        if (c.arena_workspaces > 0)
+          std::printf("    %zu layer calls take their workspace in the arena (the largest %.1f MiB; "
+                      "--workspace-in-arena); %zu asked beyond it (the most %.1f MiB)\n",
+                      c.arena_workspaces, c.arena_workspace_mib, c.workspace_overflows, c.workspace_overflow_mib);
         if (c.normalising_pools > 0)
           std::printf("    %zu max pools apply the batch norm before them as they read its input (--fuse-pool)\n",
                       c.normalising_pools);

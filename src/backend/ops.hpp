@@ -91,6 +91,9 @@ class ConvKernel {
   // caller computed it (Backend::relu_backward_bias_grad); the kernel then leaves the bias alone.
   virtual void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) = 0;
   virtual ConvAlgoInfo info() const = 0;
+  // The most workspace any call of this kernel asks the backend for (Backend::set_conv_workspace),
+  // after info() has resolved its algorithms; 0 where its calls take none from there.
+  virtual std::size_t workspace_bound() const { return 0; }
   // From now until the next call, forward() is given the same weight tensor with unchanged values
   // (an inference convolution's folded weights; the layer calls it again after each refold). A
   // kernel may then keep the weights prepared (the CPU's oneDNN path: reordered once) instead of
@@ -178,6 +181,9 @@ class PoolKernel {
   // output's window argmax (a byte per output) into the kernel, and backward reads that (the latest
   // forward's) instead of x and y, which may then be passed undefined.
   virtual bool keeps_argmax() const { return false; }
+  // The most of the backend's convolution workspace (Backend::set_conv_workspace) a backward call asks
+  // for (its window argmax, where it neither keeps one nor runs cuDNN's); 0 where none.
+  virtual std::size_t workspace_bound() const { return 0; }
   // A kernel made with Pool2dDesc::normalised: forward of the batch norm's output, reading the batch
   // norm's input x instead: each value is normalised as it is read, round(relu?(x * scale + shift))
   // per channel with map (BatchNormKernel::training_coefficients or inference_coefficients of this
@@ -422,6 +428,10 @@ struct MemoryStats {
   std::size_t peak_bytes = 0;
   std::size_t total_bytes = 0;  // device capacity (0 where unknown)
   std::size_t conv_workspace_bytes = 0;  // the convolutions' shared workspace, part of in_use (GPU)
+  // Calls that asked for more workspace than the region set for them (Backend::set_conv_workspace),
+  // served from the shared workspace instead, and the most one asked (GPU).
+  std::size_t conv_workspace_overflows = 0;
+  std::size_t conv_workspace_overflow_bytes = 0;
 };
 
 class Backend {
@@ -450,6 +460,15 @@ class Backend {
   // convolution grows a new one to what it asks. After the algorithm searches, so that the workspace
   // is what the chosen algorithms need, not the largest any candidate asked for. A no-op on the CPU.
   virtual void release_conv_workspace() {}
+  // From now until the next call, convolutions take their workspace from [data, data + bytes) (a
+  // training executor's arena: each convolution's own interval, live during its call only) where it
+  // holds what they ask, instead of growing the shared workspace; (nullptr, 0) gives the shared one
+  // back. The region must stay valid, and unused by anything else, until then. The base ignores it
+  // (the CPU's convolutions report no bound and keep their shared workspace).
+  virtual void set_conv_workspace(void* data, std::size_t bytes) {
+    (void)data;
+    (void)bytes;
+  }
 
   // Transfers and element-wise utilities. Host tensors must have the same dtype/layout as dst.
   // upload with async=true returns before the copy ends: keep `host` alive until synchronize().

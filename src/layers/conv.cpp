@@ -32,6 +32,7 @@ class ConvLayer final : public Layer {
     if (!kernel_) return std::nullopt;
     return kernel_->info();
   }
+  std::size_t workspace_bound(bool /*backward*/) const override { return kernel_ ? kernel_->workspace_bound() : 0; }
   bool epilogue_fused() const override { return kernel_ && kernel_->epilogue_fused(); }
   std::optional<Conv2dDesc> conv_problem() const override { return desc_; }
   std::vector<Tensor> eval_weights() const override {

@@ -235,6 +235,14 @@ class Layer {
 
   // The convolution algorithms the bound kernel runs (conv layers only), for --show-algos.
   virtual std::optional<ConvAlgoInfo> conv_algorithms() const { return std::nullopt; }
+  // The most of the backend's convolution workspace (Backend::set_conv_workspace) one forward
+  // (backward=false) or backward call of the bound layer asks for: a convolution's chosen algorithms
+  // (ConvKernel::workspace_bound, once conv_algorithms() has resolved them), a max pool's argmax
+  // pass in backward (PoolKernel::workspace_bound); 0 for other layers.
+  virtual std::size_t workspace_bound(bool backward) const {
+    (void)backward;
+    return 0;
+  }
   // A convolution whose forward runs with its bias (and ReLU) fused into one kernel (ConvKernel::epilogue_fused).
   virtual bool epilogue_fused() const { return false; }
   // The convolution problem of a conv layer after setup() (batch as set up), for studies that run

@@ -38,6 +38,7 @@ class PoolLayer final : public Layer {
   // asks, as such a pool keeps its argmax).
   bool recomputes_output() const override { return bound() && normalisation_ == nullptr; }
   void recompute_output(const Tensor& input, const Tensor& output) override { kernel_->forward(input, output); }
+  std::size_t workspace_bound(bool backward) const override { return backward && kernel_ ? kernel_->workspace_bound() : 0; }
   void backward(const BackwardContext& ctx) override {
     if (!ctx.input_grads[0].defined()) return;
     kernel_->backward(ctx.inputs[0], ctx.outputs[0], ctx.output_grads[0], ctx.input_grads[0], ctx.accumulate[0]);

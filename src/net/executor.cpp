@@ -20,6 +20,7 @@ struct Interval {
   int start = 0, end = 0;  // steps, inclusive
   std::size_t bytes = 0;
   std::size_t offset = 0;  // in the arena, once placed
+  bool late = false;       // placed after every other: a convolution workspace, into the gaps the tensors leave
 };
 
 constexpr std::size_t kArenaAlignment = 256;  // what cuDNN and vectorised kernels like best
@@ -27,11 +28,15 @@ std::size_t align_up(std::size_t n) { return (n + kArenaAlignment - 1) / kArenaA
 
 // Places every interval at an offset of one arena so that intervals overlapping in time never
 // overlap in memory: largest first, each at the lowest offset that fits between the placed
-// intervals it overlaps in time (greedy by size). Returns the arena size.
+// intervals it overlaps in time (greedy by size). Late intervals (convolution workspaces, one step
+// each) come after all others, so that they fill the gaps the tensors leave and a workspace never
+// pushes a long-lived tensor up: the arena is at most the tensors' own plus the largest workspace.
+// Returns the arena size.
 std::size_t place(std::vector<Interval>& items) {
   std::vector<std::size_t> order(items.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (items[a].late != items[b].late) return items[b].late;
     if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
     return items[a].start < items[b].start;
   });
@@ -58,6 +63,20 @@ std::size_t place(std::vector<Interval>& items) {
   return arena;
 }
 
+// place() with the workspaces placed last, and greedy by size with the rest: whichever arena is
+// smaller (last keeps a large workspace from pushing long-lived tensors up; by size lets a workspace at
+// the busiest step go below tensors that fit the gaps above it).
+std::size_t place_best(std::vector<Interval>& items) {
+  std::vector<Interval> mixed = items;
+  for (Interval& it : mixed) it.late = false;
+  const std::size_t last = place(items);
+  if (std::none_of(items.begin(), items.end(), [](const Interval& it) { return it.late; })) return last;
+  const std::size_t by_size = place(mixed);
+  if (by_size >= last) return last;
+  for (std::size_t k = 0; k < items.size(); ++k) items[k].offset = mixed[k].offset;
+  return by_size;
+}
+
 // The most bytes live at any one step: no placement can use less.
 std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items);
 std::size_t live_peak(const std::vector<Interval>& items) { return live_peak_at(items).first; }
@@ -72,6 +91,23 @@ std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items) {
   const auto peak = std::max_element(live.begin(), live.end());
   return {*peak, static_cast<int>(peak - live.begin())};
 }
+
+// One layer call's convolution workspace (Backend::set_conv_workspace): the layer's region of the
+// arena where it has one, the backend's shared workspace again afterwards (also when the call throws).
+class ConvWorkspaceScope {
+ public:
+  ConvWorkspaceScope(Backend& backend, void* data, std::size_t bytes) : backend_(data != nullptr ? &backend : nullptr) {
+    if (backend_ != nullptr) backend_->set_conv_workspace(data, bytes);
+  }
+  ~ConvWorkspaceScope() {
+    if (backend_ != nullptr) backend_->set_conv_workspace(nullptr, 0);
+  }
+  ConvWorkspaceScope(const ConvWorkspaceScope&) = delete;
+  ConvWorkspaceScope& operator=(const ConvWorkspaceScope&) = delete;
+
+ private:
+  Backend* backend_;
+};
 
 }  // namespace
 
@@ -125,6 +161,9 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     backend_.set_search_layer(0, 0, "");
   }
   plan_and_allocate();
+  // The shared workspace the searches grew (a convolution with a bias times the fused epilogue against
+  // the unfused pair, which runs there) goes back: every call now takes its own from the arena.
+  if (memory_.arena_workspaces > 0) backend_.release_conv_workspace();
   for (const auto& l : layers_) {
     memory_.kept_pool_argmaxes += l->type() == "max_pool" && options_.training && !l->needs_inputs_in_backward();
     for (const auto& p : l->parameters())
@@ -230,16 +269,22 @@ void Executor::fuse_relus() {
     if (producer->absorbed()) {
       // A batch norm folded into the convolution before it (the convolution's sole consumer): the
       // convolution is offered the ReLU; conv -> (bn) -> relu is one chain, planned as one tensor.
-      const auto& bn_ins = graph_.layer_inputs(static_cast<std::size_t>(xt.producer));
-      if (producer->type() != "batch_norm" || bn_ins.size() != 1) continue;
-      const int conv = graph_.tensor(bn_ins[0]).producer;
-      if (conv < 0 || layers_[static_cast<std::size_t>(conv)]->name() != producer->absorbed_into()) continue;
+      const int conv = producer->type() == "batch_norm" ? absorber_of(static_cast<std::size_t>(xt.producer)) : -1;
+      if (conv < 0) continue;
       producer = layers_[static_cast<std::size_t>(conv)].get();
     }
     if (producer->absorbed() || !producer->fuse_relu(backend_)) continue;
     relu.absorb_into(producer->name());
     ++memory_.fused_relus;
   }
+}
+
+int Executor::absorber_of(std::size_t i) const {
+  const auto& ins = graph_.layer_inputs(i);
+  if (!layers_[i]->absorbed() || ins.size() != 1) return -1;
+  const int p = graph_.tensor(ins[0]).producer;
+  if (p < 0 || layers_[static_cast<std::size_t>(p)]->name() != layers_[i]->absorbed_into()) return -1;
+  return p;
 }
 
 // An add whose input t is a batch norm's only output, read by nothing else, is offered to the layer
@@ -330,11 +375,9 @@ void Executor::fuse_normalisations() {
     if (ins[0] == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1) continue;
     auto b = static_cast<std::size_t>(tt.producer);
     if (layers_[b]->absorbed()) {  // the ReLU fused into the batch norm: its input is the batch norm's output
-      const auto& relu_ins = graph_.layer_inputs(b);
-      if (relu_ins.size() != 1 || graph_.tensor(relu_ins[0]).producer < 0) continue;
-      const auto bn = static_cast<std::size_t>(graph_.tensor(relu_ins[0]).producer);
-      if (layers_[bn]->name() != layers_[b]->absorbed_into() || graph_.tensor(relu_ins[0]).consumers.size() != 1) continue;
-      b = bn;
+      const int bn = absorber_of(b);
+      if (bn < 0 || graph_.tensor(graph_.layer_inputs(b)[0]).consumers.size() != 1) continue;
+      b = static_cast<std::size_t>(bn);
     }
     Layer& bn = *layers_[b];
     const auto& bn_ins = graph_.layer_inputs(b);
@@ -516,11 +559,23 @@ void Executor::plan_and_allocate() {
     }
   }
 
+  // Convolution workspaces (conv_workspace_in_arena): the most a layer's forward / backward call
+  // asks, known now that the algorithms are resolved (the constructor resolved them before planning).
+  std::vector<std::size_t> forward_workspace_bytes(layers_.size(), 0), backward_workspace_bytes(layers_.size(), 0);
+  if (train && reuse && options_.conv_workspace_in_arena)
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      forward_workspace_bytes[i] = layers_[i]->workspace_bound(false);
+      backward_workspace_bytes[i] = layers_[i]->workspace_bound(true);
+    }
+
   // The plan's items for a choice of recomputed groups: every activation group one interval from its
   // producer to its last reader, a recomputed one two (forward, and from its rebuild to its last
-  // backward reader); then the gradients. group_item / backward_item: a group's items (-1: none).
+  // backward reader); then the gradients; then each convolution's forward and backward workspace, its
+  // own step only. group_item / backward_item: a group's items (-1: none); forward_workspace_item /
+  // backward_workspace_item: a layer's.
   std::vector<int> group_item(num_tensors, -1), backward_item(num_tensors, -1);
-  auto build_items = [&](const std::vector<char>& recomputed) {
+  std::vector<int> forward_workspace_item(layers_.size(), -1), backward_workspace_item(layers_.size(), -1);
+  auto build_items = [&](const std::vector<char>& recomputed, bool with_workspaces) {
     std::vector<Interval> out;
     std::fill(group_item.begin(), group_item.end(), -1);
     std::fill(backward_item.begin(), backward_item.end(), -1);
@@ -539,6 +594,17 @@ void Executor::plan_and_allocate() {
     }
     const auto base = static_cast<int>(out.size());
     out.insert(out.end(), grad_items.begin(), grad_items.end());
+    for (int i = 0; i < num_layers && with_workspaces; ++i) {
+      const auto l = static_cast<std::size_t>(i);
+      if (forward_workspace_bytes[l] > 0) {
+        forward_workspace_item[l] = static_cast<int>(out.size());
+        out.push_back(Interval{i, i, forward_workspace_bytes[l], 0, true});
+      }
+      if (backward_workspace_bytes[l] > 0) {
+        backward_workspace_item[l] = static_cast<int>(out.size());
+        out.push_back(Interval{bwd_step(i), bwd_step(i), backward_workspace_bytes[l], 0, true});
+      }
+    }
     return std::pair{std::move(out), base};
   };
   // Recomputation (ExecutorOptions::activation_budget_bytes): while the most bytes live at one step
@@ -562,7 +628,8 @@ void Executor::plan_and_allocate() {
       return ra != rb ? ra > rb : ba > bb;
     };
     for (;;) {
-      const auto [peak_bytes, peak_step] = live_peak_at(build_items(recomputed).first);
+      // The budget counts activations and gradients (a workspace is no candidate).
+      const auto [peak_bytes, peak_step] = live_peak_at(build_items(recomputed, false).first);
       if (peak_bytes <= *options_.activation_budget_bytes) break;
       int best = -1;
       for (std::size_t k = 0; k < candidates.size(); ++k) {
@@ -591,12 +658,12 @@ void Executor::plan_and_allocate() {
       memory_.recomputed_bytes += spans[static_cast<std::size_t>(c.group)].bytes;
     }
   }
-  auto built = build_items(recomputed);
+  auto built = build_items(recomputed, true);
   std::vector<Interval>& items = built.first;
   for (int& g : grad_item)
     if (g >= 0) g += built.second;
 
-  const std::size_t arena = reuse ? place(items) : 0;
+  const std::size_t arena = reuse ? place_best(items) : 0;
   if (host_budget_) {  // CPU: the planned activations plus what binding allocated, before allocating them
     std::uint64_t planned = arena;
     if (!reuse)
@@ -624,6 +691,24 @@ void Executor::plan_and_allocate() {
   memory_.live_peak_bytes = live_peak(items);
   memory_.naive_bytes = naive;
   memory_.num_buffers = pool_.size();
+  forward_workspace_.assign(layers_.size(), WorkspaceRegion{});
+  backward_workspace_.assign(layers_.size(), WorkspaceRegion{});
+  memory_.arena_workspaces = 0;
+  memory_.arena_workspace_bytes = 0;
+  auto region = [&](int item) {
+    const Interval& it = items.at(static_cast<std::size_t>(item));
+    void* data = reuse ? static_cast<void*>(static_cast<char*>(pool_.front()->data()) + it.offset)
+                       : pool_.at(it.offset)->data();
+    return WorkspaceRegion{data, it.bytes};
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (const auto& [item, slot] : {std::pair{forward_workspace_item[i], &forward_workspace_[i]},
+                                     std::pair{backward_workspace_item[i], &backward_workspace_[i]}}) {
+      if (item < 0) continue;
+      *slot = region(item);
+      ++memory_.arena_workspaces;
+      memory_.arena_workspace_bytes = std::max(memory_.arena_workspace_bytes, slot->bytes);
+    }
 
   auto view = [&](int t, int item) {
     const Shape s = shape_of(t);
@@ -820,6 +905,7 @@ void Executor::run_forward_layer(std::size_t i, Phase phase) {
   ctx.phase = phase;
   ctx.seed = mix64(options_.dropout_seed ^ (iteration_ * 0x9E3779B97F4A7C15ull), i);
   ctx.labels = &labels_;
+  const ConvWorkspaceScope workspace(backend_, forward_workspace_[i].data, forward_workspace_[i].bytes);
   layers_[i]->forward(ctx);
 }
 
@@ -840,6 +926,7 @@ void Executor::run_backward_layer(std::size_t i, float loss_scale) {
   ctx.accumulate = std::span<const bool>(io.accumulate.get(), io.in_grads.size());
   ctx.loss_scale = loss_scale;
   ctx.labels = &labels_;
+  const ConvWorkspaceScope workspace(backend_, backward_workspace_[i].data, backward_workspace_[i].bytes);
   layers_[i]->backward(ctx);
 }
 

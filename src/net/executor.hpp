@@ -57,6 +57,15 @@
 //   input (kept live through the pool's forward) and normalises it as it reads. The batch norm's output
 //   is never written nor read and takes no memory (activation() of it is undefined). The values are the
 //   unfused pair's bit for bit. ResNet's stem at bf16 b256: the 411 MB output neither written nor read.
+// * Convolution workspaces in the arena (training executors, ExecutorOptions::conv_workspace_in_arena):
+//   each convolution's forward and backward get an interval of the arena as long as their own step,
+//   as large as the most workspace its chosen algorithms ask (Layer::conv_workspace_bound, known once
+//   the algorithms are resolved, before planning), handed to the backend around the call
+//   (Backend::set_conv_workspace). The workspace then takes memory only where a step's live tensors
+//   leave none free, instead of a shared buffer as large as the largest convolution's need held for the
+//   whole run (ResNet-50 bf16 b256: 202 MiB). A call that asks for more falls back to the shared one.
+//   The workspaces are placed after every tensor (into the gaps they leave), so the arena grows by at
+//   most the largest of them; the activation budget below counts tensors only. Not with reuse_memory=false.
 // Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
 // 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
@@ -92,6 +101,7 @@ struct ExecutorOptions {
   bool fuse_residual = true;  // folded convolutions, or else batch norms, take the residual add after them (see above)
   bool fuse_residual_backward = true;  // training: such a batch norm masks the add's ReLU in backward too (see above)
   bool fuse_batch_norm_pool = true;    // training: a max pool applies the batch norm before it (see above)
+  bool conv_workspace_in_arena = true; // training: each convolution's workspace is an interval of the arena (see above)
   // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
   // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
   // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
@@ -128,7 +138,7 @@ struct MemoryReport {
   std::size_t kept_pool_argmaxes = 0; // max pools that keep their argmax from forward (their input freed)
   std::size_t normalising_pools = 0;  // max pools that apply the batch norm before them (its output never written)
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
-  std::size_t live_peak_bytes = 0;    // the most of them live at one step (no plan can use less)
+  std::size_t live_peak_bytes = 0;    // the most of them (and of the workspaces in the arena) live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
                                       // (a fused ReLU's output and input gradient are its producer's)
   std::size_t parameter_bytes = 0;    // masters, working copies, parameter gradients (device memory)
@@ -137,6 +147,8 @@ struct MemoryReport {
   std::size_t num_buffers = 0;        // buffers allocated for them (1: the arena, when reusing)
   std::size_t recomputed_outputs = 0; // batch-norm and pooling outputs rebuilt in backward (activation_budget_bytes)
   std::size_t recomputed_bytes = 0;   // their bytes
+  std::size_t arena_workspaces = 0;   // convolution calls whose workspace is an interval of the arena
+  std::size_t arena_workspace_bytes = 0;  // the largest of those intervals
 };
 
 enum class Pass { kForward, kBackward };
@@ -220,6 +232,9 @@ class Executor {
   void fuse_statistics();
   void offer_argmax_keeping();
   void fuse_normalisations();
+  // The layer that absorbed layer i (a ReLU fused into the layer before it, a batch norm folded into
+  // its convolution) where that layer writes i's only input; -1 otherwise.
+  int absorber_of(std::size_t i) const;
   void fold_batch_norms();
   void park_masters();
   void plan_and_allocate();
@@ -248,6 +263,13 @@ class Executor {
   };
   std::vector<std::vector<Recompute>> recompute_before_;  // per layer: rebuilt before its backward
   std::vector<std::shared_ptr<Buffer>> pool_;  // planned buffers
+  // Per layer, the convolution workspace its forward / backward call takes (conv_workspace_in_arena;
+  // bytes 0: none, the backend's shared one).
+  struct WorkspaceRegion {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  std::vector<WorkspaceRegion> forward_workspace_, backward_workspace_;
   // Per layer, the tensors its forward/backward get (rebuilt when the input tensor changes).
   struct LayerIo {
     std::vector<Tensor> fwd_in, fwd_out, bwd_in, bwd_out, out_grads, in_grads;

@@ -28,10 +28,9 @@ void upload_random_batch(Backend& backend, std::int64_t classes, std::uint64_t s
   (void)upload_random_batch_kept(backend, classes, seed, images, labels);
 }
 
-FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
-                                       bool cuda_graph, bool fuse_relu, ResidualFusion fuse_residual,
-                                       std::optional<std::size_t> activation_budget_bytes,
-                                       bool fuse_batch_norm_pool) {
+namespace {
+ExecutorOptions workload_options(std::int64_t batch, bool fuse_relu, ResidualFusion fuse_residual,
+                                 std::optional<std::size_t> activation_budget_bytes, bool fuse_batch_norm_pool) {
   ExecutorOptions eo;
   eo.batch_size = batch;
   eo.fuse_relu = fuse_relu;
@@ -39,7 +38,22 @@ FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std
   eo.fuse_residual_backward = fuse_residual == ResidualFusion::kForwardAndBackward;
   eo.activation_budget_bytes = activation_budget_bytes;
   eo.fuse_batch_norm_pool = fuse_batch_norm_pool;
-  executor_ = std::make_unique<Executor>(graph, backend, eo);
+  return eo;
+}
+}  // namespace
+
+FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, std::int64_t batch, std::uint64_t seed,
+                                       bool cuda_graph, bool fuse_relu, ResidualFusion fuse_residual,
+                                       std::optional<std::size_t> activation_budget_bytes,
+                                       bool fuse_batch_norm_pool)
+    : FixedBatchWorkload(graph, backend,
+                         workload_options(batch, fuse_relu, fuse_residual, activation_budget_bytes, fuse_batch_norm_pool),
+                         seed, cuda_graph) {}
+
+FixedBatchWorkload::FixedBatchWorkload(const Graph& graph, Backend& backend, const ExecutorOptions& options,
+                                       std::uint64_t seed, bool cuda_graph) {
+  const std::int64_t batch = options.batch_size;
+  executor_ = std::make_unique<Executor>(graph, backend, options);
   executor_->initialize_parameters(seed);
   SolverOptions so;
   so.loss_scale = SolverOptions::loss_scale_for(backend.dtype());

@@ -35,6 +35,9 @@ class FixedBatchWorkload {
                      ResidualFusion fuse_residual = ResidualFusion::kForwardAndBackward,
                      std::optional<std::size_t> activation_budget_bytes = std::nullopt,
                      bool fuse_batch_norm_pool = true);
+  // The same with the executor's options given whole (options.batch_size is the batch).
+  FixedBatchWorkload(const Graph& graph, Backend& backend, const ExecutorOptions& options, std::uint64_t seed,
+                     bool cuda_graph);
 
   Executor& executor() { return *executor_; }
   SgdSolver& solver() { return *solver_; }

@@ -327,6 +327,58 @@ TEST_F(GpuTraining, NormalisingPoolStepMatchesTheUnfusedPair) {
   }
 }
 
+// Convolution workspaces in the arena (ExecutorOptions::conv_workspace_in_arena, on by default) train
+// as the backend's shared workspace does: one step of ResNet-50, and of VGG-16 (whose max pools run
+// their argmax pass in backward, in the workspace), from the same weights and batch, the logits and
+// running statistics bit for bit, the loss, every parameter gradient within cuDNN's weight-gradient
+// ordering tolerance. Every call's request fits its interval (none overflows, the shared workspace is
+// never grown), and the step's peak is no higher than the shared workspace's.
+TEST_F(GpuTraining, ArenaWorkspacesStepMatchesTheSharedWorkspace) {
+  auto resnet = build_model("resnet50", Shape{3, 64, 64}, 10);
+  auto vgg = build_model("vgg16", Shape{3, 64, 64}, 10);
+  for (const auto& [graph, dtype, layout, tol, policy] :
+       {std::tuple{resnet.get(), DType::kBF16, Layout::kNHWC, 2e-2, "graph_heuristic"},
+        std::tuple{resnet.get(), DType::kF32, Layout::kNHWC, 1e-4, "heuristic"},
+        std::tuple{resnet.get(), DType::kBF16, Layout::kNCHW, 2e-2, "heuristic"},
+        std::tuple{resnet.get(), DType::kF32, Layout::kNCHW, 1e-4, "find"},
+        std::tuple{vgg.get(), DType::kBF16, Layout::kNHWC, 2e-2, "heuristic"}}) {
+    const std::string what = graph->model_name() + " " + std::string(dtype_name(dtype)) + " " +
+                             std::string(layout_name(layout)) + " " + policy;
+    auto backend = gpu(dtype, layout, policy);
+    auto step = [&](bool in_arena, std::size_t* shared_workspace, std::size_t* peak) {
+      ExecutorOptions eo;
+      eo.conv_workspace_in_arena = in_arena;
+      backend->release_conv_workspace();
+      backend->reset_peak_memory();
+      OneStep st = one_step(*graph, *backend, eo, 97, 3);
+      *shared_workspace = backend->memory_stats().conv_workspace_bytes;
+      *peak = backend->memory_stats().peak_bytes;
+      return st;
+    };
+    std::size_t arena_ws = 0, shared_ws = 0, arena_peak = 0, shared_peak = 0;
+    (void)step(true, &arena_ws, &arena_peak);  // the algorithm searches, outside the compared peaks
+    const OneStep arena = step(true, &arena_ws, &arena_peak);
+    const OneStep shared = step(false, &shared_ws, &shared_peak);
+    EXPECT_GT(arena.memory.arena_workspaces, 0u) << what;
+    EXPECT_EQ(shared.memory.arena_workspaces, 0u) << what;
+    EXPECT_EQ(arena_ws, 0u) << what << ": the shared workspace grew";
+    EXPECT_EQ(backend->memory_stats().conv_workspace_overflows, 0u)
+        << what << ": calls asked beyond their interval, the most " << backend->memory_stats().conv_workspace_overflow_bytes;
+    EXPECT_LE(arena_peak, shared_peak) << what << " (shared workspace " << shared_ws << " bytes)";
+    EXPECT_TRUE(all_close(arena.logits, shared.logits, 0.0, 0.0)) << what << ": logits";
+    EXPECT_NEAR(arena.loss, shared.loss, 1e-6 * std::max(1.0f, std::abs(shared.loss))) << what;
+    ASSERT_EQ(arena.grads.size(), shared.grads.size());
+    int reported = 0;
+    for (std::size_t k = arena.grads.size(); k-- > 0;) {
+      const double err = relative_norm_error(arena.grads[k], shared.grads[k]);
+      if (err >= tol && reported++ < 8)
+        ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
+    }
+    for (std::size_t k = 0; k < arena.buffers.size(); ++k)
+      EXPECT_TRUE(all_close(arena.buffers[k], shared.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
+  }
+}
+
 // Batch-norm outputs recomputed in backward (ExecutorOptions::activation_budget_bytes = 0) train as
 // kept ones do on the GPU: one ResNet-50 step, the logits and running statistics bit for bit (forward
 // is unchanged), the loss, and every parameter gradient within cuDNN's weight-gradient ordering

@@ -240,6 +240,14 @@ ConvAlgoInfo CudnnConv::info() const {
   return out;
 }
 
+std::size_t CudnnConv::workspace_bound() const {
+  std::size_t bytes = 0;
+  for (const Plan& p : plan_) bytes = std::max(bytes, p.workspace_bytes);
+  if (epilogue_.ready()) bytes = std::max(bytes, epilogue_.plan().workspace_bytes());
+  if (statistics_.ready()) bytes = std::max(bytes, statistics_.plan().workspace_bytes());
+  return bytes;
+}
+
 // What info() reports: the legacy algorithm's name, or "graph:" and the plan's engine tag.
 std::string CudnnConv::algo_text(Dir dir) const {
   const Plan& p = plan_[index(dir)];

@@ -41,6 +41,9 @@ class CudnnConv final : public ConvKernel {
   void backward_filter(const Tensor& x, const Tensor& dy, const Tensor& dw,
                        const Tensor& db) override;
   ConvAlgoInfo info() const override;
+  // The largest of the chosen plans' workspaces: the three directions (the accumulating backward
+  // data's graph plan included) and the fused forward graphs that resolved.
+  std::size_t workspace_bound() const override;
   bool epilogue_fused() const override { return epilogue_.ready(); }
   // desc.residual: relu?(conv + b + z), fused in one cuDNN graph where that is faster, else the
   // convolution, the bias pass and the add (+ ReLU) pass.

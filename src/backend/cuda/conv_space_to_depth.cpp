@@ -72,6 +72,10 @@ class SpaceToDepthConv final : public ConvKernel {
     }
     plain_->backward_filter(x, dy, dw, db);
   }
+  // Either convolution may run a call (the rearranged one where it measured faster).
+  std::size_t workspace_bound() const override {
+    return std::max(plain_->workspace_bound(), rearranged_->workspace_bound());
+  }
   ConvAlgoInfo info() const override {
     ConvAlgoInfo i = plain_->info();
     // The rearranged convolution resolves its algorithms here too: a training executor asks before

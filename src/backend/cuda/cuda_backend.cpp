@@ -133,10 +133,12 @@ class CudaBackend final : public Backend {
     const AllocatorStats s = ctx_->allocator().stats();
     const auto workspace = ctx_->conv_workspace_buffer();
     return {s.in_use_bytes, s.peak_bytes, ctx_->properties().totalGlobalMem,
-            workspace ? CachingAllocator::size_class(workspace->size_bytes()) : 0};
+            workspace ? CachingAllocator::size_class(workspace->size_bytes()) : 0, ctx_->region_overflows(),
+            ctx_->region_overflow_bytes()};
   }
   void reset_peak_memory() override { ctx_->allocator().reset_peak(); }
   void release_conv_workspace() override { ctx_->release_conv_workspace(); }
+  void set_conv_workspace(void* data, std::size_t bytes) override { ctx_->set_conv_workspace_region(data, bytes); }
 
   void upload(const Tensor& host, const Tensor& dst, bool async) override {
     ctx_->activate();

@@ -2,6 +2,7 @@
 // the small helpers (dtype/layout mapping, argument checks) the kernel files share.
 #include "backend/cuda/cuda_context.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -56,6 +57,11 @@ void CudaContext::activate() const {
 }
 
 void* CudaContext::conv_workspace(std::size_t bytes) {
+  if (region_data_ != nullptr) {
+    if (bytes <= region_bytes_) return region_data_;
+    ++region_overflows_;
+    region_overflow_bytes_ = std::max(region_overflow_bytes_, bytes);
+  }
   if (bytes == 0) return workspace_ ? workspace_->data() : nullptr;
   if (!workspace_ || workspace_->size_bytes() < bytes) {
     workspace_.reset();  // back to the cache first, so that it can be reused for the larger block

@@ -112,6 +112,14 @@ class CudaContext {
   void* conv_workspace(std::size_t bytes);
   // Drops the workspace (back to the allocator once no captured graph holds it).
   void release_conv_workspace() { workspace_.reset(); }
+  // Backend::set_conv_workspace: conv_workspace() hands out this region where it holds the request
+  // (overflows counts the requests it did not hold, overflow_bytes the largest).
+  std::size_t region_overflows() const { return region_overflows_; }
+  std::size_t region_overflow_bytes() const { return region_overflow_bytes_; }
+  void set_conv_workspace_region(void* data, std::size_t bytes) {
+    region_data_ = data;
+    region_bytes_ = data != nullptr ? bytes : 0;
+  }
   // The workspace buffer itself (a captured CUDA graph keeps it alive after the context grows it).
   std::shared_ptr<Buffer> conv_workspace_buffer() const { return workspace_; }
 
@@ -128,6 +136,9 @@ class CudaContext {
   CudnnHandle cudnn_;
   CublasHandle cublas_;
   std::shared_ptr<Buffer> workspace_;
+  void* region_data_ = nullptr;  // set_conv_workspace_region
+  std::size_t region_bytes_ = 0;
+  std::size_t region_overflows_ = 0, region_overflow_bytes_ = 0;  // requests beyond the region
   ConvAlgoCache conv_algo_cache_;
   GraphPlanCache graph_plan_cache_;  // after the cuDNN handle: its plans go first
   AutoChoiceCache auto_choice_cache_;

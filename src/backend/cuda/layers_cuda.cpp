@@ -114,6 +114,9 @@ class CudaPool final : public PoolKernel {
   }
 
   bool keeps_argmax() const override { return argmax_ != nullptr; }
+  std::size_t workspace_bound() const override {
+    return use_cudnn_ || argmax_ ? 0 : kernels::pool_backward_scratch_bytes(x_dims(), params_);
+  }
 
   void forward_normalised(const Tensor& x, const NormalisationMap& map, bool relu, const Tensor& y) override {
     ctx_->activate();
@@ -292,6 +295,17 @@ class CudaBatchNorm final : public BatchNormKernel {
     }
   }
 
+  // The per-channel tensors a training forward reads and updates, and the values it trains with.
+  void check_training_params(const char* op, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                             const Tensor& running_var, const Tensor& saved_mean, const Tensor& saved_inv_std) const {
+    for (const auto& [t, name] :
+         {std::pair{&gamma, "gamma"}, std::pair{&beta, "beta"},
+          std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
+          std::pair{&saved_mean, "saved_mean"}, std::pair{&saved_inv_std, "saved_inv_std"}})
+      check_param(*t, op, name);
+    check_training_values();
+  }
+
  protected:
   void training(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
@@ -301,12 +315,7 @@ class CudaBatchNorm final : public BatchNormKernel {
     if (z != nullptr) check_activation(*z, "forward_training", "z");
     check_activation(x, "forward_training", "x");
     check_activation(y, "forward_training", "y");
-    for (const auto& [t, name] :
-         {std::pair{&gamma, "gamma"}, std::pair{&beta, "beta"},
-          std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
-          std::pair{&saved_mean, "saved_mean"}, std::pair{&saved_inv_std, "saved_inv_std"}})
-      check_param(*t, "forward_training", name);
-    check_training_values();
+    check_training_params("forward_training", gamma, beta, running_mean, running_var, saved_mean, saved_inv_std);
     if (use_cudnn_) {  // cuDNN reduces x itself: the sums, where given, go unused
       const float one = 1.0f, zero = 0.0f;
       if (cudnn_ran(cudnnBatchNormalizationForwardTraining(
@@ -339,12 +348,7 @@ class CudaBatchNorm final : public BatchNormKernel {
     check_hands_on("training_coefficients");
     if (sums != nullptr) check_sums(*sums);
     check_activation(x, "training_coefficients", "x");
-    for (const auto& [t, name] :
-         {std::pair{&gamma, "gamma"}, std::pair{&beta, "beta"},
-          std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
-          std::pair{&saved_mean, "saved_mean"}, std::pair{&saved_inv_std, "saved_inv_std"}})
-      check_param(*t, "training_coefficients", name);
-    check_training_values();
+    check_training_params("training_coefficients", gamma, beta, running_mean, running_var, saved_mean, saved_inv_std);
     auto scratch = ctx_->scratch(kernels::channel_reduce_scratch_bytes(view_, dtype_));
     (void)kernels::batch_norm_forward_training(x.raw(), nullptr, dtype_, view_, f32(gamma), f32(beta),
                                                f32(running_mean), f32(running_var), f32(saved_mean),

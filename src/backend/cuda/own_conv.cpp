@@ -130,6 +130,13 @@ class OwnConvKernel final : public ConvKernel {
     }
   }
 
+  // The own implementations allocate their scratch per call; only the cuDNN delegate takes the
+  // workspace (where it runs a direction at all).
+  std::size_t workspace_bound() const override {
+    const bool all_own = std::all_of(own_.begin(), own_.end(), [](const auto& s) { return !s.empty(); });
+    return all_own ? 0 : cudnn_->workspace_bound();
+  }
+
   ConvAlgoInfo info() const override {
     ConvAlgoInfo out;
     const bool all_own = std::all_of(own_.begin(), own_.end(), [](const auto& s) { return !s.empty(); });
