@@ -194,12 +194,17 @@ TEST_F(Pool, AccumulateAddsAndOverwriteReplaces) {
 
 // A kernel made with keep_argmax keeps each output's argmax from forward: its backward, given no x,
 // routes dy exactly as the recomputing kernel does (ties to the first maximum), overwriting and
-// accumulating; average pooling keeps none.
+// accumulating; average pooling keeps none. The kept argmax (an int32 per output) is the backend's
+// tracked memory: memory_stats() counts it while the kernel lives.
 TEST_F(Pool, KeptArgmaxRoutesAsTheRecomputedOne) {
   auto d = pool(2, 3, 9, 7, 3, 2, 1, true, PoolMode::kMax);
+  const std::size_t before = backend_->memory_stats().in_use_bytes;
   auto plain = backend_->make_pool(d);
+  EXPECT_EQ(backend_->memory_stats().in_use_bytes, before);
   d.keep_argmax = true;
   auto kept = backend_->make_pool(d);
+  EXPECT_EQ(backend_->memory_stats().in_use_bytes - before,
+            static_cast<std::size_t>(d.output_shape().numel()) * sizeof(std::int32_t));
   EXPECT_FALSE(plain->keeps_argmax());
   EXPECT_TRUE(kept->keeps_argmax());
   Tensor x = random_tensor({2, 3, 9, 7}, rng_);

@@ -155,7 +155,7 @@ class CpuBackend final : public Backend {
     return make_linear_kernel(desc);
   }
   std::unique_ptr<PoolKernel> make_pool(const Pool2dDesc& desc) override {
-    return make_pool_kernel(desc);
+    return make_pool_kernel(desc, *memory_);
   }
   std::unique_ptr<LrnKernel> make_lrn(const LrnDesc& desc) override {
     return make_lrn_kernel(desc);

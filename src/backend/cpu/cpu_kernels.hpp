@@ -40,7 +40,8 @@ std::unique_ptr<LinearKernel> make_linear_kernel(const LinearDesc& desc,
 
 // ---- the other layer kernels
 // ------------------------------------------------------------------------------
-std::unique_ptr<PoolKernel> make_pool_kernel(const Pool2dDesc& desc);  // pool_cpu.cpp
+// A kept argmax (Pool2dDesc::keep_argmax) is allocated from `memory`, the backend's tracked host memory.
+std::unique_ptr<PoolKernel> make_pool_kernel(const Pool2dDesc& desc, HostMemory& memory);  // pool_cpu.cpp
 std::unique_ptr<LrnKernel> make_lrn_kernel(const LrnDesc& desc);       // lrn_cpu.cpp
 std::unique_ptr<BatchNormKernel> make_batch_norm_kernel(
     const BatchNormDesc& desc);  // batch_norm_cpu.cpp

@@ -27,15 +27,19 @@ struct Window {
 
 class PoolCpu final : public PoolKernel {
  public:
-  explicit PoolCpu(const Pool2dDesc& d) : d_(d), oh_(d.out_h()), ow_(d.out_w()) {
+  // The kept argmax comes from the backend's tracked host memory, so memory_stats() counts it.
+  PoolCpu(const Pool2dDesc& d, HostMemory& memory) : d_(d), oh_(d.out_h()), ow_(d.out_w()) {
     const bool fits = d.h * d.w <= std::numeric_limits<std::int32_t>::max();
-    if (d.keep_argmax && d.mode == PoolMode::kMax && fits) argmax_.assign(static_cast<std::size_t>(d.n * d.c * oh_ * ow_), 0);
-    if (d.normalised && argmax_.empty())
+    if (d.keep_argmax && d.mode == PoolMode::kMax && fits) {
+      argmax_buffer_ = memory.allocate(static_cast<std::size_t>(d.n * d.c * oh_ * ow_) * sizeof(std::int32_t));
+      argmax_ = static_cast<std::int32_t*>(argmax_buffer_->data());
+    }
+    if (d.normalised && argmax_ == nullptr)
       throw NotSupported("pool2d: a pool that applies a batch norm's normalisation keeps its argmax (max pooling with "
                          "keep_argmax; ask fuses_batch_norm_pool first)");
   }
 
-  bool keeps_argmax() const override { return !argmax_.empty(); }
+  bool keeps_argmax() const override { return argmax_ != nullptr; }
 
   void forward(const Tensor& x, const Tensor& y) override {
     check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
@@ -150,12 +154,13 @@ class PoolCpu final : public PoolKernel {
 
   Pool2dDesc d_;
   std::int64_t oh_, ow_;
-  std::vector<std::int32_t> argmax_;  // keep_argmax: the latest forward's, per output (index in its plane)
+  std::shared_ptr<Buffer> argmax_buffer_;  // keep_argmax: the latest forward's, per output (index in its plane)
+  std::int32_t* argmax_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<PoolKernel> make_pool_kernel(const Pool2dDesc& d) {
+std::unique_ptr<PoolKernel> make_pool_kernel(const Pool2dDesc& d, HostMemory& memory) {
   check_at_least(d.n, 1, kOp, "batch size");
   check_at_least(d.c, 1, kOp, "channels");
   check_at_least(d.h, 1, kOp, "input height");
@@ -175,7 +180,7 @@ std::unique_ptr<PoolKernel> make_pool_kernel(const Pool2dDesc& d) {
     throw ShapeError("pool2d: the " + std::to_string(d.kernel_h) + "x" +
                      std::to_string(d.kernel_w) + " window does not fit the padded input " +
                      std::to_string(d.h) + "x" + std::to_string(d.w));
-  return std::make_unique<PoolCpu>(d);
+  return std::make_unique<PoolCpu>(d, memory);
 }
 
 }  // namespace cnnergy::cpu
