@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Joins cnnergy's and PyTorch's training-throughput JSON files (same GPU, same call) into one
-markdown table: images/s, ratio, per-phase times and peak memory. Usage:
-compare_throughput.py --ours a.json [b.json ...] --peer p.json [q.json ...] > table.md"""
+markdown table: images/s, ratio, per-phase times and peak memory; then ours against the best peer
+mode of each cell, with the speed, energy and memory ratios and, given --targets SPEED,JOULES,MEMORY
+(e.g. 1.15,0.85,1.0: at least 1.15x the speed, at most 0.85x the joules per image and at most the
+peer's peak memory), how many of the three each cell meets. Usage:
+compare_throughput.py --ours a.json [b.json ...] --peer p.json [q.json ...] [--targets 1.15,0.85,1.0] > table.md"""
 import argparse
 import json
 
@@ -54,7 +57,31 @@ def fmt_joules(r):
     return f"{e['joules_per_image']:.4f} [{e['joules_per_image_min']:.4f}, {e['joules_per_image_max']:.4f}]"
 
 
-def best_peer_table(ours, peer):
+def parse_targets(text):
+    """--targets SPEED,JOULES,MEMORY: three positive ratios (None where not given)."""
+    if not text:
+        return None
+    parts = text.split(",")
+    try:
+        values = [float(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3 or min(values) <= 0:
+        raise SystemExit(f"--targets {text!r}: want three positive ratios SPEED,JOULES,MEMORY, e.g. 1.15,0.85,1.0")
+    return values
+
+
+def targets_met(speed, joules_ratio, memory, targets):
+    """'2 of 3 (speed, memory)': the targets met; a ratio not measured (None) counts as not met."""
+    names = ("speed", "energy", "memory")
+    met = [speed is not None and speed >= targets[0],
+           joules_ratio is not None and joules_ratio <= targets[1],
+           memory is not None and memory <= targets[2]]
+    listed = ", ".join(n for n, ok in zip(names, met) if ok)
+    return f"{sum(met)} of 3" + (f" ({listed})" if listed and sum(met) < 3 else "")
+
+
+def best_peer_table(ours, peer, targets=None):
     """Ours (the default variant) against the BEST peer mode of each cell, the comparison that counts:
     the fastest mode for speed, the most frugal mode (lowest joules per image) for energy, and the
     peak memory of the fastest mode."""
@@ -79,26 +106,36 @@ def best_peer_table(ours, peer):
     if not rows:
         return
     print("\nAgainst the best PyTorch mode of each cell (every mode measured in the same call):\n")
+    extra = " targets met |" if targets else ""
     print("| model | batch | precision | cnnergy img/s (variant) | best peer img/s | best mode | ratio | cnnergy J/image [range] "
-          "| most frugal peer J/image [range] (mode) | J ratio | peak MiB ours / peer | modes failed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| most frugal peer J/image [range] (mode) | J ratio | peak MiB ours / peer | memory ratio | modes failed |" + extra)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if targets else ""))
     for key, o, best_mode, best, frugal, failed in rows:
+        ratio_j = None
         if frugal and joules(o) is not None:
             peer_j = f"{fmt_joules(frugal[1])} ({frugal[0]})"
-            ratio_j = f"{joules(o) / joules(frugal[1]):.2f}"
+            ratio_j = joules(o) / joules(frugal[1])
         else:
-            peer_j, ratio_j = "-", "-"
+            peer_j = "-"
+        speed = o["images_per_s"] / best["images_per_s"]
+        memory = o["peak_mem_mib"] / best["peak_mem_mib"] if best.get("peak_mem_mib") else None
+        # The memory difference in MiB beside the ratio: a few MiB over reads 1.000 at three decimals.
+        mem_text = f"{memory:.3f} ({o['peak_mem_mib'] - best['peak_mem_mib']:+.0f} MiB)" if memory else "-"
+        met = f" {targets_met(speed, ratio_j, memory, targets)} |" if targets else ""
         print(f"| {key[0]} | {key[1]} | {key[2]} | {o['images_per_s']:.0f}{f' ({key[3]})' if key[3] else ''} | "
               f"{best['images_per_s']:.0f} | "
-              f"{best_mode} | {o['images_per_s'] / best['images_per_s']:.2f} | {fmt_joules(o)} | {peer_j} | {ratio_j} | "
-              f"{o['peak_mem_mib']:.0f} / {best['peak_mem_mib']:.0f} | {', '.join(failed) or '-'} |")
+              f"{best_mode} | {speed:.2f} | {fmt_joules(o)} | {peer_j} | {f'{ratio_j:.2f}' if ratio_j is not None else '-'} | "
+              f"{o['peak_mem_mib']:.0f} / {best['peak_mem_mib']:.0f} | {mem_text} | {', '.join(failed) or '-'} |{met}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", nargs="+", required=True)
     ap.add_argument("--peer", nargs="+", required=True)
+    ap.add_argument("--targets", default="",
+                    help="SPEED,JOULES,MEMORY ratios a cell should meet (e.g. 1.15,0.85,1.0): adds a 'targets met' column")
     a = ap.parse_args()
+    targets = parse_targets(a.targets)
     ours, peer = load(a.ours), load(a.peer)
     print("| model | batch | precision | cnnergy img/s | PyTorch img/s | ratio | cnnergy fwd/bwd/upd ms | PyTorch fwd/bwd/upd ms | cnnergy peak MiB | PyTorch peak MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -116,7 +153,7 @@ def main():
         ratio = o["images_per_s"] / p["images_per_s"]
         print(f"| {key[0]} | {key[1]} | {label} | {o['images_per_s']:.0f} | {p['images_per_s']:.0f} | {ratio:.2f} | "
               f"{phases(o)} | {phases(p)} | {o['peak_mem_mib']:.0f} | {p['peak_mem_mib']:.0f} |")
-    best_peer_table(ours, peer)
+    best_peer_table(ours, peer, targets)
     for key, p in sorted(peer.items()):
         if key[3] and p.get("status") == "ok":
             o = ours.get((key[0], key[1], key[2], ""))

@@ -40,22 +40,28 @@ def main():
     json.dump({"framework": "cnnergy", "results": [c]}, open(ours, "w"))
     fast = {"model": "lenet5", "batch": 8, "precision": "fp32", "mode": "reduce-overhead", "status": "ok",
             "images_per_s": c["images_per_s"] * 2, "forward_ms": 1, "backward_ms": 1, "update_ms": 1,
-            "peak_mem_mib": 3.0, "energy": {"joules_per_image": joules * 4, "joules_per_image_min": joules * 3,
+            "peak_mem_mib": c["peak_mem_mib"] * 2, "energy": {"joules_per_image": joules * 4, "joules_per_image_min": joules * 3,
                                             "joules_per_image_max": joules * 5}}
     frugal = dict(fast, mode="eager", images_per_s=c["images_per_s"] / 2,
                   energy={"joules_per_image": joules * 2, "joules_per_image_min": joules * 2,
                           "joules_per_image_max": joules * 2})
     peer = os.path.join(work, "peer.json")
     json.dump({"device": "cpu", "results": [fast, frugal]}, open(peer, "w"))
-    table = subprocess.run([sys.executable, compare, "--ours", ours, "--peer", peer], capture_output=True, text=True,
-                           timeout=60)
+    table = subprocess.run([sys.executable, compare, "--ours", ours, "--peer", peer, "--targets", "1.15,0.85,1.0"],
+                           capture_output=True, text=True, timeout=60)
     assert table.returncode == 0, table.stderr
     row = [line for line in table.stdout.splitlines() if line.startswith("| lenet5") and "reduce-overhead" in line]
     assert len(row) == 1, table.stdout
     cols = [x.strip() for x in row[0].strip("|").split("|")]
     assert cols[6] == "0.50", cols  # speed against the fastest mode (2x ours)
     assert cols[8].endswith("(eager)") and cols[9] == "0.50", cols  # energy against the most frugal (2x ours)
-    assert cols[10] == f"{c['peak_mem_mib']:.0f} / 3", cols
+    assert cols[10] == f"{c['peak_mem_mib']:.0f} / {c['peak_mem_mib'] * 2:.0f}", cols
+    assert cols[11].startswith("0.500 (-"), cols  # memory against the fastest mode's peak (2x ours)
+    # --targets 1.15,0.85,1.0: speed 0.50 misses, energy 0.50 and memory 0.50 meet.
+    assert cols[13] == "2 of 3 (energy, memory)", cols
+    bad = subprocess.run([sys.executable, compare, "--ours", ours, "--peer", peer, "--targets", "1.15,x"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "three positive ratios" in bad.stderr, (bad.returncode, bad.stderr)
     print("ok:", e)
 
 
