@@ -134,22 +134,26 @@ OpenLoopResult run_open_loop(InferenceSession& session, const Tensor& host_image
   if (arrivals.empty()) arrivals.push_back(0.0);
   r.arrived = static_cast<std::int64_t>(arrivals.size());
   const auto max_batch = static_cast<std::size_t>(session.batch());
-  const double cutoff_s = 2.0 * spec.duration_s + 5.0;  // never hang on a rate the device cannot serve
+  // A sustained rate ends with the last batch shortly after the last arrival; a rate beyond the
+  // device's keeps a growing backlog. Requests still unserved this long after the last arrival mean
+  // saturation (the verdict the run's end would give), so the loop stops there: it never hangs on a
+  // rate the device cannot serve, and a saturated run lasts the spec's duration plus this slack.
+  const double late_s = arrivals.back() + std::max(1.0, 0.2 * spec.duration_s);
   Tensor host_logits;
   session.run_host(host_images, host_logits);  // warm-up: algorithms and the recording, before the clock starts
   session.run_host(host_images, host_logits);
   std::vector<double> latency_ms, queue_ms;
-  std::size_t next = 0;  // first request not yet served
+  std::size_t next = 0;     // first request not yet served
+  std::size_t arrived = 0;  // requests arrived so far (arrivals are sorted, so this only grows)
   const auto start = Clock::now();
   auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   double busy_until = 0;
   while (next < arrivals.size()) {
     double t = now_s();
-    if (t > cutoff_s) {
+    if (t > late_s) {
       r.saturated = true;
       break;
     }
-    std::size_t arrived = next;
     while (arrived < arrivals.size() && arrivals[arrived] <= t) ++arrived;
     const std::size_t queued = arrived - next;
     if (queued == 0) {  // idle until the next arrival
@@ -181,9 +185,7 @@ OpenLoopResult run_open_loop(InferenceSession& session, const Tensor& host_image
   r.mean_batch = r.batches > 0 ? static_cast<double>(r.served) / static_cast<double>(r.batches) : 0;
   r.latency = summarize_latencies(std::move(latency_ms));
   r.queueing = summarize_latencies(std::move(queue_ms));
-  // A sustained rate ends with the last batch shortly after the last arrival; a rate beyond the
-  // device's keeps a growing backlog, so the run either hit the cut-off or finished long after.
-  if (!r.saturated && busy_until > arrivals.back() + std::max(1.0, 0.2 * spec.duration_s)) r.saturated = true;
+  if (!r.saturated && busy_until > late_s) r.saturated = true;  // the last batch itself ended that late
   if (r.saturated)
     r.note = "saturated: " + std::to_string(r.served) + " of " + std::to_string(r.arrived) +
              " requests served; the device cannot sustain " + std::to_string(spec.qps) + " requests/s at batch " +

@@ -70,7 +70,7 @@ struct OpenLoopResult {
   double mean_batch = 0;
   LatencySummary latency;  // arrival -> result on the host
   LatencySummary queueing;  // arrival -> start of its batch
-  bool saturated = false;  // the device could not keep up: the backlog grew until the run was cut
+  bool saturated = false;  // the device could not keep up: requests unserved max(1 s, 0.2 x duration) after the last arrival
   std::string note;
 };
 

@@ -173,7 +173,9 @@ TEST(InferOpenLoop, RejectsBadRatesAndNeverHangsWhenSaturated) {
   EXPECT_EQ(ok.served, ok.arrived);
   EXPECT_FALSE(ok.saturated) << ok.note;
   EXPECT_GE(ok.latency.p50_ms, ok.queueing.p50_ms);
-  // Far beyond any CPU: stopped by the cut-off (2 x 0.2 + 5 s), reported as saturated.
+  // Far beyond any CPU: stopped 1 s after the last arrival (max(1 s, 0.2 x 0.2 s)), reported as
+  // saturated (about 1.2 s; the bound leaves room for a loaded machine, and a run waiting for the
+  // old cut-off of 2 x duration + 5 s would miss it).
   spec.qps = 5e6;
   spec.duration_s = 0.2;
   const auto t0 = std::chrono::steady_clock::now();
@@ -181,7 +183,8 @@ TEST(InferOpenLoop, RejectsBadRatesAndNeverHangsWhenSaturated) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(sat.saturated);
   EXPECT_LT(sat.served, sat.arrived);
-  EXPECT_LT(s, 8.0);
+  EXPECT_LT(s, 4.0);
+  EXPECT_GT(sat.served, 0);
   EXPECT_NE(sat.note.find("saturated"), std::string::npos);
 }
 
