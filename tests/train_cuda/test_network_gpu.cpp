@@ -173,6 +173,30 @@ OneStep one_step(const Graph& graph, Backend& backend, ExecutorOptions eo, std::
   return st;
 }
 
+// Every parameter gradient of two steps within `tol` (relative norm; cuDNN's weight-gradient kernels
+// may add in any order), reported in backward order, where the first to differ is the culprit (at
+// most 8 reported).
+void expect_gradients_within(const OneStep& a, const OneStep& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.grads.size(), b.grads.size()) << what;
+  int reported = 0;
+  for (std::size_t k = a.grads.size(); k-- > 0;) {
+    const double err = relative_norm_error(a.grads[k], b.grads[k]);
+    if (err >= tol && reported++ < 8)
+      ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
+  }
+}
+
+// Two steps from the same weights and batch that must train alike: the logits and the running
+// statistics bit for bit, the loss to 1e-6 (relative), every parameter gradient within `tol`.
+void expect_same_step(const OneStep& a, const OneStep& b, double tol, const std::string& what) {
+  EXPECT_TRUE(all_close(a.logits, b.logits, 0.0, 0.0)) << what << ": logits";
+  EXPECT_NEAR(a.loss, b.loss, 1e-6 * std::max(1.0f, std::abs(b.loss))) << what;
+  expect_gradients_within(a, b, tol, what);
+  ASSERT_EQ(a.buffers.size(), b.buffers.size()) << what;
+  for (std::size_t k = 0; k < a.buffers.size(); ++k)
+    EXPECT_TRUE(all_close(a.buffers[k], b.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
+}
+
 // Batch norms, adds and convolutions with a bias that take the ReLU after them compute what separate
 // layers compute on the GPU too: one step of ResNet-34 (every batch-norm + ReLU and add + ReLU
 // pattern) and of VGG-16 (convolution + bias + ReLU, there with cuDNN's fused epilogue offered, as
@@ -216,12 +240,7 @@ TEST_F(GpuTraining, FusedReluStepMatchesSeparateLayers) {
         continue;
       }
       EXPECT_NEAR(fused.loss, separate.loss, 1e-5 * std::max(1.0f, std::abs(separate.loss))) << what;
-      int reported = 0;
-      for (std::size_t k = fused.grads.size(); k-- > 0;) {  // backward order: the first to differ is the culprit
-        const double err = relative_norm_error(fused.grads[k], separate.grads[k]);
-        if (err >= tol && reported++ < 8)
-          ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
-      }
+      expect_gradients_within(fused, separate, tol, what);
     }
   }
 }
@@ -258,19 +277,7 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
       EXPECT_EQ(forward_only.memory.fused_residual_masks, 0u) << what;
       EXPECT_EQ(separate.memory.fused_residuals, 0u) << what;
       for (const auto& [other, name] : {std::pair{&separate, "separate"}, std::pair{&forward_only, "forward only"}}) {
-        const std::string against = what + " against " + name;
-        EXPECT_TRUE(all_close(fused.logits, other->logits, 0.0, 0.0)) << against << ": logits";
-        EXPECT_NEAR(fused.loss, other->loss, 1e-6 * std::max(1.0f, std::abs(other->loss))) << against;
-        ASSERT_EQ(fused.grads.size(), other->grads.size());
-        int reported = 0;
-        for (std::size_t k = fused.grads.size(); k-- > 0;) {
-          const double err = relative_norm_error(fused.grads[k], other->grads[k]);
-          if (err >= tol && reported++ < 8)
-            ADD_FAILURE() << against << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
-        }
-        ASSERT_EQ(fused.buffers.size(), other->buffers.size());
-        for (std::size_t k = 0; k < fused.buffers.size(); ++k)
-          EXPECT_TRUE(all_close(fused.buffers[k], other->buffers[k], 0.0, 0.0)) << against << ": running statistics " << k;
+        expect_same_step(fused, *other, tol, what + " against " + name);
       }
     }
   }
@@ -311,19 +318,8 @@ TEST_F(GpuTraining, NormalisingPoolStepMatchesTheUnfusedPair) {
     EXPECT_EQ(plain.memory.normalising_pools, 0u) << what;
     EXPECT_LT(fused.memory.naive_bytes, plain.memory.naive_bytes) << what;
     EXPECT_LE(fused.memory.live_peak_bytes, plain.memory.live_peak_bytes) << what;
-    EXPECT_TRUE(all_close(fused.logits, plain.logits, 0.0, 0.0)) << what << ": logits";
     EXPECT_TRUE(all_close(fused.eval_logits, plain.eval_logits, 0.0, 0.0)) << what << ": evaluation logits";
-    EXPECT_NEAR(fused.loss, plain.loss, 1e-6 * std::max(1.0f, std::abs(plain.loss))) << what;
-    ASSERT_EQ(fused.grads.size(), plain.grads.size());
-    int reported = 0;
-    for (std::size_t k = fused.grads.size(); k-- > 0;) {
-      const double err = relative_norm_error(fused.grads[k], plain.grads[k]);
-      if (err >= tol && reported++ < 8)
-        ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
-    }
-    ASSERT_EQ(fused.buffers.size(), plain.buffers.size());
-    for (std::size_t k = 0; k < fused.buffers.size(); ++k)
-      EXPECT_TRUE(all_close(fused.buffers[k], plain.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
+    expect_same_step(fused, plain, tol, what);
   }
 }
 
@@ -365,17 +361,7 @@ TEST_F(GpuTraining, ArenaWorkspacesStepMatchesTheSharedWorkspace) {
     EXPECT_EQ(backend->memory_stats().conv_workspace_overflows, 0u)
         << what << ": calls asked beyond their interval, the most " << backend->memory_stats().conv_workspace_overflow_bytes;
     EXPECT_LE(arena_peak, shared_peak) << what << " (shared workspace " << shared_ws << " bytes)";
-    EXPECT_TRUE(all_close(arena.logits, shared.logits, 0.0, 0.0)) << what << ": logits";
-    EXPECT_NEAR(arena.loss, shared.loss, 1e-6 * std::max(1.0f, std::abs(shared.loss))) << what;
-    ASSERT_EQ(arena.grads.size(), shared.grads.size());
-    int reported = 0;
-    for (std::size_t k = arena.grads.size(); k-- > 0;) {
-      const double err = relative_norm_error(arena.grads[k], shared.grads[k]);
-      if (err >= tol && reported++ < 8)
-        ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
-    }
-    for (std::size_t k = 0; k < arena.buffers.size(); ++k)
-      EXPECT_TRUE(all_close(arena.buffers[k], shared.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
+    expect_same_step(arena, shared, tol, what);
   }
 }
 
@@ -407,17 +393,7 @@ TEST_F(GpuTraining, RecomputedBatchNormOutputsStepMatchesKeptOnes) {
     if (expected > 0) {
       EXPECT_LT(rebuilt.memory.live_peak_bytes, kept.memory.live_peak_bytes) << what;
     }
-    EXPECT_TRUE(all_close(rebuilt.logits, kept.logits, 0.0, 0.0)) << what << ": logits";
-    EXPECT_NEAR(rebuilt.loss, kept.loss, 1e-6 * std::max(1.0f, std::abs(kept.loss))) << what;
-    ASSERT_EQ(rebuilt.grads.size(), kept.grads.size());
-    int reported = 0;
-    for (std::size_t k = rebuilt.grads.size(); k-- > 0;) {
-      const double err = relative_norm_error(rebuilt.grads[k], kept.grads[k]);
-      if (err >= tol && reported++ < 8)
-        ADD_FAILURE() << what << ": gradient " << k << " " << err << " apart (tolerance " << tol << ")";
-    }
-    for (std::size_t k = 0; k < rebuilt.buffers.size(); ++k)
-      EXPECT_TRUE(all_close(rebuilt.buffers[k], kept.buffers[k], 0.0, 0.0)) << what << ": running statistics " << k;
+    expect_same_step(rebuilt, kept, tol, what);
   }
 }
 
