@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "backend/cuda/conv_space_to_depth.hpp"
@@ -213,6 +214,65 @@ TEST_F(CudaConvSpaceToDepth, BackendOfferTrainsWithTheReferenceGradients) {
     EXPECT_TRUE(said) << "no note on the weight gradient's space-to-depth verdict";
     std::printf("[  NOTE    ] %s: forward %s, backward_filter %s\n", p.name, info.forward.c_str(),
                 info.backward_filter.c_str());
+  }
+}
+
+// In training the executor hands each call a region of its arena (Backend::set_conv_workspace): the
+// rearranged input then lives at the region's start for that call only (CudaContext::RegionPrefix),
+// the rearranged convolution's own workspace after it. The region is filled with NaN bytes first, so a
+// read of what no call wrote, or a workspace laid over the rearranged input, shows in the values:
+// forward and weight gradient are the reference's, no call asks beyond the region (which
+// workspace_bound() sized), and no buffer of the rearranged input's size is held after the calls.
+TEST_F(CudaConvSpaceToDepth, RearrangedInputLivesInTheCallersRegion) {
+  for (const Precision& p : {kBf16, kFp32}) {
+    BackendOptions o;
+    o.device = Device{DeviceKind::kCuda, 0};
+    o.dtype = p.dtype;
+    o.layout = Layout::kNHWC;
+    o.conv_space_to_depth = true;
+    o.workspace_limit_bytes = std::size_t{256} << 20;
+    std::unique_ptr<Backend> g = create_backend(o);
+    Conv2dDesc d = desc(32, 3, 128, 128, 64, 7, 2, 3, false);  // ResNet's first layer at 128x128
+    d.bias = false;
+    const auto geom = cuda::space_to_depth_geometry(d, Layout::kNHWC);
+    ASSERT_TRUE(geom);
+    const std::size_t rearranged =
+        static_cast<std::size_t>(geom->n * geom->hs * geom->ws * geom->cs) * dtype_size_bytes(p.dtype);
+    const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
+    const Tensor dy = random(d.output_shape(), p.dtype);
+    auto conv = g->make_conv(d, {});
+    (void)conv->info();  // both convolutions' algorithms, as a training executor resolves them before planning
+    const std::size_t bound = conv->workspace_bound();
+    EXPECT_GE(bound, rearranged) << p.name;
+    const Tensor xd = upload(*g, x, p.dtype, Layout::kNHWC), dyd = upload(*g, dy, p.dtype, Layout::kNHWC);
+    const Tensor wd = upload(*g, w, p.dtype, Layout::kNHWC);
+    Tensor y = g->alloc(d.output_shape(), p.dtype, Layout::kNHWC);
+    Tensor dw = g->alloc(d.weight_shape(), p.dtype, Layout::kNHWC);
+    Tensor region = g->alloc(Shape{static_cast<std::int64_t>((bound + 3) / 4)}, DType::kF32);
+    ASSERT_EQ(cudaMemset(region.raw(), 0xFF, bound), cudaSuccess);  // NaN in every dtype
+    g->synchronize();
+    const std::size_t before = g->memory_stats().in_use_bytes;
+    const std::size_t overflows = g->memory_stats().conv_workspace_overflows;
+    auto in_region = [&](const std::function<void()>& call) {
+      g->set_conv_workspace(region.raw(), bound);
+      call();
+      g->set_conv_workspace(nullptr, 0);
+    };
+    in_region([&] { conv->forward(xd, wd, Tensor{}, y); });
+    EXPECT_TRUE(close(download(*g, y), reference(d, x, w, Tensor{}), p.tol, std::string(p.name) + " forward"));
+    Tensor dw_r = Tensor::host(d.weight_shape());
+    cpu_->make_conv(d, {})->backward_filter(x, dy, dw_r, Tensor{});
+    for (int call = 0; call < 2; ++call) {  // the first call decides, the second runs the choice
+      in_region([&] { conv->backward_filter(xd, dyd, dw, Tensor{}); });
+      EXPECT_TRUE(close(download(*g, dw), dw_r, p.tol, std::string(p.name) + " dw, call " + std::to_string(call)));
+    }
+    g->synchronize();
+    EXPECT_EQ(g->memory_stats().conv_workspace_overflows, overflows) << p.name << ": a call asked beyond its region";
+    EXPECT_LT(g->memory_stats().in_use_bytes - before, rearranged)
+        << p.name << ": a buffer of the rearranged input's size (" << rearranged << " bytes) is held";
+    const ConvAlgoInfo info = conv->info();
+    std::printf("[  NOTE    ] %s: forward %s, backward_filter %s, workspace bound %zu bytes\n", p.name,
+                info.forward.c_str(), info.backward_filter.c_str(), bound);
   }
 }
 

@@ -324,23 +324,34 @@ TEST_F(GpuTraining, NormalisingPoolStepMatchesTheUnfusedPair) {
 }
 
 // Convolution workspaces in the arena (ExecutorOptions::conv_workspace_in_arena, on by default) train
-// as the backend's shared workspace does: one step of ResNet-50, and of VGG-16 (whose max pools run
-// their argmax pass in backward, in the workspace), from the same weights and batch, the logits and
+// as the backend's shared workspace does: one step of ResNet-50 (once with its first layer run
+// space-to-depth, whose rearranged input then lives at the start of the call's interval instead of a
+// buffer of its own), and of VGG-16 (whose max pools run their argmax pass in backward, in the
+// workspace), from the same weights and batch, the logits and
 // running statistics bit for bit, the loss, every parameter gradient within cuDNN's weight-gradient
 // ordering tolerance. Every call's request fits its interval (none overflows, the shared workspace is
 // never grown), and the step's peak is no higher than the shared workspace's.
 TEST_F(GpuTraining, ArenaWorkspacesStepMatchesTheSharedWorkspace) {
   auto resnet = build_model("resnet50", Shape{3, 64, 64}, 10);
   auto vgg = build_model("vgg16", Shape{3, 64, 64}, 10);
-  for (const auto& [graph, dtype, layout, tol, policy] :
-       {std::tuple{resnet.get(), DType::kBF16, Layout::kNHWC, 2e-2, "graph_heuristic"},
-        std::tuple{resnet.get(), DType::kF32, Layout::kNHWC, 1e-4, "heuristic"},
-        std::tuple{resnet.get(), DType::kBF16, Layout::kNCHW, 2e-2, "heuristic"},
-        std::tuple{resnet.get(), DType::kF32, Layout::kNCHW, 1e-4, "find"},
-        std::tuple{vgg.get(), DType::kBF16, Layout::kNHWC, 2e-2, "heuristic"}}) {
+  for (const auto& [graph, dtype, layout, tol, policy, space_to_depth] :
+       {std::tuple{resnet.get(), DType::kBF16, Layout::kNHWC, 2e-2, "graph_heuristic", false},
+        std::tuple{resnet.get(), DType::kF32, Layout::kNHWC, 1e-4, "heuristic", false},
+        std::tuple{resnet.get(), DType::kBF16, Layout::kNCHW, 2e-2, "heuristic", false},
+        std::tuple{resnet.get(), DType::kF32, Layout::kNCHW, 1e-4, "find", false},
+        std::tuple{resnet.get(), DType::kBF16, Layout::kNHWC, 2e-2, "heuristic", true},
+        std::tuple{vgg.get(), DType::kBF16, Layout::kNHWC, 2e-2, "heuristic", false}}) {
     const std::string what = graph->model_name() + " " + std::string(dtype_name(dtype)) + " " +
-                             std::string(layout_name(layout)) + " " + policy;
-    auto backend = gpu(dtype, layout, policy);
+                             std::string(layout_name(layout)) + " " + policy +
+                             (space_to_depth ? " space-to-depth" : "");
+    BackendOptions o;
+    o.device = Device{DeviceKind::kCuda, 0};
+    o.dtype = dtype;
+    o.layout = layout;
+    o.conv_algo_policy = policy;
+    o.conv_epilogue_fusion = false;          // as gpu() makes them
+    o.conv_space_to_depth = space_to_depth;  // its rearranged input in the call's region (CudaContext::RegionPrefix)
+    auto backend = create_backend(o);
     auto step = [&](bool in_arena, std::size_t* shared_workspace, std::size_t* peak) {
       ExecutorOptions eo;
       eo.conv_workspace_in_arena = in_arena;

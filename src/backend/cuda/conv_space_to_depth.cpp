@@ -72,9 +72,11 @@ class SpaceToDepthConv final : public ConvKernel {
     }
     plain_->backward_filter(x, dy, dw, db);
   }
-  // Either convolution may run a call (the rearranged one where it measured faster).
+  // Either convolution may run a call (the rearranged one where it measured faster); the rearranged
+  // one's call also holds the rearranged input at the start of its workspace.
   std::size_t workspace_bound() const override {
-    return std::max(plain_->workspace_bound(), rearranged_->workspace_bound());
+    return std::max(plain_->workspace_bound(),
+                    CudaContext::RegionPrefix::footprint(rearranged_input_bytes()) + rearranged_->workspace_bound());
   }
   ConvAlgoInfo info() const override {
     ConvAlgoInfo i = plain_->info();
@@ -111,20 +113,32 @@ class SpaceToDepthConv final : public ConvKernel {
       kernels::space_to_depth_weights(w.raw(), weights_->data(), dt, /*nhwc=*/true, g_, ctx_->stream());
       weights_current_ = held_;  // training weights change between calls: rearranged every forward
     }
-    // One buffer for the kernel's life: per-call scratch would be held once by every recorded graph
-    // (an inference session records two).
-    const Tensor xs_t = rearranged_input(x);
+    const CudaContext::RegionPrefix prefix(*ctx_, rearranged_input_bytes());
+    const Tensor xs_t = rearranged_input(x, prefix);
     const Tensor ws_t(inner_d_.weight_shape(), dt, Layout::kNHWC, weights_);
     rearranged_->forward(xs_t, ws_t, b, y);
   }
 
-  // x's S x S blocks as channels, in the kernel's one input buffer.
-  Tensor rearranged_input(const Tensor& x) {
+  std::size_t rearranged_input_bytes() const {
+    return static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * dtype_size_bytes(ctx_->dtype());
+  }
+  // x's S x S blocks as channels: at the start of the call's region of the executor's arena where
+  // there is one (CudaContext::RegionPrefix), live for this call only, so no buffer of the input's
+  // size is held for the run (the arena places the call's interval where nothing else is live, and
+  // workspace_bound() counts it); else in the kernel's one buffer, held for its life (per-call scratch
+  // would be held once by every recorded graph: an inference session records two).
+  Tensor rearranged_input(const Tensor& x, const CudaContext::RegionPrefix& prefix) {
     const DType dt = ctx_->dtype();
-    const std::size_t elem = dtype_size_bytes(dt);
-    if (!input_) input_ = ctx_->scratch(static_cast<std::size_t>(g_.n * g_.hs * g_.ws * g_.cs) * elem);
-    kernels::space_to_depth_input(x.raw(), input_->data(), dt, g_, ctx_->stream());
-    return Tensor(inner_d_.input_shape(), dt, Layout::kNHWC, input_);
+    const std::size_t bytes = rearranged_input_bytes();
+    std::shared_ptr<Buffer> buffer;
+    if (prefix.data() != nullptr) {
+      buffer = std::make_shared<Buffer>(prefix.data(), bytes, ctx_->options().device, nullptr);  // not owned
+    } else {
+      if (!input_) input_ = ctx_->scratch(bytes);
+      buffer = input_;
+    }
+    kernels::space_to_depth_input(x.raw(), buffer->data(), dt, g_, ctx_->stream());
+    return Tensor(inner_d_.input_shape(), dt, Layout::kNHWC, std::move(buffer));
   }
 
   // The rearranged convolution's weight gradient over x rearranged again (backward may follow
@@ -133,7 +147,8 @@ class SpaceToDepthConv final : public ConvKernel {
     const DType dt = ctx_->dtype();
     const std::size_t elem = dtype_size_bytes(dt);
     if (!weight_grad_) weight_grad_ = ctx_->scratch(static_cast<std::size_t>(g_.k * g_.cs * g_.rs * g_.ss) * elem);
-    const Tensor xs_t = rearranged_input(x);
+    const CudaContext::RegionPrefix prefix(*ctx_, rearranged_input_bytes());
+    const Tensor xs_t = rearranged_input(x, prefix);
     const Tensor dws_t(inner_d_.weight_shape(), dt, Layout::kNHWC, weight_grad_);
     rearranged_->backward_filter(xs_t, dy, dws_t, db);
     kernels::space_to_depth_weights_grad(weight_grad_->data(), dw.raw(), dt, /*nhwc=*/true, g_, ctx_->stream());
@@ -190,7 +205,7 @@ class SpaceToDepthConv final : public ConvKernel {
   kernels::SpaceToDepthGeom g_;
   std::unique_ptr<ConvKernel> plain_, rearranged_;
   std::shared_ptr<Buffer> weights_;  // the rearranged weights
-  std::shared_ptr<Buffer> input_;    // the rearranged input
+  std::shared_ptr<Buffer> input_;    // the rearranged input, where no region holds it (inference)
   std::shared_ptr<Buffer> weight_grad_;  // the rearranged convolution's weight gradient
   bool held_ = false, weights_current_ = false;
   bool resolved_ = false, chosen_ = false;

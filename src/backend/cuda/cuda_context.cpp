@@ -58,9 +58,10 @@ void CudaContext::activate() const {
 
 void* CudaContext::conv_workspace(std::size_t bytes) {
   if (region_data_ != nullptr) {
-    if (bytes <= region_bytes_) return region_data_;
+    const std::size_t skip = region_prefix_bytes_;  // a RegionPrefix's bytes (never more than the region)
+    if (bytes <= region_bytes_ - skip) return static_cast<char*>(region_data_) + skip;
     ++region_overflows_;
-    region_overflow_bytes_ = std::max(region_overflow_bytes_, bytes);
+    region_overflow_bytes_ = std::max(region_overflow_bytes_, skip + bytes);
   }
   if (bytes == 0) return workspace_ ? workspace_->data() : nullptr;
   if (!workspace_ || workspace_->size_bytes() < bytes) {
@@ -68,6 +69,18 @@ void* CudaContext::conv_workspace(std::size_t bytes) {
     workspace_ = allocator_->allocate(bytes);
   }
   return workspace_->data();
+}
+
+CudaContext::RegionPrefix::RegionPrefix(CudaContext& ctx, std::size_t bytes) : ctx_(ctx) {
+  CNNERGY_CHECK(ctx_.region_prefix_bytes_ == 0, "one region prefix at a time");
+  const std::size_t aligned = footprint(bytes);
+  if (ctx_.region_data_ == nullptr || aligned == 0 || aligned > ctx_.region_bytes_) return;
+  data_ = ctx_.region_data_;
+  ctx_.region_prefix_bytes_ = aligned;
+}
+
+CudaContext::RegionPrefix::~RegionPrefix() {
+  if (data_ != nullptr) ctx_.region_prefix_bytes_ = 0;
 }
 
 // ---- helpers -----------------------------------------------------------------------------------

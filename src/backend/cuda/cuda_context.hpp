@@ -120,6 +120,28 @@ class CudaContext {
     region_data_ = data;
     region_bytes_ = data != nullptr ? bytes : 0;
   }
+  // A caller's own bytes at the start of the executor's region (Backend::set_conv_workspace) for the
+  // length of one call (space-to-depth's rearranged input), so that no buffer of their size is held
+  // for the whole run: until the scope ends, conv_workspace() hands out what follows them in the
+  // region (a request beyond it gets the shared workspace, counted as an overflow), so the kernels
+  // called inside never overwrite them. data() is null where no region is set or it cannot hold
+  // `bytes`: the caller uses memory of its own then. One at a time.
+  class RegionPrefix {
+   public:
+    RegionPrefix(CudaContext& ctx, std::size_t bytes);
+    ~RegionPrefix();
+    RegionPrefix(const RegionPrefix&) = delete;
+    RegionPrefix& operator=(const RegionPrefix&) = delete;
+    void* data() const { return data_; }
+    // What `bytes` take of the region: rounded up so that what follows starts aligned for cuDNN.
+    static std::size_t footprint(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+   private:
+    static constexpr std::size_t kAlign = 256;
+    CudaContext& ctx_;
+    void* data_ = nullptr;
+  };
+
   // The workspace buffer itself (a captured CUDA graph keeps it alive after the context grows it).
   std::shared_ptr<Buffer> conv_workspace_buffer() const { return workspace_; }
 
@@ -139,6 +161,7 @@ class CudaContext {
   void* region_data_ = nullptr;  // set_conv_workspace_region
   std::size_t region_bytes_ = 0;
   std::size_t region_overflows_ = 0, region_overflow_bytes_ = 0;  // requests beyond the region
+  std::size_t region_prefix_bytes_ = 0;  // an active RegionPrefix's bytes (aligned), 0 without one
   ConvAlgoCache conv_algo_cache_;
   GraphPlanCache graph_plan_cache_;  // after the cuDNN handle: its plans go first
   AutoChoiceCache auto_choice_cache_;
