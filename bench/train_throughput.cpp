@@ -172,6 +172,9 @@ struct Cell {
   // (and the most of them live at one step), parameters with their working copies and gradients,
   // layer state (batch-norm statistics, masks, loss buffers); the solver's momentum is the rest's.
   double activation_mib = 0, live_peak_mib = 0, parameter_mib = 0, layer_state_mib = 0;
+  // The algorithm searches, before the arena: the peak then and the shared workspace they had grown
+  // (given back before the arena is allocated: MemoryReport::search_peak_bytes).
+  double search_peak_mib = 0, search_workspace_mib = 0;
   // --windows: the same step run back to back in windows of >= window_s seconds, metered by NVML's
   // energy counter (measure/window.hpp). Medians over the windows; min and max give the spread.
   std::string energy_source;  // the probe's ("" without a probe: time only)
@@ -298,6 +301,8 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.live_peak_mib = static_cast<double>(held.live_peak_bytes) / (1024.0 * 1024.0);
   cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
+  cell.search_peak_mib = static_cast<double>(held.search_peak_bytes) / (1024.0 * 1024.0);
+  cell.search_workspace_mib = static_cast<double>(held.search_workspace_bytes) / (1024.0 * 1024.0);
   cell.recomputed_outputs = held.recomputed_outputs;
   cell.arena_workspaces = held.arena_workspaces;
   cell.arena_workspace_mib = static_cast<double>(held.arena_workspace_bytes) / (1024.0 * 1024.0);
@@ -544,7 +549,8 @@ int main(int argc, char** argv) {
             << ", \"conv_workspace_mib\": " << c.conv_workspace_mib << ", \"in_use_mib\": " << c.in_use_mib
             << ", \"activation_mib\": " << c.activation_mib
             << ", \"live_peak_mib\": " << c.live_peak_mib << ", \"parameter_mib\": " << c.parameter_mib
-            << ", \"layer_state_mib\": " << c.layer_state_mib << ", \"activation_budget_mib\": "
+            << ", \"layer_state_mib\": " << c.layer_state_mib << ", \"search_peak_mib\": " << c.search_peak_mib
+            << ", \"search_workspace_mib\": " << c.search_workspace_mib << ", \"activation_budget_mib\": "
             << (c.activation_budget_mib ? std::to_string(*c.activation_budget_mib) : std::string("null"))
             << ", \"recomputed_outputs\": " << c.recomputed_outputs << ", \"recomputed_mib\": " << c.recomputed_mib;
         if (c.windows > 0 && c.status == "ok") {
@@ -603,6 +609,9 @@ int main(int argc, char** argv) {
                     "peak %.0f MiB\n",
                     c.activation_mib, c.live_peak_mib, c.parameter_mib, c.layer_state_mib, c.conv_workspace_mib,
                     c.in_use_mib, c.peak_mem_mib);
+        std::printf("    algorithm search (before the arena): peak %.0f MiB, its shared workspace %.1f MiB given back "
+                    "before the arena is allocated\n",
+                    c.search_peak_mib, c.search_workspace_mib);
         if (c.conv_statistics > 0)
           std::printf("    statistics fusion (%s): %zu batch norms paired with their convolution, %zu took its "
                       "statistics at the last step\n",

@@ -149,6 +149,11 @@ struct MemoryReport {
   std::size_t recomputed_bytes = 0;   // their bytes
   std::size_t arena_workspaces = 0;   // convolution calls whose workspace is an interval of the arena
   std::size_t arena_workspace_bytes = 0;  // the largest of those intervals
+  // Training: the backend's peak when the algorithm searches were done, before the arena (what they
+  // took above the parameters: candidates' operands and workspace), and the shared convolution
+  // workspace they had grown, given back before the arena is allocated.
+  std::size_t search_peak_bytes = 0;
+  std::size_t search_workspace_bytes = 0;
 };
 
 enum class Pass { kForward, kBackward };
