@@ -8,7 +8,8 @@
 # Env: CALL (tag), Q0 and Q1 (the queues of GPU 0 and 1: "model:precision:batches:graph[:est_s] ...",
 # graph on|off: --cuda-graph, off for models with dropout), DEADLINE_S (seconds: a unit whose estimate
 # does not fit is skipped, and every process is cut at the deadline, so the call ends in time),
-# PEER_MODES (default reduce-overhead), PEER_REPEATS (--compile-repeats, default 1).
+# PEER_MODES (default reduce-overhead), PEER_REPEATS (--compile-repeats, default 1), PEER_TIMEOUT_S (the most
+# seconds one peer process may take, default 240: fp32 VGG-16 b128 needs about 330).
 # Everything lands in ONE archive, $OUT/$CALL.tgz, rewritten after every process (a device call brings
 # back only a few files, and a call cut short still brings back what finished), with table.md from
 # bench/compare_throughput.py (--targets 1.15,0.85,1.0) at the end.
@@ -42,8 +43,8 @@ run_queue() {  # gpu, cores, units...
     echo "gpu$g ours $m $p rc=$? t=$((SECONDS-T0))" >> $R/queue.log; save
     local cl=auto; [ $p = tf32 ] && cl=on; [ $p = fp32 ] && cl=off
     for b in ${bs//,/ }; do
-      (( $(left 240) < 30 )) && { echo "gpu$g peer $m $b $p skipped: too little time t=$((SECONDS-T0))" >> $R/queue.log; continue; }
-      taskset -c $cores timeout $(left 240) python3 .carry/peer_pytorch.py --models $m --batches $b --precisions $p --compile "" \
+      (( $(left ${PEER_TIMEOUT_S:-240}) < 30 )) && { echo "gpu$g peer $m $b $p skipped: too little time t=$((SECONDS-T0))" >> $R/queue.log; continue; }
+      taskset -c $cores timeout $(left ${PEER_TIMEOUT_S:-240}) python3 .carry/peer_pytorch.py --models $m --batches $b --precisions $p --compile "" \
         --modes ${PEER_MODES:-reduce-overhead} --compile-repeats ${PEER_REPEATS:-1} --channels-last $cl --cnnergy-python .carry/python --nvml-index $g \
         --iters 30 --warmup 5 --windows 3 --window-s 3 --out $R/peer_${m}_b${b}_${p}.json > $R/peer_${m}_b${b}_${p}.log 2>&1
       echo "gpu$g peer $m $b $p rc=$? t=$((SECONDS-T0))" >> $R/queue.log; save
