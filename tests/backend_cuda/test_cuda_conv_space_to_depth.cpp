@@ -34,6 +34,18 @@ const Conv2dDesc kShapes[] = {desc(2, 3, 39, 39, 16, 11, 4, 2, true), desc(3, 3,
 
 class CudaConvSpaceToDepth : public CudaTest {
  protected:
+  // A backend that offers space-to-depth (NHWC, each convolution's workspace capped at 256 MiB),
+  // with cuDNN's fused epilogue where `epilogue`.
+  static std::unique_ptr<Backend> s2d_backend(DType dtype, bool epilogue = false) {
+    BackendOptions o;
+    o.device = Device{DeviceKind::kCuda, 0};
+    o.dtype = dtype;
+    o.layout = Layout::kNHWC;
+    o.conv_space_to_depth = true;
+    o.conv_epilogue_fusion = epilogue;
+    o.workspace_limit_bytes = std::size_t{256} << 20;
+    return create_backend(o);
+  }
   Tensor reference(const Conv2dDesc& d, const Tensor& x, const Tensor& w, const Tensor& b) {
     Conv2dDesc plain = d;
     plain.relu = false;
@@ -180,13 +192,7 @@ TEST_F(CudaConvSpaceToDepth, BackendOfferTrainsWithTheReferenceGradients) {
   for (const Precision& p : {kBf16, kFp32}) {
     std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
     if (!g) continue;
-    BackendOptions o;
-    o.device = Device{DeviceKind::kCuda, 0};
-    o.dtype = p.dtype;
-    o.layout = Layout::kNHWC;
-    o.conv_space_to_depth = true;
-    o.workspace_limit_bytes = std::size_t{256} << 20;
-    g = create_backend(o);
+    g = s2d_backend(p.dtype);
     Conv2dDesc d = desc(32, 3, 64, 64, 64, 7, 2, 3, false);  // ResNet's first layer at 64x64
     d.bias = false;
     const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
@@ -225,13 +231,7 @@ TEST_F(CudaConvSpaceToDepth, BackendOfferTrainsWithTheReferenceGradients) {
 // workspace_bound() sized), and no buffer of the rearranged input's size is held after the calls.
 TEST_F(CudaConvSpaceToDepth, RearrangedInputLivesInTheCallersRegion) {
   for (const Precision& p : {kBf16, kFp32}) {
-    BackendOptions o;
-    o.device = Device{DeviceKind::kCuda, 0};
-    o.dtype = p.dtype;
-    o.layout = Layout::kNHWC;
-    o.conv_space_to_depth = true;
-    o.workspace_limit_bytes = std::size_t{256} << 20;
-    std::unique_ptr<Backend> g = create_backend(o);
+    std::unique_ptr<Backend> g = s2d_backend(p.dtype);
     Conv2dDesc d = desc(32, 3, 128, 128, 64, 7, 2, 3, false);  // ResNet's first layer at 128x128
     d.bias = false;
     const auto geom = cuda::space_to_depth_geometry(d, Layout::kNHWC);
@@ -280,16 +280,9 @@ TEST_F(CudaConvSpaceToDepth, RearrangedInputLivesInTheCallersRegion) {
 // says which way it went, and weights held and then changed are rearranged again.
 TEST_F(CudaConvSpaceToDepth, BackendOfferKeepsTheValues) {
   for (const Precision& p : {kBf16, kFp32}) {
-    BackendOptions o;
-    o.device = Device{DeviceKind::kCuda, 0};
-    o.dtype = p.dtype;
-    o.layout = Layout::kNHWC;
-    o.conv_space_to_depth = true;
-    o.conv_epilogue_fusion = true;
-    o.workspace_limit_bytes = std::size_t{256} << 20;
     std::unique_ptr<Backend> g = gpu(p, Layout::kNHWC);
     if (!g) continue;
-    g = create_backend(o);
+    g = s2d_backend(p.dtype, /*epilogue=*/true);
     const Conv2dDesc d = desc(16, 3, 111, 111, 64, 11, 4, 2, true);
     const Tensor x = random(d.input_shape(), p.dtype), w = random(d.weight_shape(), p.dtype);
     const Tensor b = random(Shape{d.k}, p.dtype), w2 = random(d.weight_shape(), p.dtype);
