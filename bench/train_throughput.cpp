@@ -151,6 +151,7 @@ struct Cell {
   std::size_t normalising_pools = 0;  // max pools that did (MemoryReport)
   bool profile_range = false;  // the last timed iteration ran inside the profiler range
   bool host_layers = false;    // --host-layers: host time per layer category (eager cells)
+  int memory_at_peak = 0;      // --memory-at-peak N: the N largest things live at the plan's peak
   std::int64_t workspace_mib = 4096;  // BackendOptions::workspace_limit_bytes, in MiB
   std::optional<std::int64_t> activation_budget_mib;  // ExecutorOptions::activation_budget_bytes (unset: none)
   std::size_t recomputed_outputs = 0;  // batch-norm outputs recomputed in backward to meet it
@@ -175,6 +176,8 @@ struct Cell {
   // The algorithm searches, before the arena: the peak then and the shared workspace they had grown
   // (given back before the arena is allocated: MemoryReport::search_peak_bytes).
   double search_peak_mib = 0, search_workspace_mib = 0;
+  std::string peak_step;                                // where the plan's live peak is reached
+  std::vector<MemoryReport::LiveBytes> live_at_peak;    // what is live there, largest first (all of it)
   // --windows: the same step run back to back in windows of >= window_s seconds, metered by NVML's
   // energy counter (measure/window.hpp). Medians over the windows; min and max give the spread.
   std::string energy_source;  // the probe's ("" without a probe: time only)
@@ -303,6 +306,8 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.search_peak_mib = static_cast<double>(held.search_peak_bytes) / (1024.0 * 1024.0);
   cell.search_workspace_mib = static_cast<double>(held.search_workspace_bytes) / (1024.0 * 1024.0);
+  cell.peak_step = held.peak_step;
+  cell.live_at_peak = held.live_at_peak;
   cell.recomputed_outputs = held.recomputed_outputs;
   cell.arena_workspaces = held.arena_workspaces;
   cell.arena_workspace_mib = static_cast<double>(held.arena_workspace_bytes) / (1024.0 * 1024.0);
@@ -424,6 +429,8 @@ int main(int argc, char** argv) {
            "eager cells: also time the host per layer call (Executor hook) and print/write it by layer "
            "category and pass; the hook's own cost (two clock reads and a call per layer) inflates the "
            "host times a little");
+    p.option("memory-at-peak", "print (and write) the N largest activations, gradients and workspaces live at the "
+             "step where the activation plan peaks (MemoryReport::live_at_peak; 0: none)", "0");
     p.option("workspace-mib", "cap on each convolution's workspace, in MiB (BackendOptions::workspace_limit_bytes)",
              "4096");
     p.option("activation-budget-mib",
@@ -502,6 +509,7 @@ int main(int argc, char** argv) {
             c.fuse_statistics = stats;
             c.profile_range = p.get_flag("profile-range");
             c.host_layers = p.get_flag("host-layers");
+            c.memory_at_peak = static_cast<int>(p.get_int("memory-at-peak", 0, 100000));
             c.device = p.get("device");
             c.workspace_mib = workspace_mib;
             c.activation_budget_mib = budget;
@@ -550,7 +558,12 @@ int main(int argc, char** argv) {
             << ", \"activation_mib\": " << c.activation_mib
             << ", \"live_peak_mib\": " << c.live_peak_mib << ", \"parameter_mib\": " << c.parameter_mib
             << ", \"layer_state_mib\": " << c.layer_state_mib << ", \"search_peak_mib\": " << c.search_peak_mib
-            << ", \"search_workspace_mib\": " << c.search_workspace_mib << ", \"activation_budget_mib\": "
+            << ", \"search_workspace_mib\": " << c.search_workspace_mib << ", \"peak_step\": \""
+            << json_escape(c.peak_step) << "\", \"live_at_peak\": [";
+        for (int k = 0; k < std::min<int>(c.memory_at_peak, static_cast<int>(c.live_at_peak.size())); ++k)
+          out << (k ? ", " : "") << "{\"what\": \"" << json_escape(c.live_at_peak[static_cast<std::size_t>(k)].what)
+              << "\", \"mib\": " << static_cast<double>(c.live_at_peak[static_cast<std::size_t>(k)].bytes) / (1024.0 * 1024.0) << "}";
+        out << "], \"activation_budget_mib\": "
             << (c.activation_budget_mib ? std::to_string(*c.activation_budget_mib) : std::string("null"))
             << ", \"recomputed_outputs\": " << c.recomputed_outputs << ", \"recomputed_mib\": " << c.recomputed_mib;
         if (c.windows > 0 && c.status == "ok") {
@@ -612,6 +625,22 @@ int main(int argc, char** argv) {
         std::printf("    algorithm search (before the arena): peak %.0f MiB, its shared workspace %.1f MiB given back "
                     "before the arena is allocated\n",
                     c.search_peak_mib, c.search_workspace_mib);
+        if (c.memory_at_peak > 0) {
+          std::printf("    the activation plan peaks at %.1f MiB in the %s; the largest live there:\n", c.live_peak_mib,
+                      c.peak_step.c_str());
+          std::size_t rest = 0, shown = 0;
+          for (const auto& [what, bytes] : c.live_at_peak) {
+            if (static_cast<int>(shown) < c.memory_at_peak) {
+              std::printf("      %10.1f MiB  %s\n", static_cast<double>(bytes) / (1024.0 * 1024.0), what.c_str());
+              ++shown;
+            } else {
+              rest += bytes;
+            }
+          }
+          if (shown < c.live_at_peak.size())
+            std::printf("      %10.1f MiB  %zu more\n", static_cast<double>(rest) / (1024.0 * 1024.0),
+                        c.live_at_peak.size() - shown);
+        }
         if (c.conv_statistics > 0)
           std::printf("    statistics fusion (%s): %zu batch norms paired with their convolution, %zu took its "
                       "statistics at the last step\n",

@@ -77,11 +77,7 @@ std::size_t place_best(std::vector<Interval>& items) {
   return by_size;
 }
 
-// The most bytes live at any one step: no placement can use less.
-std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items);
-std::size_t live_peak(const std::vector<Interval>& items) { return live_peak_at(items).first; }
-
-// live_peak with the first step where it is reached.
+// The most bytes live at any one step (no placement can use less), and the first step where it is reached.
 std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items) {
   int last = 0;
   for (const auto& it : items) last = std::max(last, it.end);
@@ -542,6 +538,7 @@ void Executor::plan_and_allocate() {
   // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
   // producer's backward, united over a storage group (indices into grad_items).
   std::vector<Interval> grad_items;
+  std::vector<std::string> grad_labels;  // what each grad_items entry is (MemoryReport::live_at_peak)
   std::vector<int> grad_item(num_tensors, -1);
   if (train) {
     std::vector<int> group_grad_item(num_tensors, -1);
@@ -555,6 +552,7 @@ void Executor::plan_and_allocate() {
       if (item < 0) {
         item = static_cast<int>(grad_items.size());
         grad_items.push_back(mine);
+        grad_labels.push_back("gradient of the output of " + layers_[static_cast<std::size_t>(gt.producer)]->name());
       } else {
         Interval& it = grad_items[static_cast<std::size_t>(item)];
         it.start = std::min(it.start, mine.start);
@@ -581,8 +579,13 @@ void Executor::plan_and_allocate() {
   // backward_workspace_item: a layer's.
   std::vector<int> group_item(num_tensors, -1), backward_item(num_tensors, -1);
   std::vector<int> forward_workspace_item(layers_.size(), -1), backward_workspace_item(layers_.size(), -1);
-  auto build_items = [&](const std::vector<char>& recomputed, bool with_workspaces) {
+  // labels (the final plan only): what each item is, for MemoryReport::live_at_peak.
+  auto build_items = [&](const std::vector<char>& recomputed, bool with_workspaces,
+                         std::vector<std::string>* labels = nullptr) {
     std::vector<Interval> out;
+    auto label = [&](std::string what) {
+      if (labels != nullptr) labels->push_back(std::move(what));
+    };
     std::fill(group_item.begin(), group_item.end(), -1);
     std::fill(backward_item.begin(), backward_item.end(), -1);
     for (std::size_t g = 1; g < num_tensors; ++g) {
@@ -590,25 +593,32 @@ void Executor::plan_and_allocate() {
       if (!sp.used) continue;
       const bool read_back = sp.backward_end >= sp.backward_start;
       group_item[g] = static_cast<int>(out.size());
+      const std::string output = "output of " + layers_[static_cast<std::size_t>(graph_.tensor(static_cast<int>(g)).producer)]->name();
       if (recomputed[g]) {
         out.push_back(Interval{sp.start, sp.forward_end, sp.bytes, 0});
+        label(output);
         backward_item[g] = static_cast<int>(out.size());
         out.push_back(Interval{sp.backward_start, sp.backward_end, sp.bytes, 0});
+        label(output + " (rebuilt)");
       } else {
         out.push_back(Interval{sp.start, read_back ? std::max(sp.forward_end, sp.backward_end) : sp.forward_end, sp.bytes, 0});
+        label(output);
       }
     }
     const auto base = static_cast<int>(out.size());
     out.insert(out.end(), grad_items.begin(), grad_items.end());
+    if (labels != nullptr) labels->insert(labels->end(), grad_labels.begin(), grad_labels.end());
     for (int i = 0; i < num_layers && with_workspaces; ++i) {
       const auto l = static_cast<std::size_t>(i);
       if (forward_workspace_bytes[l] > 0) {
         forward_workspace_item[l] = static_cast<int>(out.size());
         out.push_back(Interval{i, i, forward_workspace_bytes[l], 0, true});
+        label("workspace of " + layers_[l]->name() + " (forward)");
       }
       if (backward_workspace_bytes[l] > 0) {
         backward_workspace_item[l] = static_cast<int>(out.size());
         out.push_back(Interval{bwd_step(i), bwd_step(i), backward_workspace_bytes[l], 0, true});
+        label("workspace of " + layers_[l]->name() + " (backward)");
       }
     }
     return std::pair{std::move(out), base};
@@ -664,8 +674,10 @@ void Executor::plan_and_allocate() {
       memory_.recomputed_bytes += spans[static_cast<std::size_t>(c.group)].bytes;
     }
   }
-  auto built = build_items(recomputed, true);
+  std::vector<std::string> labels;
+  auto built = build_items(recomputed, true, &labels);
   std::vector<Interval>& items = built.first;
+  CNNERGY_CHECK(labels.size() == items.size(), "every planned interval has its label");
   for (int& g : grad_item)
     if (g >= 0) g += built.second;
 
@@ -694,7 +706,18 @@ void Executor::plan_and_allocate() {
       memory_.activation_bytes += it.bytes;
     }
   }
-  memory_.live_peak_bytes = live_peak(items);
+  const auto [peak_bytes, peak_step] = live_peak_at(items);
+  memory_.live_peak_bytes = peak_bytes;
+  memory_.live_at_peak.clear();
+  for (std::size_t k = 0; k < items.size(); ++k)
+    if (items[k].start <= peak_step && peak_step <= items[k].end && items[k].bytes > 0)
+      memory_.live_at_peak.push_back({labels.at(k), items[k].bytes});
+  std::stable_sort(memory_.live_at_peak.begin(), memory_.live_at_peak.end(),
+                   [](const MemoryReport::LiveBytes& a, const MemoryReport::LiveBytes& b) { return a.bytes > b.bytes; });
+  memory_.peak_step = peak_step < num_layers ? "forward of " + layers_[static_cast<std::size_t>(peak_step)]->name()
+                      : peak_step < 2 * num_layers
+                          ? "backward of " + layers_[static_cast<std::size_t>(2 * num_layers - 1 - peak_step)]->name()
+                          : "after the step";
   memory_.naive_bytes = naive;
   memory_.num_buffers = pool_.size();
   forward_workspace_.assign(layers_.size(), WorkspaceRegion{});

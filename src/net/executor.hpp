@@ -82,6 +82,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/ops.hpp"
@@ -154,6 +155,15 @@ struct MemoryReport {
   // workspace they had grown, given back before the arena is allocated.
   std::size_t search_peak_bytes = 0;
   std::size_t search_workspace_bytes = 0;
+  // Where the plan's live peak (live_peak_bytes) is reached and what is live there, largest first:
+  // "output of L" (an activation, its producer L; "rebuilt" where recomputed in backward), "gradient of
+  // the output of L", "workspace of L (forward|backward)". Their bytes sum to live_peak_bytes.
+  struct LiveBytes {
+    std::string what;
+    std::size_t bytes = 0;
+  };
+  std::string peak_step;  // "forward of L", "backward of L" or "after the step"
+  std::vector<LiveBytes> live_at_peak;
 };
 
 enum class Pass { kForward, kBackward };

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
@@ -349,6 +350,49 @@ TEST_F(MemoryPlan, ArenaIsTheLivePeakOnZooNetworks) {
         << c.model << ": arena " << m.activation_bytes << " vs live peak " << m.live_peak_bytes;
     EXPECT_LT(m.activation_bytes, m.naive_bytes) << c.model;
     EXPECT_EQ(m.num_buffers, 1u);
+  }
+}
+
+// What the plan says is live at its peak (MemoryReport::live_at_peak, peak_step): the items add up to
+// live_peak_bytes, largest first, each named after a layer of the graph; in training the first
+// convolution's output (the largest activation, read again by its own backward, the last) is live there
+// and the largest; with recomputation (budget 0) the peak and what is live there change with the plan.
+TEST_F(MemoryPlan, WhatIsLiveAtThePeakAddsUpToIt) {
+  auto backend = cpu_backend();
+  for (const auto& [model, input, budget] :
+       {std::tuple{"vgg16", Shape{3, 32, 32}, std::optional<std::size_t>{}},
+        std::tuple{"resnet50", Shape{3, 64, 64}, std::optional<std::size_t>{}},
+        std::tuple{"resnet50", Shape{3, 64, 64}, std::optional<std::size_t>{0}}}) {
+    const std::string what = std::string(model) + (budget ? " recomputed" : "");
+    auto graph = build_model(model, input, 10);
+    ExecutorOptions o;
+    o.batch_size = 2;
+    o.activation_budget_bytes = budget;
+    Executor ex(*graph, *backend, o);
+    const MemoryReport& m = ex.memory();
+    ASSERT_FALSE(m.live_at_peak.empty()) << what;
+    std::size_t sum = 0, largest_activation = 0;
+    for (std::size_t k = 0; k < m.live_at_peak.size(); ++k) {
+      const auto& [name, bytes] = m.live_at_peak[k];
+      sum += bytes;
+      if (k > 0) {
+        EXPECT_LE(bytes, m.live_at_peak[k - 1].bytes) << what << ": not largest first at " << name;
+      }
+      std::string layer;
+      for (const char* prefix : {"output of ", "gradient of the output of ", "workspace of "})
+        if (name.rfind(prefix, 0) == 0) layer = name.substr(std::strlen(prefix));
+      layer = layer.substr(0, layer.find(' '));
+      EXPECT_NO_THROW((void)graph->layer_index(layer)) << what << ": '" << name << "' names no layer";
+    }
+    EXPECT_EQ(sum, m.live_peak_bytes) << what;
+    EXPECT_TRUE(m.peak_step.rfind("forward of ", 0) == 0 || m.peak_step.rfind("backward of ", 0) == 0) << m.peak_step;
+    for (std::size_t t = 1; t < graph->num_tensors(); ++t)
+      largest_activation = std::max<std::size_t>(
+          largest_activation, static_cast<std::size_t>(graph->tensor(static_cast<int>(t)).shape.with_batch(2).numel()) * 4);
+    if (!budget) {
+      EXPECT_EQ(m.live_at_peak.front().bytes, largest_activation) << what << ": " << m.live_at_peak.front().what;
+      EXPECT_EQ(m.live_at_peak.front().what.rfind("output of ", 0), 0u) << what << ": " << m.live_at_peak.front().what;
+    }
   }
 }
 
