@@ -147,6 +147,12 @@ struct Pool2dDesc {
   // Training, with keep_argmax: the input is a batch norm's input, normalised as the pool reads it
   // (PoolKernel::forward_normalised); only where Backend::fuses_batch_norm_pool says so.
   bool normalised = false;
+  // Training, with keep_argmax: the ReLU fused into the layer before the pool (its output the pool's
+  // input) is applied to the gradient here instead of by that layer: backward routes an output's
+  // gradient to its argmax only where the output is positive (there the ReLU's output is the pool's
+  // output, and every other position's gradient is zero anyway), reading y. Only where
+  // Backend::pools_relu_mask says so (PoolKernel::applies_relu_mask).
+  bool relu_mask = false;
 
   std::int64_t out_h() const { return out_size(h, kernel_h, stride_h, pad_h); }
   std::int64_t out_w() const { return out_size(w, kernel_w, stride_w, pad_w); }
@@ -181,6 +187,8 @@ class PoolKernel {
   // output's window argmax (a byte per output) into the kernel, and backward reads that (the latest
   // forward's) instead of x and y, which may then be passed undefined.
   virtual bool keeps_argmax() const { return false; }
+  // True for a kernel made with Pool2dDesc::relu_mask that applies it: backward then needs y.
+  virtual bool applies_relu_mask() const { return false; }
   // The most of the backend's convolution workspace (Backend::set_conv_workspace) a backward call asks
   // for (its window argmax, where it neither keeps one nor runs cuDNN's); 0 where none.
   virtual std::size_t workspace_bound() const { return 0; }
@@ -563,6 +571,13 @@ class Backend {
   // is read by that pool alone).
   virtual bool fuses_batch_norm_pool(const BatchNormDesc& batch_norm, const Pool2dDesc& pool) const {
     (void)batch_norm;
+    (void)pool;
+    return false;
+  }
+  // Whether make_pool(pool) (max, keep_argmax and relu_mask set) applies the ReLU before it in its
+  // backward (Pool2dDesc::relu_mask; the executor offers it where a convolution's fused ReLU output is
+  // read by that pool alone, and the convolution then skips its own mask).
+  virtual bool pools_relu_mask(const Pool2dDesc& pool) const {
     (void)pool;
     return false;
   }

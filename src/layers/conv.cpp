@@ -59,7 +59,8 @@ class ConvLayer final : public Layer {
     desc_ = fused;
     return true;
   }
-  bool needs_outputs_in_backward() const override { return desc_.relu; }  // the fused ReLU's mask
+  bool needs_outputs_in_backward() const override { return desc_.relu && !relu_mask_left_; }  // the fused ReLU's mask
+  void leave_relu_mask() override { relu_mask_left_ = desc_.relu; }
 
   bool relu_fused() const override { return desc_.relu; }
 
@@ -148,10 +149,12 @@ class ConvLayer final : public Layer {
     const Tensor& dy = ctx.output_grads[0];
     // The fused ReLU's gradient, in place; with a bias, where the backend can, in the same pass as
     // the bias gradient (the kernel then leaves the bias alone).
-    const bool mask_with_bias = desc_.relu && spec_.bias && backend().fuses_relu_bias_grad();
+    // Where the max pool reading the output applied the mask (leave_relu_mask), dy is masked already.
+    const bool mask = desc_.relu && !relu_mask_left_;
+    const bool mask_with_bias = mask && spec_.bias && backend().fuses_relu_bias_grad();
     if (mask_with_bias)
       backend().relu_backward_bias_grad(ctx.outputs[0], dy, parameters()[1].grad);
-    else if (desc_.relu)
+    else if (mask)
       backend().relu_backward(ctx.outputs[0], dy, dy, false);
     kernel_->backward_filter(ctx.inputs[0], dy, parameters()[0].grad,
                              spec_.bias && !mask_with_bias ? parameters()[1].grad : Tensor{});
@@ -233,6 +236,7 @@ class ConvLayer final : public Layer {
   Conv2dDesc desc_;
   std::unique_ptr<ConvKernel> kernel_;
   Layer* folded_bn_ = nullptr;       // the absorbed eval-mode batch norm (inference executors)
+  bool relu_mask_left_ = false;      // the max pool reading the output applies the fused ReLU's mask (leave_relu_mask)
   Tensor folded_weight_, folded_bias_;
   std::shared_ptr<BatchStatistics> statistics_;  // the batch norm after it takes its statistics from here
 };

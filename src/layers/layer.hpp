@@ -177,6 +177,19 @@ class Layer {
   // kernel to (Pool2dDesc::keep_argmax), and where the kernel does (PoolKernel::keeps_argmax) it
   // needs neither its input nor its output in backward.
   virtual void offer_argmax_keeping() {}
+  // ReLU mask taking, likewise: a max pool whose input is a convolution's fused ReLU output that only it
+  // reads is offered to keep its argmax and apply that ReLU's mask in backward, reading its own output
+  // (Pool2dDesc::relu_mask); it takes it where the backend offers such a kernel (Backend::pools_relu_mask).
+  // Where its kernel then does (applies_relu_mask, after bind) the executor tells the convolution
+  // (leave_relu_mask), whose output dies after the pool's forward.
+  virtual bool offer_relu_mask(const Backend& backend) {
+    (void)backend;
+    return false;
+  }
+  virtual bool applies_relu_mask() const { return false; }
+  // A layer with a fused ReLU whose mask the layer reading its output applies (after bind, before
+  // planning): its backward skips the mask and it needs its output no more.
+  virtual void leave_relu_mask() {}
   // Batch-norm apply fusion, for training executors (between setup() and bind(), after argmax keeping
   // was offered; ExecutorOptions::fuse_batch_norm_pool). A batch norm whose output (with its fused
   // ReLU's, one tensor) only a max pool reads, right after it, offers its normalisation

@@ -24,7 +24,7 @@ class PoolLayer final : public Layer {
   // Max pooling finds the arg-max from x and y, unless its kernel kept it in forward; average pooling
   // needs neither, but the kernel contract passes both, so keep them (cuDNN reads them for every mode).
   bool needs_inputs_in_backward() const override { return !keeps_argmax(); }
-  bool needs_outputs_in_backward() const override { return !keeps_argmax(); }
+  bool needs_outputs_in_backward() const override { return !keeps_argmax() || applies_relu_mask(); }
 
   // With a batch norm's normalisation (Layer::take_normalisation) the input is the batch norm's.
   void forward(const ForwardContext& ctx) override {
@@ -89,9 +89,20 @@ class PoolLayer final : public Layer {
     Pool2dDesc d = desc_;
     d.keep_argmax = argmax_offered_ && with_gradients() && input_grad_needed() && d.mode == PoolMode::kMax;
     d.normalised = normalisation_ != nullptr;
+    d.relu_mask = relu_mask_offered_ && d.keep_argmax && !d.normalised;
     kernel_ = backend.make_pool(d);
   }
   void offer_argmax_keeping() override { argmax_offered_ = !bound(); }
+  bool offer_relu_mask(const Backend& backend) override {
+    if (bound() || !input_grad_needed() || spec_.mode != PoolMode::kMax) return false;
+    Pool2dDesc d = desc_;
+    d.keep_argmax = true;
+    d.relu_mask = true;
+    if (!backend.pools_relu_mask(d)) return false;
+    argmax_offered_ = relu_mask_offered_ = true;
+    return true;
+  }
+  bool applies_relu_mask() const override { return kernel_ && kernel_->applies_relu_mask(); }
   bool take_normalisation(const Backend& backend, const BatchNormDesc& batch_norm,
                           const std::shared_ptr<Normalisation>& link) override {
     if (bound() || link == nullptr || !argmax_offered_ || !input_grad_needed() || spec_.mode != PoolMode::kMax)
@@ -110,6 +121,7 @@ class PoolLayer final : public Layer {
   Pool2dDesc desc_;
   std::unique_ptr<PoolKernel> kernel_;
   bool argmax_offered_ = false;  // Layer::offer_argmax_keeping
+  bool relu_mask_offered_ = false;  // ... with the ReLU before it (Pool2dDesc::relu_mask)
   std::shared_ptr<Normalisation> normalisation_;  // a batch norm's, applied as the input is read (Layer::take_normalisation)
 };
 

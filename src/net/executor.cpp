@@ -141,6 +141,14 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     check_fits_before_binding();
   }
   for (auto& layer : layers_) layer->bind(backend_, options_.training);
+  // A pool whose kernel took its convolution's ReLU mask (offer_argmax_keeping): the convolution skips
+  // its own, and its output is read in backward no more. Where the kernel did not, both would mask
+  // (the same values): the convolution keeps its mask and its output.
+  for (const auto& [conv, pool] : relu_mask_offers_)
+    if (layers_[pool]->applies_relu_mask()) {
+      layers_[conv]->leave_relu_mask();
+      ++memory_.relu_mask_pools;
+    }
   loss_layer_ = dynamic_cast<LossLayer*>(layers_.at(static_cast<std::size_t>(graph_.loss_layer())).get());
   CNNERGY_CHECK(loss_layer_ != nullptr, "the graph's loss layer is not a LossLayer");
   // Every convolution resolves its algorithms now (cuDNN's "find" times candidates in scratch
@@ -356,11 +364,38 @@ void Executor::offer_argmax_keeping() {
     const auto& ins = graph_.layer_inputs(producer);
     return ins.size() != 1 || self(self, ins[0], producer);
   };
+  // The convolution whose fused ReLU output tensor t is (through the absorbed ReLU layer), where that
+  // output is read by `reader` alone and the ReLU's mask is the only reason the convolution reads its
+  // output in backward; -1 otherwise.
+  auto relu_convolution = [&](int t, std::size_t reader) -> int {
+    const GraphTensor& gt = graph_.tensor(t);
+    if (t == graph_.input_tensor() || t == graph_.logits_tensor() || gt.producer < 0 || gt.consumers.size() != 1 ||
+        static_cast<std::size_t>(gt.consumers[0]) != reader)
+      return -1;
+    const auto relu = static_cast<std::size_t>(gt.producer);
+    if (!layers_[relu]->absorbed() || graph_.layer_inputs(relu).size() != 1) return -1;
+    const int x = graph_.layer_inputs(relu)[0];
+    const GraphTensor& xt = graph_.tensor(x);
+    if (x == graph_.input_tensor() || xt.producer < 0 || xt.consumers.size() != 1) return -1;
+    const auto conv = static_cast<std::size_t>(xt.producer);
+    const Layer& c = *layers_[conv];
+    if (c.type() != "conv" || c.absorbed() || !c.relu_fused() || graph_.layer_outputs(conv).size() != 1 ||
+        forward_taken_output_of_[conv] >= 0 || absorber_of(relu) != static_cast<int>(conv))
+      return -1;
+    return static_cast<int>(conv);
+  };
+  relu_mask_offers_.clear();
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Layer& pool = *layers_[i];
     const auto& ins = graph_.layer_inputs(i);
-    if (pool.type() != "max_pool" || ins.size() != 1 || read_by_others(read_by_others, ins[0], i)) continue;
-    pool.offer_argmax_keeping();
+    if (pool.type() != "max_pool" || ins.size() != 1) continue;
+    if (!read_by_others(read_by_others, ins[0], i)) {
+      pool.offer_argmax_keeping();
+      continue;
+    }
+    if (!options_.pool_relu_mask) continue;
+    if (const int conv = relu_convolution(ins[0], i); conv >= 0 && pool.offer_relu_mask(backend_))
+      relu_mask_offers_.emplace_back(static_cast<std::size_t>(conv), i);
   }
 }
 

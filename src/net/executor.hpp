@@ -102,6 +102,10 @@ struct ExecutorOptions {
   bool fuse_residual = true;  // folded convolutions, or else batch norms, take the residual add after them (see above)
   bool fuse_residual_backward = true;  // training: such a batch norm masks the add's ReLU in backward too (see above)
   bool fuse_batch_norm_pool = true;    // training: a max pool applies the batch norm before it (see above)
+  // Training: a max pool whose input is a convolution's fused ReLU output, read by it alone, keeps its
+  // argmax and applies that ReLU's mask in its backward (Pool2dDesc::relu_mask, where the backend
+  // offers it: Backend::pools_relu_mask); the convolution's output then dies after the pool's forward.
+  bool pool_relu_mask = true;
   bool conv_workspace_in_arena = true; // training: each convolution's workspace is an interval of the arena (see above)
   // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
   // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
@@ -138,6 +142,7 @@ struct MemoryReport {
   std::size_t conv_statistics = 0;    // batch norms given their statistics by the convolution before them
   std::size_t kept_pool_argmaxes = 0; // max pools that keep their argmax from forward (their input freed)
   std::size_t normalising_pools = 0;  // max pools that apply the batch norm before them (its output never written)
+  std::size_t relu_mask_pools = 0;    // max pools that apply the ReLU mask of the convolution before them (ExecutorOptions::pool_relu_mask)
   std::size_t activation_bytes = 0;   // pooled activations + gradients actually allocated
   std::size_t live_peak_bytes = 0;    // the most of them (and of the workspaces in the arena) live at one step (no plan can use less)
   std::size_t naive_bytes = 0;        // what one buffer per activation/gradient tensor would take
@@ -302,6 +307,7 @@ class Executor {
   // Per layer: an add whose forward a batch norm took (fuse_residuals without folding): the batch norm's
   // output, which is then the add's output too; -1 otherwise. The add's forward runs nothing.
   std::vector<int> forward_taken_output_of_;
+  std::vector<std::pair<std::size_t, std::size_t>> relu_mask_offers_;  // (convolution, max pool): offer_argmax_keeping's
   std::vector<std::shared_ptr<Layer::BatchStatistics>> statistics_links_;  // fuse_statistics's pairs
   // Batch-norm apply fusion, per layer: a normalising pool's forward input (the batch norm's input;
   // -1 otherwise), and whether the layer is a batch norm whose output is never written.

@@ -353,6 +353,52 @@ TEST_F(MemoryPlan, ArenaIsTheLivePeakOnZooNetworks) {
   }
 }
 
+// A max pool after a convolution's fused ReLU applies that ReLU's mask in its backward
+// (ExecutorOptions::pool_relu_mask, Pool2dDesc::relu_mask): it keeps its argmax, the convolution skips its
+// own mask, and its output dies after the pool's forward. Training is the unmasked pair's bit for bit
+// (losses, logits, every gradient and weight over three SGD steps), on VGG-16's 2x2 pools and AlexNet's
+// overlapping 3x3/2 ones (two windows may share an argmax: their gradients add before the mask, as
+// the ReLU's backward after the pool's would see them); the activation plan shrinks: VGG-16 b2 at
+// 32x32 from every pool's input live at the peak to none of them.
+TEST_F(MemoryPlan, PoolTakesTheConvolutionsReluMaskAndTrainsBitForBit) {
+  auto backend = cpu_backend();
+  for (const auto& [model, input, pools] : {std::tuple{"vgg16", Shape{3, 32, 32}, 5u},
+                                            std::tuple{"alexnet", Shape{3, 79, 79}, 3u}}) {
+    SCOPED_TRACE(model);
+    auto graph = build_model(model, input, 10);
+    ExecutorOptions o;
+    o.batch_size = 2;
+    o.dropout_seed = seed_;
+    Executor masked(*graph, *backend, o);
+    o.pool_relu_mask = false;
+    Executor plain(*graph, *backend, o);
+    EXPECT_EQ(masked.memory().relu_mask_pools, pools);
+    EXPECT_EQ(plain.memory().relu_mask_pools, 0u);
+    EXPECT_EQ(plain.memory().kept_pool_argmaxes, 0u);
+    EXPECT_LT(masked.memory().live_peak_bytes, plain.memory().live_peak_bytes);
+    for (const auto& [what, bytes] : masked.memory().live_at_peak) {
+      (void)bytes;
+      for (std::size_t i = 0; i < graph->num_layers(); ++i)
+        if (graph->layer(i).type() == "max_pool") {  // no pool's input (a convolution's ReLU output) is live there
+          const int producer = graph->tensor(graph->layer_inputs(i)[0]).producer;
+          const int conv = graph->tensor(graph->layer_inputs(static_cast<std::size_t>(producer))[0]).producer;
+          EXPECT_NE(what, "output of " + graph->layer(static_cast<std::size_t>(conv)).name()) << masked.memory().peak_step;
+        }
+    }
+    expect_same_training(*graph, *backend, 2, masked, plain);
+  }
+  // The ReLU's output read by another layer too: no pool takes the mask.
+  GraphBuilder g("shared", Shape{3, 8, 8}, 4);
+  auto x = g.relu(g.conv(g.input(), "conv", ConvSpec::make(8, 3, 1, 1)), "relu");
+  auto pooled = g.max_pool(x, "pool", PoolSpec::make(2, 2));
+  auto side = g.max_pool(x, "side", PoolSpec::make(2, 2));
+  g.softmax_loss(g.fc(g.add(pooled, side, "sum"), "fc", 4));
+  auto shared = g.build();
+  ExecutorOptions so;
+  so.batch_size = 2;
+  EXPECT_EQ(Executor(*shared, *backend, so).memory().relu_mask_pools, 0u);
+}
+
 // What the plan says is live at its peak (MemoryReport::live_at_peak, peak_step): the items add up to
 // live_peak_bytes, largest first, each named after a layer of the graph; in training the first
 // convolution's output (the largest activation, read again by its own backward, the last) is live there

@@ -171,6 +171,11 @@ class CpuBackend final : public Backend {
     return !bn.residual && pool.normalised && pool.keep_argmax && pool.mode == PoolMode::kMax && bn.n == pool.n &&
            bn.c == pool.c && bn.h == pool.h && bn.w == pool.w && pool.h * pool.w <= std::numeric_limits<std::int32_t>::max();
   }
+  // The ReLU's mask applied by the max pool's backward from its output (pool_cpu.cpp), which keeps its argmax.
+  bool pools_relu_mask(const Pool2dDesc& pool) const override {
+    return pool.relu_mask && pool.keep_argmax && pool.mode == PoolMode::kMax &&
+           pool.h * pool.w <= std::numeric_limits<std::int32_t>::max();
+  }
   bool fuses_conv_relu(const Conv2dDesc&) const override { return true; }  // every algorithm (conv_cpu.cpp)
   bool fuses_conv_statistics(const Conv2dDesc& desc) const override {
     return options_.conv_statistics_fusion != StatisticsFusion::kOff && !desc.bias && !desc.relu && !desc.residual &&

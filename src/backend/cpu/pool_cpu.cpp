@@ -2,7 +2,10 @@
 // Pool2dDesc documents (Caffe / PyTorch semantics); max backward routes to the first maximum. A kernel
 // made with Pool2dDesc::keep_argmax keeps each output's argmax from forward (an index per output) and
 // its backward reads that instead of x; one made with ::normalised also applies a batch norm's map as
-// it reads the batch norm's input (forward_normalised: the values the CPU batch norm would store).
+// it reads the batch norm's input (forward_normalised: the values the CPU batch norm would store); one
+// made with ::relu_mask applies the ReLU before it in backward: an output's gradient reaches its argmax
+// only where the output is positive (the ReLU's own mask there; bit for bit the ReLU's backward after
+// this one's, NaN included: NaN > 0 is false both ways).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,12 +37,16 @@ class PoolCpu final : public PoolKernel {
       argmax_buffer_ = memory.allocate(static_cast<std::size_t>(d.n * d.c * oh_ * ow_) * sizeof(std::int32_t));
       argmax_ = static_cast<std::int32_t*>(argmax_buffer_->data());
     }
+    if (d.relu_mask && argmax_ == nullptr)
+      throw NotSupported("pool2d: a pool that applies the ReLU's mask keeps its argmax (max pooling with keep_argmax; "
+                         "ask pools_relu_mask first)");
     if (d.normalised && argmax_ == nullptr)
       throw NotSupported("pool2d: a pool that applies a batch norm's normalisation keeps its argmax (max pooling with "
                          "keep_argmax; ask fuses_batch_norm_pool first)");
   }
 
   bool keeps_argmax() const override { return argmax_ != nullptr; }
+  bool applies_relu_mask() const override { return d_.relu_mask && keeps_argmax(); }
 
   void forward(const Tensor& x, const Tensor& y) override {
     check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
@@ -92,22 +99,25 @@ class PoolCpu final : public PoolKernel {
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
                 bool accumulate) override {
     if (!keeps_argmax() || x.defined()) check_f32_shape(x, kOp, "x", Shape{d_.n, d_.c, d_.h, d_.w});
-    if (y.defined()) check_f32_shape(y, kOp, "y", d_.output_shape());
+    if (y.defined() || applies_relu_mask()) check_f32_shape(y, kOp, "y", d_.output_shape());
     check_f32_shape(dy, kOp, "dy", d_.output_shape());
     check_f32_shape(dx, kOp, "dx", Shape{d_.n, d_.c, d_.h, d_.w});
     const float* xp = keeps_argmax() ? nullptr : cf32(x);
     const float* dyp = cf32(dy);
+    const float* yp = applies_relu_mask() ? cf32(y) : nullptr;
     float* dxp = mf32(dx);
     if (!accumulate) std::fill_n(dxp, dx.numel(), 0.0f);
     for (std::int64_t plane = 0; plane < d_.n * d_.c; ++plane) {
       const float* xs = xp != nullptr ? xp + plane * d_.h * d_.w : nullptr;
       const float* dys = dyp + plane * oh_ * ow_;
+      const float* ys = yp != nullptr ? yp + plane * oh_ * ow_ : nullptr;
       float* dxs = dxp + plane * d_.h * d_.w;
       for (std::int64_t oh = 0; oh < oh_; ++oh)
         for (std::int64_t ow = 0; ow < ow_; ++ow) {
           const Window win = window(oh, ow);
           const float g = dys[oh * ow_ + ow];
           if (d_.mode == PoolMode::kMax) {
+            if (ys != nullptr && !(ys[oh * ow_ + ow] > 0.0f)) continue;  // the ReLU's mask at the argmax
             const std::int64_t i = keeps_argmax() ? argmax_[static_cast<std::size_t>(plane * oh_ * ow_ + oh * ow_ + ow)]
                                                   : argmax([&](std::int64_t j) { return xs[j]; }, win);
             dxs[i] += g;

@@ -71,6 +71,8 @@ class CudaPool final : public PoolKernel {
     // A normalised pool (Pool2dDesc::normalised) runs the own kernels: cuDNN's pooling applies no
     // batch norm, and its backward would need the batch norm's output, which nothing writes.
     use_cudnn_ = !own_packs && !d.normalised && cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
+    if (d.relu_mask)  // not yet on the GPU: Backend::pools_relu_mask says no, so the executor never asks
+      throw NotSupported("pool2d: the CUDA max pool does not apply the ReLU's mask in backward (ask pools_relu_mask first)");
     if (d.normalised && !pool_argmax_fits(d))
       throw NotSupported("pool2d: a pool that applies a batch norm's normalisation keeps its argmax: max pooling with "
                          "keep_argmax and a window of at most 255 (ask fuses_batch_norm_pool first)");
