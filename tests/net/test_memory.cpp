@@ -110,6 +110,25 @@ class MemoryPlan : public SeededTest {
   }
 };
 
+// conv -> a batch norm (or a ReLU) read by two max pools whose sum feeds the loss: a pool's input that
+// another layer reads too.
+std::unique_ptr<Graph> pool_input_read_twice(bool batch_norm) {
+  GraphBuilder g("shared", Shape{3, 8, 8}, 4);
+  auto conv = g.conv(g.input(), "conv", ConvSpec::make(8, 3, 1, 1));
+  auto x = batch_norm ? g.batch_norm(conv, "bn") : g.relu(conv, "relu");
+  auto pooled = g.max_pool(x, "pool", PoolSpec::make(2, 2));
+  auto side = g.max_pool(x, "side", PoolSpec::make(2, 2));
+  g.softmax_loss(g.fc(g.add(pooled, side, "sum"), "fc", 4));
+  return g.build();
+}
+
+// A training executor's memory report at batch 2.
+MemoryReport memory_at_batch_2(const Graph& graph, Backend& backend) {
+  ExecutorOptions o;
+  o.batch_size = 2;
+  return Executor(graph, backend, o).memory();
+}
+
 }  // namespace
 
 TEST_F(MemoryPlan, ReuseIsSmallerAndBitIdenticalOnTheSmallGraph) { compare(*small_graph(5), 3); }
@@ -388,15 +407,7 @@ TEST_F(MemoryPlan, PoolTakesTheConvolutionsReluMaskAndTrainsBitForBit) {
     expect_same_training(*graph, *backend, 2, masked, plain);
   }
   // The ReLU's output read by another layer too: no pool takes the mask.
-  GraphBuilder g("shared", Shape{3, 8, 8}, 4);
-  auto x = g.relu(g.conv(g.input(), "conv", ConvSpec::make(8, 3, 1, 1)), "relu");
-  auto pooled = g.max_pool(x, "pool", PoolSpec::make(2, 2));
-  auto side = g.max_pool(x, "side", PoolSpec::make(2, 2));
-  g.softmax_loss(g.fc(g.add(pooled, side, "sum"), "fc", 4));
-  auto shared = g.build();
-  ExecutorOptions so;
-  so.batch_size = 2;
-  EXPECT_EQ(Executor(*shared, *backend, so).memory().relu_mask_pools, 0u);
+  EXPECT_EQ(memory_at_batch_2(*pool_input_read_twice(false), *backend).relu_mask_pools, 0u);
 }
 
 // What the plan says is live at its peak (MemoryReport::live_at_peak, peak_step): the items add up to
@@ -514,15 +525,7 @@ TEST_F(MemoryPlan, NormalisingPoolTrainsAsTheBatchNormThenPool) {
     expect_same_training(*graph, *backend, 2, fused, plain);
   }
   // The pool's input read by another layer too: no fusion.
-  GraphBuilder g("shared", Shape{3, 8, 8}, 4);
-  auto x = g.batch_norm(g.conv(g.input(), "conv", ConvSpec::make(8, 3, 1, 1)), "bn");
-  auto pooled = g.max_pool(x, "pool", PoolSpec::make(2, 2));
-  auto side = g.max_pool(x, "side", PoolSpec::make(2, 2));
-  g.softmax_loss(g.fc(g.add(pooled, side, "sum"), "fc", 4));
-  auto shared = g.build();
-  ExecutorOptions so;
-  so.batch_size = 2;
-  EXPECT_EQ(Executor(*shared, *backend, so).memory().normalising_pools, 0u);
+  EXPECT_EQ(memory_at_batch_2(*pool_input_read_twice(true), *backend).normalising_pools, 0u);
 }
 
 // The budget is met with as few recomputations as it needs, largest first: a budget between the
