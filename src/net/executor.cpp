@@ -164,7 +164,8 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     }
     backend_.set_search_layer(0, 0, "");
     // The shared workspace the searches grew (a convolution with a bias times the fused epilogue
-    // against the unfused pair, and `auto` times its candidates, in that workspace) goes back before
+    // against the unfused pair, which runs there with its forward algorithm's workspace; find and
+    // `auto` time their candidates in scratch of their own) goes back before
     // the arena is allocated, not after: held across the allocation it added its size to the peak
     // (fp32 VGG-16 b64 on an H200: 2.9 GiB above what the step holds). A call the plan leaves outside
     // the arena grows it again to what that call needs.
