@@ -3,6 +3,7 @@
 // run without any reuse: losses, logits, every parameter gradient, and parameters after SGD steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -40,12 +41,14 @@ bool same_bytes(Backend& b, const Tensor& x, const Tensor& y) {
 class MemoryPlan : public SeededTest {
  protected:
   // Three SGD steps of both executors from the same weights and batches: the same loss, logits and
-  // gradients every step, the same weights after, the same evaluation logits: bit for bit.
+  // gradients every step, the same weights after, the same evaluation logits: bit for bit. The loss must
+  // stay finite (two NaN losses would say nothing): the learning rate is small enough for VGG-16 without
+  // batch norm on random labels (0.05 diverged to NaN by the third step for some seeds).
   void expect_same_training(const Graph& graph, Backend& backend, std::int64_t batch, Executor& a, Executor& b) {
     a.initialize_parameters(seed_);
     b.initialize_parameters(seed_);
     SolverOptions so;
-    so.schedule.base_lr = 0.05;
+    so.schedule.base_lr = 0.01;
     SgdSolver s_a(a, so), s_b(b, so);
     const auto& in_shape = graph.input_per_sample().dims();
     std::vector<std::int64_t> dims{batch};
@@ -58,6 +61,7 @@ class MemoryPlan : public SeededTest {
       b.set_input(images, labels);
       a.forward(Phase::kTrain);
       b.forward(Phase::kTrain);
+      ASSERT_TRUE(std::isfinite(a.read_loss())) << "the training diverged: the comparison would say nothing";
       EXPECT_EQ(a.read_loss(), b.read_loss());
       EXPECT_TRUE(same_bytes(backend, a.logits(), b.logits()));
       a.backward();
