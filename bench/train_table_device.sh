@@ -2,11 +2,12 @@
 # The training table on a lent GPU machine: cells (model x precision x batch), ours
 # (bench_train_throughput, energy windows) and the PyTorch peer (bench/peer_pytorch.py, torch.compile
 # in PEER_MODES) on the same GPU in the same call. Each GPU runs its own queue of units, pinned to its
-# share of the CPU cores (on a two-GPU machine, half each); a unit is one model and precision: ours at
+# share of the CPU cores (the cores split evenly among the queues); a unit is one model and precision: ours at
 # all its batches (one process), then the peer at each batch. Run after scripts/pack_device.sh, from
 # the repository root on the device (the `run` tool's carry: .carry). Only reads GPU settings.
-# Env: CALL (tag), Q0 and Q1 (the queues of GPU 0 and 1: "model:precision:batches:graph[:est_s] ...",
-# graph on|off: --cuda-graph, off for models with dropout), DEADLINE_S (seconds: a unit whose estimate
+# Env: CALL (tag), Q0 ... Q7 (the queues of GPUs 0-7: "model:precision:batches:graph[:est_s] ...",
+# graph on|off: --cuda-graph, off for models with dropout; the CPU cores are split evenly among the
+# queues given, so a four-GPU machine runs four units at once), DEADLINE_S (seconds: a unit whose estimate
 # does not fit is skipped, and every process is cut at the deadline, so the call ends in time),
 # PEER_MODES (default reduce-overhead), PEER_REPEATS (--compile-repeats, default 1), PEER_TIMEOUT_S (the most
 # seconds one peer process may take, default 240: fp32 VGG-16 b128 needs about 330).
@@ -27,7 +28,7 @@ save() { tar -czf "$OUT/.$CALL.$BASHPID.tgz" -C /tmp/res $CALL && mv -f "$OUT/.$
 left() { local l=$((DEADLINE_S - (SECONDS - T0))); (( l < 1 )) && l=1; (( l > $1 )) && echo $1 || echo $l; }
 nvidia-smi --query-gpu=index,name,driver_version,power.limit,clocks.max.sm,memory.total,pci.bus_id --format=csv > $R/gpu.txt
 nvidia-smi topo -m > $R/topo.txt 2>&1; nproc >> $R/topo.txt
-ncpu=$(nproc); half=$((ncpu / 2))
+ncpu=$(nproc)
 T0=$SECONDS; DEADLINE_S=${DEADLINE_S:-560}
 run_queue() {  # gpu, cores, units...
   local g=$1 cores=$2; shift 2
@@ -52,9 +53,15 @@ run_queue() {  # gpu, cores, units...
   done
   echo "gpu$g done t=$((SECONDS-T0))" >> $R/queue.log
 }
-q0_cores=0-$((ncpu - 1)); [ -n "${Q1:-}" ] && q0_cores=0-$((half - 1))
-run_queue 0 $q0_cores ${Q0:-} &
-[ -n "${Q1:-}" ] && run_queue 1 $half-$((ncpu - 1)) ${Q1} &
+# The queues given (Q0 ... Q7), each on its GPU and its even share of the cores.
+gpus=(); for g in 0 1 2 3 4 5 6 7; do q=Q$g; [ -n "${!q:-}" ] && gpus+=($g); done
+(( ${#gpus[@]} == 0 )) && { echo "train_table_device.sh: no queue given (Q0 ... Q7)" >&2; exit 2; }
+per=$((ncpu / ${#gpus[@]})); (( per < 1 )) && per=1
+i=0
+for g in "${gpus[@]}"; do
+  q=Q$g; first=$(((i * per) % ncpu)); run_queue $g $first-$((first + per - 1)) ${!q} &
+  i=$((i + 1))
+done
 wait
 ours=$(ls $R/ours_*.json 2>/dev/null); peers=$(ls $R/peer_*.json 2>/dev/null)
 [ -n "$ours" ] && [ -n "$peers" ] && python3 .carry/compare_throughput.py --ours $ours --peer $peers --targets 1.15,0.85,1.0 > $R/table.md
