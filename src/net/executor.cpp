@@ -131,7 +131,9 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   forward_taken_output_of_.assign(layers_.size(), -1);
   if (options_.fuse_residual) fuse_residuals();
   if (options_.training) fuse_statistics();
-  if (options_.training) offer_argmax_keeping();
+  // (convolution, max pool): the pools offered their convolution's ReLU mask (offer_argmax_keeping).
+  std::vector<std::pair<std::size_t, std::size_t>> relu_mask_offers;
+  if (options_.training) relu_mask_offers = offer_argmax_keeping();
   normalised_input_of_.assign(layers_.size(), -1);
   output_unwritten_.assign(layers_.size(), 0);
   if (options_.training && options_.fuse_batch_norm_pool) fuse_normalisations();
@@ -144,7 +146,7 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   // A pool whose kernel took its convolution's ReLU mask (offer_argmax_keeping): the convolution skips
   // its own, and its output is read in backward no more. Where the kernel did not, both would mask
   // (the same values): the convolution keeps its mask and its output.
-  for (const auto& [conv, pool] : relu_mask_offers_)
+  for (const auto& [conv, pool] : relu_mask_offers)
     if (layers_[pool]->applies_relu_mask()) {
       layers_[conv]->leave_relu_mask();
       ++memory_.relu_mask_pools;
@@ -350,7 +352,7 @@ void Executor::fuse_residuals() {
 // that memory in backward anyway (VGG's convolutions keep their fused ReLU's output), the argmax
 // bytes would only add to the peak: the pool reads its input again instead. Walks through absorbed
 // producers (a ReLU fused into the layer before it) to the layer that writes the memory.
-void Executor::offer_argmax_keeping() {
+std::vector<std::pair<std::size_t, std::size_t>> Executor::offer_argmax_keeping() {
   // Whether tensor t's memory is read in backward by a layer other than `reader`.
   auto read_by_others = [&](auto&& self, int t, std::size_t reader) -> bool {
     const GraphTensor& gt = graph_.tensor(t);
@@ -385,7 +387,7 @@ void Executor::offer_argmax_keeping() {
       return -1;
     return static_cast<int>(conv);
   };
-  relu_mask_offers_.clear();
+  std::vector<std::pair<std::size_t, std::size_t>> relu_mask_offers;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Layer& pool = *layers_[i];
     const auto& ins = graph_.layer_inputs(i);
@@ -396,8 +398,9 @@ void Executor::offer_argmax_keeping() {
     }
     if (!options_.pool_relu_mask) continue;
     if (const int conv = relu_convolution(ins[0], i); conv >= 0 && pool.offer_relu_mask(backend_))
-      relu_mask_offers_.emplace_back(static_cast<std::size_t>(conv), i);
+      relu_mask_offers.emplace_back(static_cast<std::size_t>(conv), i);
   }
+  return relu_mask_offers;
 }
 
 // A max pool whose input only it reads and that was offered its argmax (offer_argmax_keeping: nothing

@@ -83,6 +83,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.hpp"
@@ -250,7 +251,8 @@ class Executor {
   void fuse_relus();
   void fuse_residuals();
   void fuse_statistics();
-  void offer_argmax_keeping();
+  // Returns (convolution, max pool) for each pool offered the convolution's ReLU mask.
+  std::vector<std::pair<std::size_t, std::size_t>> offer_argmax_keeping();
   void fuse_normalisations();
   // The layer that absorbed layer i (a ReLU fused into the layer before it, a batch norm folded into
   // its convolution) where that layer writes i's only input; -1 otherwise.
@@ -307,7 +309,6 @@ class Executor {
   // Per layer: an add whose forward a batch norm took (fuse_residuals without folding): the batch norm's
   // output, which is then the add's output too; -1 otherwise. The add's forward runs nothing.
   std::vector<int> forward_taken_output_of_;
-  std::vector<std::pair<std::size_t, std::size_t>> relu_mask_offers_;  // (convolution, max pool): offer_argmax_keeping's
   std::vector<std::shared_ptr<Layer::BatchStatistics>> statistics_links_;  // fuse_statistics's pairs
   // Batch-norm apply fusion, per layer: a normalising pool's forward input (the batch norm's input;
   // -1 otherwise), and whether the layer is a batch norm whose output is never written.
