@@ -5,8 +5,9 @@
 # share of the CPU cores (the cores split evenly among the queues); a unit is one model and precision: ours at
 # all its batches (one process), then the peer at each batch. Run after scripts/pack_device.sh, from
 # the repository root on the device (the `run` tool's carry: .carry). Only reads GPU settings.
-# Env: CALL (tag), Q0 ... Q7 (the queues of GPUs 0-7: "model:precision:batches:graph[:est_s] ...",
-# graph on|off: --cuda-graph, off for models with dropout; the CPU cores are split evenly among the
+# Env: CALL (tag), Q0 ... Q7 (the queues of GPUs 0-7: "model:precision:batches:graph[:est_s[:repeats]] ...",
+# graph on|off: --cuda-graph, off for models with dropout; repeats: the peer's --compile-repeats for
+# this unit, PEER_REPEATS where not given; the CPU cores are split evenly among the
 # queues given, so a four-GPU machine runs four units at once), DEADLINE_S (seconds: a unit whose estimate
 # does not fit is skipped, and every process is cut at the deadline, so the call ends in time),
 # PEER_MODES (default reduce-overhead), PEER_REPEATS (--compile-repeats, default 1), PEER_TIMEOUT_S (the most
@@ -34,7 +35,7 @@ run_queue() {  # gpu, cores, units...
   local g=$1 cores=$2; shift 2
   export CUDA_VISIBLE_DEVICES=$g
   for unit in "$@"; do
-    IFS=: read -r m p bs cg est <<< "$unit"
+    IFS=: read -r m p bs cg est rep <<< "$unit"
     est=${est:-120}
     if (( SECONDS - T0 + est > DEADLINE_S )); then echo "gpu$g skip $unit t=$((SECONDS-T0))" >> $R/queue.log; continue; fi
     echo "gpu$g start $unit t=$((SECONDS-T0))" >> $R/queue.log
@@ -46,7 +47,7 @@ run_queue() {  # gpu, cores, units...
     for b in ${bs//,/ }; do
       (( $(left ${PEER_TIMEOUT_S:-240}) < 30 )) && { echo "gpu$g peer $m $b $p skipped: too little time t=$((SECONDS-T0))" >> $R/queue.log; continue; }
       taskset -c $cores timeout $(left ${PEER_TIMEOUT_S:-240}) python3 .carry/peer_pytorch.py --models $m --batches $b --precisions $p --compile "" \
-        --modes ${PEER_MODES:-reduce-overhead} --compile-repeats ${PEER_REPEATS:-1} --channels-last $cl --cnnergy-python .carry/python --nvml-index $g \
+        --modes ${PEER_MODES:-reduce-overhead} --compile-repeats ${rep:-${PEER_REPEATS:-1}} --channels-last $cl --cnnergy-python .carry/python --nvml-index $g \
         --iters 30 --warmup 5 --windows 3 --window-s 3 --out $R/peer_${m}_b${b}_${p}.json > $R/peer_${m}_b${b}_${p}.log 2>&1
       echo "gpu$g peer $m $b $p rc=$? t=$((SECONDS-T0))" >> $R/queue.log; save
     done
