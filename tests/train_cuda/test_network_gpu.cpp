@@ -376,6 +376,31 @@ TEST_F(GpuTraining, ArenaWorkspacesStepMatchesTheSharedWorkspace) {
   }
 }
 
+// A max pool after a convolution's fused ReLU applies that ReLU's mask in its backward
+// (ExecutorOptions::pool_relu_mask; the own pool kernels with the argmax kept, reading the pool's output):
+// one step of VGG-16 (five 2x2 pools) and AlexNet (three overlapping 3x3/2) against the unmasked pair,
+// bf16 NHWC and fp32 NCHW: the logits bit for bit, every gradient within the weight-gradient tolerance
+// (the convolution's bias gradient runs without the fused mask pass then), the pools' inputs no longer
+// planned past forward.
+TEST_F(GpuTraining, PoolReluMaskStepMatchesTheUnmaskedPair) {
+  for (const auto& [model, pools] : {std::pair{"vgg16", 5u}, std::pair{"alexnet", 3u}}) {
+    auto graph = build_model(model, Shape{3, 64, 64}, 10);
+    for (const auto& [dtype, layout, tol] : {std::tuple{DType::kBF16, Layout::kNHWC, 2e-2},
+                                             std::tuple{DType::kF32, Layout::kNCHW, 1e-4}}) {
+      const std::string what = std::string(model) + " " + std::string(dtype_name(dtype)) + " " + std::string(layout_name(layout));
+      auto backend = gpu(dtype, layout, "heuristic", /*fuse_epilogue=*/true);
+      ExecutorOptions eo;
+      const OneStep masked = one_step(*graph, *backend, eo, 91, 3);
+      eo.pool_relu_mask = false;
+      const OneStep plain = one_step(*graph, *backend, eo, 91, 3);
+      EXPECT_EQ(masked.memory.relu_mask_pools, pools) << what;
+      EXPECT_EQ(plain.memory.relu_mask_pools, 0u) << what;
+      EXPECT_LT(masked.memory.live_peak_bytes, plain.memory.live_peak_bytes) << what;
+      expect_same_step(masked, plain, tol, what);
+    }
+  }
+}
+
 // The shared convolution workspace the algorithm searches grew (a convolution with a bias times the
 // fused epilogue against the unfused pair, which runs there with its forward algorithm's workspace)
 // goes back before the activation arena is allocated: what constructing the executor peaks at is the

@@ -266,6 +266,11 @@ class CudaBackend final : public Backend {
     return !bn.residual && !batch_norm_uses_cudnn(bn, ctx_->dtype(), ctx_->layout()) && pool.normalised &&
            pool_argmax_fits(pool) && bn.n == pool.n && bn.c == pool.c && bn.h == pool.h && bn.w == pool.w;
   }
+  // The ReLU before a max pool applied by the pool's backward from its output (kernels::pool_backward's
+  // relu_y), on the own kernels with the argmax kept.
+  bool pools_relu_mask(const Pool2dDesc& pool) const override {
+    return pool.relu_mask && pool.keep_argmax && pool.mode == PoolMode::kMax && pool_argmax_fits(pool);
+  }
   // The own kernels keep forward's coefficients (2 floats a channel) and apply them again; cuDNN's
   // batch norm keeps none, and its rounding is its own.
   bool recomputes_batch_norm_output(const BatchNormDesc& desc) const override {

@@ -229,10 +229,13 @@ void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const
 // average pooling and for max windows of more than 255 elements, whose argmax is recomputed).
 std::size_t pool_backward_scratch_bytes(const Dims& x_dims, const PoolParams& p);
 // kept_argmax: what pool_forward wrote as argmax from this x; then no argmax pass runs, x is not read
-// (may be null) and scratch is unused.
+// (may be null) and scratch is unused. relu_y (max pooling with kept_argmax only): the pool's output y;
+// a window's gradient reaches its argmax only where y > 0, the mask of the ReLU before the pool
+// (Pool2dDesc::relu_mask: at the argmax the ReLU's output is y), bit for bit that ReLU's backward
+// applied after this one's (the windows holding an input share its value, so all of them or none add).
 void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, DType dtype,
                    const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream,
-                   const std::uint8_t* kept_argmax = nullptr);
+                   const std::uint8_t* kept_argmax = nullptr, const void* relu_y = nullptr);
 
 struct LrnParams {
   std::int64_t size;

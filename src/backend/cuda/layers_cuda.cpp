@@ -70,9 +70,11 @@ class CudaPool final : public PoolKernel {
     const bool own_packs = layout_ == Layout::kNHWC && kernels::fills_packs(d.c, dtype_);
     // A normalised pool (Pool2dDesc::normalised) runs the own kernels: cuDNN's pooling applies no
     // batch norm, and its backward would need the batch norm's output, which nothing writes.
-    use_cudnn_ = !own_packs && !d.normalised && cudnn_takes(dtype_) && floor_h == d.out_h() && floor_w == d.out_w();
-    if (d.relu_mask)  // not yet on the GPU: Backend::pools_relu_mask says no, so the executor never asks
-      throw NotSupported("pool2d: the CUDA max pool does not apply the ReLU's mask in backward (ask pools_relu_mask first)");
+    use_cudnn_ = !own_packs && !d.normalised && !d.relu_mask && cudnn_takes(dtype_) && floor_h == d.out_h() &&
+                 floor_w == d.out_w();
+    if (d.relu_mask && !pool_argmax_fits(d))
+      throw NotSupported("pool2d: a pool that applies the ReLU's mask keeps its argmax: max pooling with keep_argmax "
+                         "and a window of at most 255 (ask pools_relu_mask first)");
     if (d.normalised && !pool_argmax_fits(d))
       throw NotSupported("pool2d: a pool that applies a batch norm's normalisation keeps its argmax: max pooling with "
                          "keep_argmax and a window of at most 255 (ask fuses_batch_norm_pool first)");
@@ -116,6 +118,7 @@ class CudaPool final : public PoolKernel {
   }
 
   bool keeps_argmax() const override { return argmax_ != nullptr; }
+  bool applies_relu_mask() const override { return d_.relu_mask && argmax_ != nullptr; }
   std::size_t workspace_bound() const override {
     return use_cudnn_ || argmax_ ? 0 : kernels::pool_backward_scratch_bytes(x_dims(), params_);
   }
@@ -137,9 +140,11 @@ class CudaPool final : public PoolKernel {
     check_device_tensor(dy, *ctx_, "pool2d backward", "dy", d_.output_shape(), dtype_, layout_);
     check_device_tensor(dx, *ctx_, "pool2d backward", "dx", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_,
                         layout_);
-    if (argmax_) {  // the latest forward's argmax: x and y unread
+    if (argmax_) {  // the latest forward's argmax: x unread, y only for the ReLU's mask (Pool2dDesc::relu_mask)
+      if (applies_relu_mask())
+        check_device_tensor(y, *ctx_, "pool2d backward", "y", d_.output_shape(), dtype_, layout_);
       kernels::pool_backward(nullptr, dy.raw(), dx.raw(), x_dims(), dtype_, params_, accumulate, nullptr,
-                             ctx_->stream(), kept_argmax());
+                             ctx_->stream(), kept_argmax(), applies_relu_mask() ? y.raw() : nullptr);
       return;
     }
     check_device_tensor(x, *ctx_, "pool2d backward", "x", Shape{d_.n, d_.c, d_.h, d_.w}, dtype_,

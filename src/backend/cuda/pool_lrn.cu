@@ -231,6 +231,15 @@ __device__ __forceinline__ int lane_byte(const Words<Bytes>& p, int k) {
   return static_cast<int>((p.w[k / 4] >> (8 * (k % 4))) & 0xffu);
 }
 
+// Bit k set where lane k of y passes the ReLU's mask (y > 0; NaN does not), as the ReLU's backward tests it.
+template <typename T, int K>
+__device__ __forceinline__ unsigned relu_lanes(const Held<T, K>& y) {
+  unsigned bits = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) bits |= (lane_float<T>(y, k) > 0.0f ? 1u : 0u) << k;
+  return bits;
+}
+
 // Calls f(held pack, h, w) for the window's elements in scan order (rows, then columns), loading
 // kWindowLoads elements of a row before using them: a window scan is a chain of dependent
 // accumulations, and without loads in flight it would wait out the memory latency per element.
@@ -384,7 +393,7 @@ __global__ void __launch_bounds__(kBlock)
 // each window's argmax.
 template <typename T, int K, typename I>
 __global__ void __launch_bounds__(kBlock)
-    pool_backward_kernel(const T* x, const T* dy, const std::uint8_t* argmax, T* dx, Geometry<I> g,
+    pool_backward_kernel(const T* x, const T* dy, const std::uint8_t* argmax, const T* relu_y, T* dx, Geometry<I> g,
                          bool accumulate, std::int64_t items) {
   CNNERGY_GRID_STRIDE(item, items) {
     const I q = static_cast<I>(item);
@@ -404,14 +413,17 @@ __global__ void __launch_bounds__(kBlock)
       I wh[kWindowLoads], ww[kWindowLoads];  // this round's windows; wh > oh1: none
       Held<T, K> d[kWindowLoads];
       Held<std::uint8_t, K> a[kWindowLoads];
+      unsigned live[kWindowLoads];  // lane k's bit: the window's output passes the ReLU mask (relu_y)
 #pragma unroll
       for (int i = 0; i < kWindowLoads; ++i) {
         wh[i] = oh;
         ww[i] = ow;
+        live[i] = ~0u;
         if (oh > oh1) continue;
         const I out = y_at(g, in.n, in.c, oh, ow);
         d[i] = load_held<T, K>(dy + out);
         if (g.mode == 0 && argmax != nullptr) a[i] = load_held<std::uint8_t, K>(argmax + out);
+        if (relu_y != nullptr) live[i] = relu_lanes<T, K>(load_held<T, K>(relu_y + out));
         if (ow < ow1) {
           ++ow;
         } else {
@@ -444,7 +456,7 @@ __global__ void __launch_bounds__(kBlock)
         }
 #pragma unroll
         for (int k = 0; k < K; ++k)
-          if (pos[k] == mine) acc[k] += lane_float<T>(d[i], k);
+          if (pos[k] == mine && ((live[i] >> k) & 1u)) acc[k] += lane_float<T>(d[i], k);
       }
     }
     Pack<T, K> r;
@@ -466,7 +478,7 @@ __global__ void __launch_bounds__(kBlock)
 // those of the tiles (packs, tile columns, tile rows).
 template <typename T, int K>
 __global__ void __launch_bounds__(kBlock)
-    pool_backward_tile_kernel(const T* dy, const std::uint8_t* argmax, T* dx, Geometry<int> g,
+    pool_backward_tile_kernel(const T* dy, const std::uint8_t* argmax, const T* relu_y, T* dx, Geometry<int> g,
                               bool accumulate, std::int64_t items) {
   CNNERGY_GRID_STRIDE(item, items) {
     const Location<int> t = item_location(g, K, static_cast<int>(item));  // t.h, t.w: the tile
@@ -478,15 +490,19 @@ __global__ void __launch_bounds__(kBlock)
     const int ow1 = min(g.out_w - 1, (w0 + 1 + g.pad_w) >> 1);
     Held<T, K> d[2][2];
     Held<std::uint8_t, K> a[2][2];
+    unsigned live[2][2];  // lane k's bit: the window's output passes the ReLU mask (relu_y)
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j) {
+        live[i][j] = ~0u;
         if (oh0 + i <= oh1 && ow0 + j <= ow1) {
           const int out = y_at(g, t.n, t.c, oh0 + i, ow0 + j);
           d[i][j] = load_held<T, K>(dy + out);
           a[i][j] = load_held<std::uint8_t, K>(argmax + out);
+          if (relu_y != nullptr) live[i][j] = relu_lanes<T, K>(load_held<T, K>(relu_y + out));
         }
+      }
 #pragma unroll
     for (int dh = 0; dh < 2; ++dh)
 #pragma unroll
@@ -507,7 +523,7 @@ __global__ void __launch_bounds__(kBlock)
             const int mine = (h - hs) * g.kernel_w + (w - ws);
 #pragma unroll
             for (int k = 0; k < K; ++k)
-              if (lane_byte(a[i][j], k) == mine) acc[k] += lane_float<T>(d[i][j], k);
+              if (lane_byte(a[i][j], k) == mine && ((live[i][j] >> k) & 1u)) acc[k] += lane_float<T>(d[i][j], k);
           }
         }
         T* at = dx + x_at(g, t.n, t.c, h, w);
@@ -675,7 +691,9 @@ void pool_forward(const void* x, const Dims& x_dims, void* y, DType dtype, const
 
 void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, DType dtype,
                    const PoolParams& p, bool accumulate, void* scratch, cudaStream_t stream,
-                   const std::uint8_t* kept_argmax) {
+                   const std::uint8_t* kept_argmax, const void* relu_y) {
+  CNNERGY_CHECK(relu_y == nullptr || (p.mode == 0 && kept_argmax != nullptr),
+                "pool_backward: the ReLU mask needs max pooling with a kept argmax");
   const std::int64_t count = x_dims.numel();
   const std::int64_t out_count = x_dims.n * x_dims.c * p.out_h * p.out_w;
   if (count == 0) return;
@@ -690,11 +708,12 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
     constexpr int K = kVec<T>;
     const auto* xt = static_cast<const T*>(x);
     const auto* dyt = static_cast<const T*>(dy);
+    const auto* ryt = static_cast<const T*>(relu_y);
     auto* dxt = static_cast<T*>(dx);
     // Max windows beyond a byte recompute their argmax: element by element (rare; it keeps the
     // packed kernel's registers down).
     const bool recompute = p.mode == 0 && argmax == nullptr;
-    const int k = !recompute && pool_packs<T>(x_dims, x, dy, dx) ? K : 1;
+    const int k = !recompute && pool_packs<T>(x_dims, x, dy, dx) && aligned_for(16, relu_y) ? K : 1;
     dispatch_index(x_dims, p, [&](auto index) {
       using I = decltype(index);
       const Geometry<I> outputs = geometry<I>(x_dims, p, k, true);
@@ -711,17 +730,17 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
         } else if (pool_tiles(p, std::is_same_v<I, int>, argmax != nullptr)) {
           const std::int64_t tiles = x_dims.n * ((x_dims.h + 1) / 2) * ((x_dims.w + 1) / 2) * (x_dims.c / K);
           pool_backward_tile_kernel<T, K><<<exact_grid(tiles), kBlock, 0, stream>>>(
-              dyt, argmax, dxt, tile_geometry(x_dims, p, K), accumulate, tiles);
+              dyt, argmax, ryt, dxt, tile_geometry(x_dims, p, K), accumulate, tiles);
         } else {
           pool_backward_kernel<T, K, I><<<exact_grid(count / K), kBlock, 0, stream>>>(
-              xt, dyt, argmax, dxt, inputs, accumulate, count / K);
+              xt, dyt, argmax, ryt, dxt, inputs, accumulate, count / K);
         }
       } else {
         if (argmax_out != nullptr && out_count > 0)
           pool_argmax_kernel<T, 1, I>
               <<<exact_grid(out_count), kBlock, 0, stream>>>(xt, argmax_out, outputs, out_count);
         pool_backward_kernel<T, 1, I><<<exact_grid(count), kBlock, 0, stream>>>(
-            xt, dyt, argmax, dxt, inputs, accumulate, count);
+            xt, dyt, argmax, ryt, dxt, inputs, accumulate, count);
       }
     });
   });
