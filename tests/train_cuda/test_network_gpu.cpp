@@ -284,15 +284,21 @@ TEST_F(GpuTraining, BatchNormResidualFusionStepMatchesSeparateLayers) {
 }
 
 // A max pool keeps its argmax from forward only where that frees its input: ResNet's stem pool (its
-// input, the stem batch norm's output, is read by nothing else in backward) keeps it; VGG-16's five do
-// not (each input is also the fused ReLU output its convolution keeps for the ReLU's mask, so argmax
-// bytes would only add to the peak).
+// input, the stem batch norm's output, is read by nothing else in backward) keeps it; so do VGG-16's
+// five, whose pools take their convolution's ReLU mask (ExecutorOptions::pool_relu_mask, on by
+// default), so that nothing else reads their inputs in backward. Without that, they do not: each input
+// is also the fused ReLU output its convolution keeps for the ReLU's mask, and argmax bytes would only
+// add to the peak.
 TEST_F(GpuTraining, MaxPoolsKeepTheirArgmaxOnlyWhereTheirInputDies) {
-  for (const auto& [model, expected] : {std::pair{"resnet50", 1u}, std::pair{"vgg16", 0u}}) {
+  ExecutorOptions unmasked;
+  unmasked.pool_relu_mask = false;
+  for (const auto& [model, options, expected] : {std::tuple{"resnet50", ExecutorOptions{}, 1u},
+                                                 std::tuple{"vgg16", ExecutorOptions{}, 5u},
+                                                 std::tuple{"vgg16", unmasked, 0u}}) {
     auto backend = gpu(DType::kBF16, Layout::kNHWC, "heuristic");
     auto graph = build_model(model, Shape{3, 64, 64}, 10);
-    const OneStep st = one_step(*graph, *backend, ExecutorOptions{}, 5, 3);
-    EXPECT_EQ(st.memory.kept_pool_argmaxes, expected) << model;
+    const OneStep st = one_step(*graph, *backend, options, 5, 3);
+    EXPECT_EQ(st.memory.kept_pool_argmaxes, expected) << model << (options.pool_relu_mask ? "" : " unmasked");
   }
 }
 
@@ -394,6 +400,7 @@ TEST_F(GpuTraining, PoolReluMaskStepMatchesTheUnmaskedPair) {
       eo.pool_relu_mask = false;
       const OneStep plain = one_step(*graph, *backend, eo, 91, 3);
       EXPECT_EQ(masked.memory.relu_mask_pools, pools) << what;
+      EXPECT_EQ(masked.memory.kept_pool_argmaxes, pools) << what;
       EXPECT_EQ(plain.memory.relu_mask_pools, 0u) << what;
       EXPECT_LT(masked.memory.live_peak_bytes, plain.memory.live_peak_bytes) << what;
       expect_same_step(masked, plain, tol, what);
