@@ -41,7 +41,7 @@ run_queue() {  # gpu, cores, units...
     echo "gpu$g start $unit t=$((SECONDS-T0))" >> $R/queue.log
     taskset -c $cores timeout $(left 300) bench_train_throughput --models $m --batches $bs --precisions $p --cuda-graph $cg \
       --algo-cache /tmp/algo_gpu$g --iters 30 --warmup 5 --windows 3 --window-s 3 \
-      --out $R/ours_${m}_${p}.json > $R/ours_${m}_${p}.log 2>&1
+      --out $R/ours_${m}_${p}_b${bs//,/_}.json > $R/ours_${m}_${p}_b${bs//,/_}.log 2>&1
     echo "gpu$g ours $m $p rc=$? t=$((SECONDS-T0))" >> $R/queue.log; save
     local cl=auto; [ $p = tf32 ] && cl=on; [ $p = fp32 ] && cl=off
     for b in ${bs//,/ }; do
