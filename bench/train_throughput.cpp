@@ -143,6 +143,8 @@ struct Cell {
   std::size_t conv_statistics_computed = 0;  // of them, taken from it at the last step (cuDNN's graph ran)
   std::size_t kept_pool_argmaxes = 0;  // max pools keeping their argmax from forward (MemoryReport)
   bool fuse_pool = true;  // a max pool applies the batch norm before it (ExecutorOptions::fuse_batch_norm_pool)
+  bool pool_relu_mask = true;  // a max pool takes its convolution's ReLU mask (ExecutorOptions::pool_relu_mask)
+  std::size_t relu_mask_pools = 0;  // max pools that did (MemoryReport)
   bool workspace_in_arena = true;  // each convolution's workspace in the arena (ExecutorOptions::conv_workspace_in_arena)
   std::size_t arena_workspaces = 0;  // convolution calls given their workspace in the arena
   double arena_workspace_mib = 0;    // the largest of them
@@ -216,6 +218,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   eo.fuse_residual_backward = cell.fuse_residual && cell.fuse_residual_backward;
   eo.activation_budget_bytes = budget;
   eo.fuse_batch_norm_pool = cell.fuse_pool;
+  eo.pool_relu_mask = cell.pool_relu_mask;
   eo.conv_workspace_in_arena = cell.workspace_in_arena;
   FixedBatchWorkload work(*graph, *backend, eo, 1234, cell.cuda_graph);
   Executor& exec = work.executor();
@@ -314,6 +317,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.conv_statistics = held.conv_statistics;
   cell.kept_pool_argmaxes = held.kept_pool_argmaxes;
   cell.normalising_pools = held.normalising_pools;
+  cell.relu_mask_pools = held.relu_mask_pools;
   cell.conv_statistics_computed = exec.statistics_from_convolutions();
   cell.recomputed_mib = static_cast<double>(held.recomputed_bytes) / (1024.0 * 1024.0);
   if (!std::isfinite(exec.read_loss())) cell.error = "loss is not finite";
@@ -411,6 +415,9 @@ int main(int argc, char** argv) {
     p.option("fuse-pool", "a max pool that keeps its argmax applies the batch norm (and ReLU) before it as it reads that "
              "batch norm's input, whose output is then never written (ExecutorOptions::fuse_batch_norm_pool): on, off, "
              "or both (a cell each)", "on", {"off", "on", "both"});
+    p.option("pool-relu-mask", "a max pool after a convolution's fused ReLU applies that ReLU's mask in its backward, so "
+             "the convolution's output dies after the pool's forward (ExecutorOptions::pool_relu_mask; VGG, AlexNet): "
+             "on, off, or both (a cell each)", "on", {"off", "on", "both"});
     p.option("workspace-in-arena", "each convolution's workspace is an interval of the activation arena, live during "
              "its call only, instead of one shared workspace held throughout (ExecutorOptions::conv_workspace_in_arena): "
              "on, off, or both (a cell each)", "on", {"off", "on", "both"});
@@ -474,6 +481,7 @@ int main(int argc, char** argv) {
             for (const bool residual : {true, false})
             for (const bool residual_backward : {true, false})
             for (const bool fuse_pool : {true, false})
+            for (const bool relu_mask : {true, false})
             for (const bool in_arena : {true, false})
             for (const bool s2d : {true, false})
             for (const StatisticsFusion stats :
@@ -488,6 +496,7 @@ int main(int argc, char** argv) {
               continue;
             if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
             if (fuse_pool ? p.get("fuse-pool") == "off" : p.get("fuse-pool") == "on") continue;
+            if (relu_mask ? p.get("pool-relu-mask") == "off" : p.get("pool-relu-mask") == "on") continue;
             if (in_arena ? p.get("workspace-in-arena") == "off" : p.get("workspace-in-arena") == "on") continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
@@ -504,6 +513,7 @@ int main(int argc, char** argv) {
             c.fuse_residual_backward = residual_backward;
             c.space_to_depth = s2d;
             c.fuse_pool = fuse_pool;
+            c.pool_relu_mask = relu_mask;
             c.workspace_in_arena = in_arena;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.fuse_statistics = stats;
@@ -539,6 +549,8 @@ int main(int argc, char** argv) {
             << ", \"kept_pool_argmaxes\": " << c.kept_pool_argmaxes
             << ", \"fuse_pool\": " << (c.fuse_pool ? "true" : "false")
             << ", \"normalising_pools\": " << c.normalising_pools
+            << ", \"pool_relu_mask\": " << (c.pool_relu_mask ? "true" : "false")
+            << ", \"relu_mask_pools\": " << c.relu_mask_pools
             << ", \"workspace_in_arena\": " << (c.workspace_in_arena ? "true" : "false")
             << ", \"arena_workspaces\": " << c.arena_workspaces
             << ", \"arena_workspace_mib\": " << c.arena_workspace_mib
@@ -652,6 +664,11 @@ int main(int argc, char** argv) {
         if (c.normalising_pools > 0)
           std::printf("    %zu max pools apply the batch norm before them as they read its input (--fuse-pool)\n",
                       c.normalising_pools);
+        if (c.relu_mask_pools > 0)
+          std::printf("    %zu max pools apply their convolution's ReLU mask in backward (--pool-relu-mask)\n",
+                      c.relu_mask_pools);
+        else if (!c.pool_relu_mask)
+          std::printf("    max pools leave the ReLU mask to their convolution (--pool-relu-mask off)\n");
         if (c.activation_budget_mib)
           std::printf("    activation budget %lld MiB: %zu batch-norm and pooling outputs (%.0f MiB) recomputed in backward\n",
                       static_cast<long long>(*c.activation_budget_mib), c.recomputed_outputs, c.recomputed_mib);
