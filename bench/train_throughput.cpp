@@ -178,6 +178,9 @@ struct Cell {
   // The algorithm searches, before the arena: the peak then and the shared workspace they had grown
   // (given back before the arena is allocated: MemoryReport::search_peak_bytes).
   double search_peak_mib = 0, search_workspace_mib = 0;
+  // What else the step holds: the solver's momentum, the input batch (fp32 NCHW, and its copy in the
+  // network's precision and layout), and what no owner above names (argmax buffers, library workspaces).
+  double momentum_mib = 0, input_mib = 0, input_copy_mib = 0, other_mib = 0;
   std::string peak_step;                                // where the plan's live peak is reached
   std::vector<MemoryReport::LiveBytes> live_at_peak;    // what is live there, largest first (all of it)
   // --windows: the same step run back to back in windows of >= window_s seconds, metered by NVML's
@@ -308,6 +311,16 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.search_peak_mib = static_cast<double>(held.search_peak_bytes) / (1024.0 * 1024.0);
+  {
+    std::size_t momentum = 0;
+    for (const Tensor& m : solver.momentum()) momentum += m.size_bytes();
+    cell.momentum_mib = static_cast<double>(momentum) / (1024.0 * 1024.0);
+    cell.input_mib = static_cast<double>(work.device_images().size_bytes() + work.device_labels().size_bytes()) /
+                     (1024.0 * 1024.0);
+    cell.input_copy_mib = static_cast<double>(held.input_copy_bytes) / (1024.0 * 1024.0);
+    cell.other_mib = cell.in_use_mib - cell.activation_mib - cell.parameter_mib - cell.layer_state_mib -
+                     cell.conv_workspace_mib - cell.momentum_mib - cell.input_mib - cell.input_copy_mib;
+  }
   cell.search_workspace_mib = static_cast<double>(held.search_workspace_bytes) / (1024.0 * 1024.0);
   cell.peak_step = held.peak_step;
   cell.live_at_peak = held.live_at_peak;
@@ -569,7 +582,9 @@ int main(int argc, char** argv) {
             << ", \"conv_workspace_mib\": " << c.conv_workspace_mib << ", \"in_use_mib\": " << c.in_use_mib
             << ", \"activation_mib\": " << c.activation_mib
             << ", \"live_peak_mib\": " << c.live_peak_mib << ", \"parameter_mib\": " << c.parameter_mib
-            << ", \"layer_state_mib\": " << c.layer_state_mib << ", \"search_peak_mib\": " << c.search_peak_mib
+            << ", \"layer_state_mib\": " << c.layer_state_mib << ", \"momentum_mib\": " << c.momentum_mib << ", \"input_mib\": " << c.input_mib
+            << ", \"input_copy_mib\": " << c.input_copy_mib << ", \"other_mib\": " << c.other_mib
+            << ", \"search_peak_mib\": " << c.search_peak_mib
             << ", \"search_workspace_mib\": " << c.search_workspace_mib << ", \"peak_step\": \""
             << json_escape(c.peak_step) << "\", \"live_at_peak\": [";
         for (int k = 0; k < std::min<int>(c.memory_at_peak, static_cast<int>(c.live_at_peak.size())); ++k)
@@ -634,6 +649,9 @@ int main(int argc, char** argv) {
                     "peak %.0f MiB\n",
                     c.activation_mib, c.live_peak_mib, c.parameter_mib, c.layer_state_mib, c.conv_workspace_mib,
                     c.in_use_mib, c.peak_mem_mib);
+        std::printf("    and: optimizer momentum %.0f MiB, input batch %.0f (its copy in the network's precision and "
+                    "layout %.0f), other %.0f (scratch, argmax buffers, library workspaces)\n",
+                    c.momentum_mib, c.input_mib, c.input_copy_mib, c.other_mib);
         std::printf("    algorithm search (before the arena): peak %.0f MiB, its shared workspace %.1f MiB given back "
                     "before the arena is allocated\n",
                     c.search_peak_mib, c.search_workspace_mib);

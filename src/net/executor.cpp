@@ -925,7 +925,10 @@ void Executor::set_input(const Tensor& images, const Tensor& labels) {
   const Layout layout = want.rank() == 4 ? backend_.layout() : Layout::kNCHW;
   Tensor in = images;
   if (images.dtype() != backend_.dtype() || images.layout() != layout) {
-    if (!own_input_.defined()) own_input_ = backend_.alloc(want, backend_.dtype(), backend_.layout());
+    if (!own_input_.defined()) {
+      own_input_ = backend_.alloc(want, backend_.dtype(), backend_.layout());
+      memory_.input_copy_bytes = own_input_.size_bytes();
+    }
     backend_.copy(images, own_input_);
     in = own_input_;
   }

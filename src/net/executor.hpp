@@ -151,6 +151,7 @@ struct MemoryReport {
   std::size_t parameter_bytes = 0;    // masters, working copies, parameter gradients (device memory)
   std::size_t parked_master_bytes = 0;  // fp32 masters waiting in host memory (masters_on_host)
   std::size_t layer_state_bytes = 0;  // BN statistics, dropout masks, loss buffers
+  std::size_t input_copy_bytes = 0;   // the input converted to the network's precision and layout (set_input)
   std::size_t num_buffers = 0;        // buffers allocated for them (1: the arena, when reusing)
   std::size_t recomputed_outputs = 0; // batch-norm and pooling outputs rebuilt in backward (activation_budget_bytes)
   std::size_t recomputed_bytes = 0;   // their bytes

@@ -43,6 +43,7 @@ class FixedBatchWorkload {
   SgdSolver& solver() { return *solver_; }
   const Tensor& host_images() const { return host_images_; }  // fp32 NCHW, for upload timing
   const Tensor& device_images() const { return images_; }
+  const Tensor& device_labels() const { return labels_; }
 
   void step();  // forward, backward and update, enqueued only
   const TrainStep& train_step() const { return *step_; }

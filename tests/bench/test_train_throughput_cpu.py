@@ -22,6 +22,12 @@ def main():
     c = cells[0]
     assert c["status"] == "ok" and c["device"] == "cpu", c
     assert c["images_per_s"] > 0 and c["peak_mem_mib"] > 0, c
+    # What the step holds, by owner, adds up to what the backend says it holds (other: the rest).
+    owners = ("activation_mib", "parameter_mib", "layer_state_mib", "conv_workspace_mib", "momentum_mib",
+              "input_mib", "input_copy_mib", "other_mib")
+    assert abs(sum(c[k] for k in owners) - c["in_use_mib"]) < 0.01, c  # the JSON keeps 6 digits
+    assert 0 < c["momentum_mib"] <= c["parameter_mib"] and c["input_mib"] > 0 and c["other_mib"] >= 0, c
+    assert "optimizer momentum" in out.stdout, out.stdout
     e = c["energy"]
     assert e["windows"] == 3 and e["window_s"] == 0.2, e
     assert e["iterations_per_window"] >= 3, e
