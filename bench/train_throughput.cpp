@@ -179,7 +179,7 @@ struct Cell {
   // (given back before the arena is allocated: MemoryReport::search_peak_bytes).
   double search_peak_mib = 0, search_workspace_mib = 0;
   // What else the step holds: the solver's momentum, the input batch (fp32 NCHW, and its copy in the
-  // network's precision and layout), and what no owner above names (argmax buffers, library workspaces).
+  // network's precision and layout), and what no owner above names (scratch, argmax buffers, library workspaces).
   double momentum_mib = 0, input_mib = 0, input_copy_mib = 0, other_mib = 0;
   std::string peak_step;                                // where the plan's live peak is reached
   std::vector<MemoryReport::LiveBytes> live_at_peak;    // what is live there, largest first (all of it)
@@ -311,6 +311,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.parameter_mib = static_cast<double>(held.parameter_bytes) / (1024.0 * 1024.0);
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.search_peak_mib = static_cast<double>(held.search_peak_bytes) / (1024.0 * 1024.0);
+  cell.search_workspace_mib = static_cast<double>(held.search_workspace_bytes) / (1024.0 * 1024.0);
   {
     std::size_t momentum = 0;
     for (const Tensor& m : solver.momentum()) momentum += m.size_bytes();
@@ -321,7 +322,6 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
     cell.other_mib = cell.in_use_mib - cell.activation_mib - cell.parameter_mib - cell.layer_state_mib -
                      cell.conv_workspace_mib - cell.momentum_mib - cell.input_mib - cell.input_copy_mib;
   }
-  cell.search_workspace_mib = static_cast<double>(held.search_workspace_bytes) / (1024.0 * 1024.0);
   cell.peak_step = held.peak_step;
   cell.live_at_peak = held.live_at_peak;
   cell.recomputed_outputs = held.recomputed_outputs;
@@ -485,6 +485,8 @@ int main(int argc, char** argv) {
     const int windows = static_cast<int>(p.get_int("windows", 0, 1000));
     const double window_s = p.get_double("window-s", 0.1, 3600);
     std::vector<Cell> cells;
+    // An on|off|both flag leaves out the cells of the setting it did not name.
+    const auto excluded = [&](bool setting, const char* flag) { return p.get(flag) == (setting ? "off" : "on"); };
     for (const auto& m : cli::split_list(p.get("models"), "model"))
       for (const auto& b : cli::split_list(p.get("batches"), "batch"))
         for (const auto& pr : cli::split_list(p.get("precisions"), "precision"))
@@ -500,17 +502,17 @@ int main(int argc, char** argv) {
             for (const StatisticsFusion stats :
                  {StatisticsFusion::kOff, StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways})
             for (const auto& budget : budgets) {
-            if (graphed ? p.get("cuda-graph") == "off" : p.get("cuda-graph") == "on") continue;
-            if (fused ? p.get("fuse-relu") == "off" : p.get("fuse-relu") == "on") continue;
-            if (residual ? p.get("fuse-residual") == "off" : p.get("fuse-residual") == "on") continue;
+            if (excluded(graphed, "cuda-graph")) continue;
+            if (excluded(fused, "fuse-relu")) continue;
+            if (excluded(residual, "fuse-residual")) continue;
             // Without the forward fusion there is nothing to fuse backward: one cell, called off.
             if (residual_backward ? !residual || p.get("fuse-residual-backward") == "off"
                                   : residual && p.get("fuse-residual-backward") == "on")
               continue;
-            if (s2d ? p.get("space-to-depth") == "off" : p.get("space-to-depth") == "on") continue;
-            if (fuse_pool ? p.get("fuse-pool") == "off" : p.get("fuse-pool") == "on") continue;
-            if (relu_mask ? p.get("pool-relu-mask") == "off" : p.get("pool-relu-mask") == "on") continue;
-            if (in_arena ? p.get("workspace-in-arena") == "off" : p.get("workspace-in-arena") == "on") continue;
+            if (excluded(s2d, "space-to-depth")) continue;
+            if (excluded(fuse_pool, "fuse-pool")) continue;
+            if (excluded(relu_mask, "pool-relu-mask")) continue;
+            if (excluded(in_arena, "workspace-in-arena")) continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
             c.model = m;
