@@ -146,6 +146,8 @@ struct Cell {
   bool pool_relu_mask = true;  // a max pool takes its convolution's ReLU mask (ExecutorOptions::pool_relu_mask)
   std::size_t relu_mask_pools = 0;  // max pools that did (MemoryReport)
   bool workspace_in_arena = true;  // each convolution's workspace in the arena (ExecutorOptions::conv_workspace_in_arena)
+  bool workspace_within_activations = true;  // the searches' workspace cap (ExecutorOptions::workspace_within_activations)
+  double search_workspace_limit_mib = 0;     // that cap (MemoryReport::search_workspace_limit_bytes; 0: the configured one)
   std::size_t arena_workspaces = 0;  // convolution calls given their workspace in the arena
   double arena_workspace_mib = 0;    // the largest of them
   std::size_t workspace_overflows = 0;  // calls that asked beyond their interval (MemoryStats::conv_workspace_overflows)
@@ -223,6 +225,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   eo.fuse_batch_norm_pool = cell.fuse_pool;
   eo.pool_relu_mask = cell.pool_relu_mask;
   eo.conv_workspace_in_arena = cell.workspace_in_arena;
+  eo.workspace_within_activations = cell.workspace_within_activations;
   FixedBatchWorkload work(*graph, *backend, eo, 1234, cell.cuda_graph);
   Executor& exec = work.executor();
   SgdSolver& solver = work.solver();
@@ -312,6 +315,7 @@ void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>
   cell.layer_state_mib = static_cast<double>(held.layer_state_bytes) / (1024.0 * 1024.0);
   cell.search_peak_mib = static_cast<double>(held.search_peak_bytes) / (1024.0 * 1024.0);
   cell.search_workspace_mib = static_cast<double>(held.search_workspace_bytes) / (1024.0 * 1024.0);
+  cell.search_workspace_limit_mib = static_cast<double>(held.search_workspace_limit_bytes) / (1024.0 * 1024.0);
   {
     std::size_t momentum = 0;
     for (const Tensor& m : solver.momentum()) momentum += m.size_bytes();
@@ -434,6 +438,9 @@ int main(int argc, char** argv) {
     p.option("workspace-in-arena", "each convolution's workspace is an interval of the activation arena, live during "
              "its call only, instead of one shared workspace held throughout (ExecutorOptions::conv_workspace_in_arena): "
              "on, off, or both (a cell each)", "on", {"off", "on", "both"});
+    p.option("workspace-within-activations", "with --workspace-in-arena on, the algorithm searches consider only "
+             "workspaces up to the activations and gradients the step holds at its live peak (at least 64 MiB; "
+             "ExecutorOptions::workspace_within_activations): on, off, or both (a cell each)", "on", {"off", "on", "both"});
     p.option("space-to-depth", "a strided first convolution over few channels runs space-to-depth where that times "
              "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
              "(a cell each)", "on", {"off", "on", "both"});
@@ -498,6 +505,7 @@ int main(int argc, char** argv) {
             for (const bool fuse_pool : {true, false})
             for (const bool relu_mask : {true, false})
             for (const bool in_arena : {true, false})
+            for (const bool within : {true, false})
             for (const bool s2d : {true, false})
             for (const StatisticsFusion stats :
                  {StatisticsFusion::kOff, StatisticsFusion::kWhereFaster, StatisticsFusion::kAlways})
@@ -513,6 +521,10 @@ int main(int argc, char** argv) {
             if (excluded(fuse_pool, "fuse-pool")) continue;
             if (excluded(relu_mask, "pool-relu-mask")) continue;
             if (excluded(in_arena, "workspace-in-arena")) continue;
+            // Without the arena there is no plan to cap by: one cell, called off.
+            if (within ? !in_arena || p.get("workspace-within-activations") == "off"
+                       : in_arena && p.get("workspace-within-activations") == "on")
+              continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
             c.model = m;
@@ -530,6 +542,7 @@ int main(int argc, char** argv) {
             c.fuse_pool = fuse_pool;
             c.pool_relu_mask = relu_mask;
             c.workspace_in_arena = in_arena;
+            c.workspace_within_activations = within;
             c.fuse_epilogue = p.get("fuse-epilogue") == "on";
             c.fuse_statistics = stats;
             c.profile_range = p.get_flag("profile-range");
@@ -567,6 +580,8 @@ int main(int argc, char** argv) {
             << ", \"pool_relu_mask\": " << (c.pool_relu_mask ? "true" : "false")
             << ", \"relu_mask_pools\": " << c.relu_mask_pools
             << ", \"workspace_in_arena\": " << (c.workspace_in_arena ? "true" : "false")
+            << ", \"workspace_within_activations\": " << (c.workspace_within_activations ? "true" : "false")
+            << ", \"search_workspace_limit_mib\": " << c.search_workspace_limit_mib
             << ", \"arena_workspaces\": " << c.arena_workspaces
             << ", \"arena_workspace_mib\": " << c.arena_workspace_mib
             << ", \"workspace_overflows\": " << c.workspace_overflows
@@ -657,6 +672,10 @@ int main(int argc, char** argv) {
         std::printf("    algorithm search (before the arena): peak %.0f MiB, its shared workspace %.1f MiB given back "
                     "before the arena is allocated\n",
                     c.search_peak_mib, c.search_workspace_mib);
+        if (c.search_workspace_limit_mib > 0)
+          std::printf("    the searches considered workspaces up to %.1f MiB (the activations' live peak, at least 64; "
+                      "--workspace-within-activations)\n",
+                      c.search_workspace_limit_mib);
         if (c.memory_at_peak > 0) {
           std::printf("    the activation plan peaks at %.1f MiB in the %s; the largest live there:\n", c.live_peak_mib,
                       c.peak_step.c_str());

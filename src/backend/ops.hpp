@@ -48,6 +48,10 @@ struct Conv2dDesc {
   // convolution (set only where Backend::fuses_conv_statistics(desc) holds): forward_statistics
   // may write the per-channel sum and sum of squares of y along with y.
   bool statistics = false;
+  // Whether backward_data will be called (false: the convolution's input takes no gradient, as a
+  // network's first does). Kernels then neither search nor plan a workspace for it; it still runs,
+  // resolved then, if called.
+  bool data_gradient = true;
 
   // The fewest values per output channel (n x out_h x out_w) whose statistics a convolution is
   // offered: the variance from fp32 sums, E[y^2] - E[y]^2, loses the digits the mean shares with
@@ -468,6 +472,14 @@ class Backend {
   // convolution grows a new one to what it asks. After the algorithm searches, so that the workspace
   // is what the chosen algorithms need, not the largest any candidate asked for. A no-op on the CPU.
   virtual void release_conv_workspace() {}
+  // From now until the next call, convolution algorithm searches consider only candidates whose
+  // workspace is at most `bytes`, never more than BackendOptions::workspace_limit_bytes (0: that cap
+  // again); the persistent cache keys carry the cap, as they do the configured one. Returns the cap
+  // now in effect (the base: none, 0; the CPU's convolutions search nothing).
+  virtual std::size_t set_search_workspace_limit(std::size_t bytes) {
+    (void)bytes;
+    return 0;
+  }
   // From now until the next call, convolutions take their workspace from [data, data + bytes) (a
   // training executor's arena: each convolution's own interval, live during its call only) where it
   // holds what they ask, instead of growing the shared workspace; (nullptr, 0) gives the shared one

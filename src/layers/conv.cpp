@@ -220,6 +220,7 @@ class ConvLayer final : public Layer {
 
   void create_kernels(Backend& backend) override {
     Conv2dDesc desc = desc_;
+    desc.data_gradient = input_grad_needed();
     if (folded_bn_ != nullptr) {  // the folded convolution always has a bias: the batch norm's shift
       desc.bias = true;
       folded_weight_ = backend.alloc(desc_.weight_shape(), backend.dtype(), backend.layout());

@@ -158,6 +158,14 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
   // the peak on top of the whole arena. Forward-only executors resolve lazily (forward alone).
   // The backend's progress line names the layer being searched (one of how many).
   if (options_.training) {
+    // workspace_within_activations: the searches consider workspaces up to what the step's tensors
+    // take at their live peak (planned now, before any algorithm is known), so that no chosen
+    // workspace, nor a search's own, outgrows the activations the step holds anyway.
+    if (options_.workspace_within_activations && options_.reuse_memory && options_.conv_workspace_in_arena) {
+      // (Recomputation, activation_budget_bytes, is left out: one cap for a network and batch.)
+      const std::size_t budget = std::max(plan_and_allocate(/*tensors_only=*/true), options_.search_workspace_floor_bytes);
+      memory_.search_workspace_limit_bytes = backend_.set_search_workspace_limit(budget);
+    }
     std::size_t convs = 0, done = 0;
     for (const auto& l : layers_) convs += l->category() == LayerCategory::kConv;
     for (const auto& l : layers_) {
@@ -165,6 +173,7 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
       (void)l->conv_algorithms();
     }
     backend_.set_search_layer(0, 0, "");
+    if (memory_.search_workspace_limit_bytes > 0) backend_.set_search_workspace_limit(0);  // the configured cap again
     // The shared workspace the searches grew (a convolution with a bias times the fused epilogue
     // against the unfused pair, which runs there with its forward algorithm's workspace; find and
     // `auto` time their candidates in scratch of their own) goes back before
@@ -465,7 +474,7 @@ std::size_t Executor::statistics_from_convolutions() const {
                                                 [](const auto& link) { return link->written; }));
 }
 
-void Executor::plan_and_allocate() {
+std::size_t Executor::plan_and_allocate(bool tensors_only) {
   const auto num_layers = static_cast<int>(layers_.size());
   const auto num_tensors = graph_.num_tensors();
   const DType dtype = backend_.dtype();
@@ -605,7 +614,7 @@ void Executor::plan_and_allocate() {
   // Convolution workspaces (conv_workspace_in_arena): the most a layer's forward / backward call
   // asks, known now that the algorithms are resolved (the constructor resolved them before planning).
   std::vector<std::size_t> forward_workspace_bytes(layers_.size(), 0), backward_workspace_bytes(layers_.size(), 0);
-  if (train && reuse && options_.conv_workspace_in_arena)
+  if (train && reuse && options_.conv_workspace_in_arena && !tensors_only)
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       forward_workspace_bytes[i] = layers_[i]->workspace_bound(false);
       backward_workspace_bytes[i] = layers_[i]->workspace_bound(true);
@@ -662,6 +671,9 @@ void Executor::plan_and_allocate() {
     }
     return std::pair{std::move(out), base};
   };
+  // The search's budget (workspace_within_activations): the tensors' live peak, nothing recomputed,
+  // no workspace, nothing allocated.
+  if (tensors_only) return live_peak_at(build_items(std::vector<char>(num_tensors, 0), false).first).first;
   // Recomputation (ExecutorOptions::activation_budget_bytes): while the most bytes live at one step
   // exceed the budget, a candidate group live at that step is recomputed (the most bytes freed per
   // byte its rebuild moves first, then the largest).
@@ -819,6 +831,7 @@ void Executor::plan_and_allocate() {
     io.run_backward = train && any_grad;
   }
   refresh_views();
+  return peak_bytes;
 }
 
 // Groups whose producer can write them again from its input (Layer::recomputes_output: a batch norm

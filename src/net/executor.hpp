@@ -108,6 +108,18 @@ struct ExecutorOptions {
   // offers it: Backend::pools_relu_mask); the convolution's output then dies after the pool's forward.
   bool pool_relu_mask = true;
   bool conv_workspace_in_arena = true; // training: each convolution's workspace is an interval of the arena (see above)
+  // Training, with conv_workspace_in_arena: the algorithm searches consider only candidates whose
+  // workspace is at most the activations and gradients live at the plan's peak without workspaces
+  // (at least search_workspace_floor_bytes; never above BackendOptions::workspace_limit_bytes), so that
+  // a workspace never makes the step hold more than twice its activations, and the searches'
+  // transient memory stays below what the step holds. Where activations are small beside the
+  // workspaces cuDNN's fastest candidates ask (AlexNet: 80-270 MiB against 100-150 MiB of activations),
+  // the peak falls by about the workspace; the candidates left are as fast there (measured:
+  // 2026-11-28h in docs/benchmarks).
+  bool workspace_within_activations = true;
+  // Its floor: a small network's activations can be a few MiB, and a workspace of 64 MiB costs
+  // nothing that matters on a GPU (tests set 0 to make the cap bind at small sizes).
+  std::size_t search_workspace_floor_bytes = std::size_t{64} << 20;
   // Eval-only executors: a batch norm that is the sole consumer of a convolution's output is folded
   // into it (Layer::absorb_batch_norm): the convolution runs with scaled weights and a bias, the
   // batch norm runs nothing. Call fold_parameters() whenever the weights change (initialize_parameters
@@ -162,6 +174,9 @@ struct MemoryReport {
   // workspace they had grown, given back before the arena is allocated.
   std::size_t search_peak_bytes = 0;
   std::size_t search_workspace_bytes = 0;
+  // The workspace cap the searches had (ExecutorOptions::workspace_within_activations; 0: the
+  // configured one).
+  std::size_t search_workspace_limit_bytes = 0;
   // Where the plan's live peak (live_peak_bytes) is reached and what is live there, largest first:
   // "output of L" (an activation, its producer L; "rebuilt" where recomputed in backward), "gradient of
   // the output of L", "workspace of L (forward|backward)". Their bytes sum to live_peak_bytes.
@@ -260,7 +275,9 @@ class Executor {
   int absorber_of(std::size_t i) const;
   void fold_batch_norms();
   void park_masters();
-  void plan_and_allocate();
+  // Plans and allocates the arena; tensors_only: plans the tensors alone (no workspace, nothing
+  // recomputed), allocates nothing and changes nothing. Returns the plan's live peak in bytes.
+  std::size_t plan_and_allocate(bool tensors_only = false);
   void check_fits_before_binding() const;  // CPU only: the lower bound (see ExecutorOptions::host_memory)
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);

@@ -207,10 +207,14 @@ void CudnnConv::backward_filter(const Tensor& x, const Tensor& dy, const Tensor&
 
 ConvAlgoInfo CudnnConv::info() const {
   ctx_->activate();
-  for (Dir dir : kDirs) ensure_resolved(dir, nullptr, nullptr, nullptr);
+  // The data gradient only where it is wanted (Conv2dDesc::data_gradient): a network's first
+  // convolution never runs it, and its search and workspace would count for nothing (AlexNet's first
+  // at bf16 b256: 168 MiB, or 1.7 s of search within a smaller cap).
+  for (Dir dir : kDirs)
+    if (dir != Dir::kBackwardData || d_.data_gradient) ensure_resolved(dir, nullptr, nullptr, nullptr);
   // Graph policies plan the accumulating backward data too (a no-op for legacy ones), so a
   // training executor, which asks before its arena exists, never searches on top of the arena.
-  ensure_resolved(Dir::kBackwardData, nullptr, nullptr, nullptr, 1.0f);
+  if (d_.data_gradient) ensure_resolved(Dir::kBackwardData, nullptr, nullptr, nullptr, 1.0f);
   // The fused epilogue's verdict too (a forward with a bias, without a residual add, which needs its
   // z), timed on zero-filled scratch operands like find: at the first forward its candidates'
   // timing workspace would sit on top of a training executor's arena (VGG-16 and AlexNet bf16 on an
@@ -231,7 +235,7 @@ ConvAlgoInfo CudnnConv::info() const {
   }
   ConvAlgoInfo out;
   out.forward = algo_text(Dir::kForward);
-  out.backward_data = algo_text(Dir::kBackwardData);
+  out.backward_data = plan_[index(Dir::kBackwardData)].resolved ? algo_text(Dir::kBackwardData) : "none (no data gradient)";
   out.backward_filter = algo_text(Dir::kBackwardFilter);
   out.math_type = math_name(ctx_->options());
   for (const Plan& p : plan_)

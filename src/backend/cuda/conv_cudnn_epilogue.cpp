@@ -133,7 +133,7 @@ std::shared_ptr<const EpilogueConvPlan> CudnnConv::fastest_fused(const EpilogueC
     for (const auto& c : candidates) need = std::max(need, c->workspace_bytes());
     std::shared_ptr<Buffer> ws;
     try {
-      ws = ctx_->scratch(std::max<std::size_t>(need, 1));
+      ws = ctx_->search_scratch(std::max<std::size_t>(need, 1));
     } catch (const OutOfMemory&) {
       candidates.clear();
       notes_.push_back("forward: " + what + " stays two passes: no memory for the fused plan's " +

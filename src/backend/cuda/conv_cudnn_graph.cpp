@@ -195,7 +195,7 @@ void CudnnConv::use_auto(Dir dir, const void* in1, const void* in2, void* out, f
     const std::array<void*, 3> o = search_operands(dir, in1, in2, out, held);
     // Scratch workspace: the shared one grows only for what is adopted.
     const std::size_t legacy_ws = plan_[index(dir)].workspace_bytes;
-    auto ws = ctx_->scratch(std::max(legacy_ws, plan->workspace_bytes()));
+    auto ws = ctx_->search_scratch(std::max(legacy_ws, plan->workspace_bytes()));
     const LaunchCost legacy = launch_cost(
         ctx_->stream(), [&] { return launch(dir, o[0], o[1], o[2], beta, ws->data(), legacy_ws); });
     GraphConvLaunch g(plan);
@@ -237,7 +237,7 @@ std::shared_ptr<const GraphConvPlan> CudnnConv::time_graph_candidates(
     std::size_t need = 0;
     for (const auto& c : candidates) need = std::max(need, c->workspace_bytes());
     try {
-      ws = ctx_->scratch(need);
+      ws = ctx_->search_scratch(need);
       break;
     } catch (const OutOfMemory&) {
       candidates.erase(std::remove_if(candidates.begin(), candidates.end(),

@@ -208,7 +208,7 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
   std::shared_ptr<Buffer> ws;
   while (true) {  // a smaller workspace (fewer candidate algorithms) where memory is short
     try {
-      ws = ctx_->scratch(offer);
+      ws = ctx_->search_scratch(offer);
       break;
     } catch (const OutOfMemory&) {
       if (offer == 0) throw;
@@ -283,7 +283,8 @@ void CudnnConv::use_find(Dir dir, const void* in1, const void* in2, void* out) c
     for (std::size_t i = 0; i < candidates.size(); ++i)
       detail += " " + conv_algo_name(dir, candidates[i].algo) +
                 (candidates[i].math == CUDNN_DEFAULT_MATH ? "" : "/tc") + "=" +
-                (ran[i] ? std::to_string(best_ms[i]) : std::string("failed"));
+                (ran[i] ? std::to_string(best_ms[i]) : std::string("failed")) + "/" +
+                format_bytes(candidates[i].memory);
     ConvSearchClock::trace("legacy:find", traced, stage, detail);
   }
   if (!best) {  // nothing ran within the workspace that could be had: cuDNN's ranking instead

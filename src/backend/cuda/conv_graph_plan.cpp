@@ -530,8 +530,10 @@ std::shared_ptr<const GraphConvPlan> fastest_graph_conv(
   }
   if (ConvSearchClock::tracing())
     for (std::size_t i = 0; i < launches.size(); ++i)
-      std::fprintf(stderr, "search trace: graph:candidate  %-48s warm-up %9.2f ms, best %9.2f ms\n",
-                   candidates[source[i]]->engine().c_str(), warm_ms[i], best_ms[i]);
+      std::fprintf(stderr,
+                   "search trace: graph:candidate  %-48s warm-up %9.2f ms, best %9.2f ms, workspace %.1f MiB\n",
+                   candidates[source[i]]->engine().c_str(), warm_ms[i], best_ms[i],
+                   static_cast<double>(candidates[source[i]]->workspace_bytes()) / (1 << 20));
   std::shared_ptr<const GraphConvPlan> best;
   float best_time = std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < launches.size(); ++i)

@@ -138,6 +138,7 @@ class CudaBackend final : public Backend {
   }
   void reset_peak_memory() override { ctx_->allocator().reset_peak(); }
   void release_conv_workspace() override { ctx_->release_conv_workspace(); }
+  std::size_t set_search_workspace_limit(std::size_t bytes) override { return ctx_->set_workspace_limit(bytes); }
   void set_conv_workspace(void* data, std::size_t bytes) override { ctx_->set_conv_workspace_region(data, bytes); }
 
   void upload(const Tensor& host, const Tensor& dst, bool async) override {

@@ -20,6 +20,7 @@ int select_device(int index) {
 
 CudaContext::CudaContext(const BackendOptions& options)
     : options_(options),
+      configured_workspace_limit_(options.workspace_limit_bytes),
       properties_([&] {
         select_device(options.device.index);  // before the stream and handles are created below
         cudaDeviceProp p{};

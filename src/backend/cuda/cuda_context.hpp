@@ -106,6 +106,21 @@ class CudaContext {
 
   // Stream-ordered scratch memory from the caching allocator (freed back when the pointer dies).
   std::shared_ptr<Buffer> scratch(std::size_t bytes) { return allocator_->allocate(bytes); }
+  // A search's timing workspace: scratch, with the shared workspace given back first, so that the
+  // two are never held at once (the shared one grows again at the next call that needs it). Without
+  // it the searches' peak was the largest candidate's offer on top of what an earlier layer's chosen
+  // algorithm had grown the shared one to (AlexNet fp32 b64 on an H200: 578 + 192 MiB).
+  std::shared_ptr<Buffer> search_scratch(std::size_t bytes) {
+    workspace_.reset();
+    return allocator_->allocate(bytes);
+  }
+  // Backend::set_search_workspace_limit: the cap the searches and the caches' keys read
+  // (options().workspace_limit_bytes) is `bytes` until the next call, never above the configured cap;
+  // 0 restores the configured one. Returns the cap now in effect.
+  std::size_t set_workspace_limit(std::size_t bytes) {
+    options_.workspace_limit_bytes = bytes == 0 ? configured_workspace_limit_ : std::min(bytes, configured_workspace_limit_);
+    return options_.workspace_limit_bytes;
+  }
   // The shared convolution workspace, grown to at least `bytes` (callers never ask beyond the cap).
   // Valid until the next call; safe to share because every kernel runs on the one stream. Max
   // pooling's backward keeps its argmax bytes there too.
@@ -151,6 +166,7 @@ class CudaContext {
 
  private:
   BackendOptions options_;
+  std::size_t configured_workspace_limit_ = 0;  // BackendOptions::workspace_limit_bytes as given
   cudaDeviceProp properties_{};
   std::shared_ptr<CachingAllocator>
       allocator_;  // first: destroyed after everything that returns memory
