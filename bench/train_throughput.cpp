@@ -673,8 +673,8 @@ int main(int argc, char** argv) {
                     "before the arena is allocated\n",
                     c.search_peak_mib, c.search_workspace_mib);
         if (c.search_workspace_limit_mib > 0)
-          std::printf("    the searches considered workspaces up to %.1f MiB (the activations' live peak, at least 64; "
-                      "--workspace-within-activations)\n",
+          std::printf("    the searches considered workspaces up to %.1f MiB (the activations' live peak, at least 64 MiB, "
+                      "at most --workspace-mib; --workspace-within-activations)\n",
                       c.search_workspace_limit_mib);
         if (c.memory_at_peak > 0) {
           std::printf("    the activation plan peaks at %.1f MiB in the %s; the largest live there:\n", c.live_peak_mib,

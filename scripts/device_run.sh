@@ -310,7 +310,8 @@ run_infer_profile() {
 # ---- train-profile: where does one training step's GPU time go, ours (with and without the batch
 # norm's fused residual add) against torch.compile? ----------------------------------------------
 # Nsight Compute (clocks left alone, caches as the step left them) over the last timed step of
-# PROFILE_MODEL (resnet50) at PROFILE_BATCH (256) in bf16 NHWC: ours with --fuse-residual on and off,
+# PROFILE_MODEL (resnet50) at PROFILE_BATCH (256) in PROFILE_PRECISION (bf16; or tf32) NHWC, the peer
+# channels-last: ours with --fuse-residual on and off,
 # torch.compile's default mode (CUDA graphs would hide its kernels from the range); summaries by
 # kernel category (bench/kernel_summary.py). PROFILE_UNFUSED=0 / PROFILE_PEER=0 leave out the
 # unfused run / the peer (ours alone took 20 s on an H100).
@@ -319,17 +320,19 @@ run_train_profile() {
   NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
   [ -n "$NCU" ] || NCU=/usr/local/cuda/bin/ncu
   "$NCU" --version | tail -1 | tee "$OUT/ncu_version.txt"
-  local m=${PROFILE_MODEL:-resnet50} b=${PROFILE_BATCH:-256} it="--iters 3 --warmup 3 --profile-range" ours
+  local m=${PROFILE_MODEL:-resnet50} b=${PROFILE_BATCH:-256} p=${PROFILE_PRECISION:-bf16}
+  local it="--iters 3 --warmup 3 --profile-range" ours
+  case $p in bf16|tf32) ;; *) echo "train-profile: PROFILE_PRECISION must be bf16 or tf32 (NHWC), got '$p'" >&2; return 2 ;; esac
   ours=$(command -v bench_train_throughput)
-  kprof ours 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual on $it \
+  kprof ours 120 "$ours" --models "$m" --batches "$b" --precisions "$p" --layout nhwc --fuse-residual on $it \
     --out "$OUT/kprof_ours.json"
   if [ "${PROFILE_UNFUSED:-1}" = 1 ]; then
-    kprof ours_unfused 120 "$ours" --models "$m" --batches "$b" --precisions bf16 --layout nhwc --fuse-residual off \
+    kprof ours_unfused 120 "$ours" --models "$m" --batches "$b" --precisions "$p" --layout nhwc --fuse-residual off \
       $it --out "$OUT/kprof_ours_unfused.json"
     kprof_summary fused_vs_unfused ours ours_unfused
   fi
   if [ "${PROFILE_PEER:-1}" = 1 ]; then
-    kprof compile 300 python3 "$CARRY/peer_pytorch.py" --precisions "" --compile "$m:$b:bf16" --compile-repeats 1 $it \
+    kprof compile 300 python3 "$CARRY/peer_pytorch.py" --precisions "" --compile "$m:$b:$p" --compile-repeats 1 --channels-last on $it \
       --out "$OUT/kprof_compile.json"
     kprof_summary ours_vs_compile ours compile
   fi
