@@ -494,6 +494,10 @@ int main(int argc, char** argv) {
     std::vector<Cell> cells;
     // An on|off|both flag leaves out the cells of the setting it did not name.
     const auto excluded = [&](bool setting, const char* flag) { return p.get(flag) == (setting ? "off" : "on"); };
+    // A setting that only means something under another one on: without it, one cell, called off.
+    const auto excluded_under = [&](bool setting, bool parent, const char* flag) {
+      return setting ? !parent || p.get(flag) == "off" : parent && p.get(flag) == "on";
+    };
     for (const auto& m : cli::split_list(p.get("models"), "model"))
       for (const auto& b : cli::split_list(p.get("batches"), "batch"))
         for (const auto& pr : cli::split_list(p.get("precisions"), "precision"))
@@ -513,18 +517,14 @@ int main(int argc, char** argv) {
             if (excluded(graphed, "cuda-graph")) continue;
             if (excluded(fused, "fuse-relu")) continue;
             if (excluded(residual, "fuse-residual")) continue;
-            // Without the forward fusion there is nothing to fuse backward: one cell, called off.
-            if (residual_backward ? !residual || p.get("fuse-residual-backward") == "off"
-                                  : residual && p.get("fuse-residual-backward") == "on")
-              continue;
+            // Without the forward fusion there is nothing to fuse backward.
+            if (excluded_under(residual_backward, residual, "fuse-residual-backward")) continue;
             if (excluded(s2d, "space-to-depth")) continue;
             if (excluded(fuse_pool, "fuse-pool")) continue;
             if (excluded(relu_mask, "pool-relu-mask")) continue;
             if (excluded(in_arena, "workspace-in-arena")) continue;
-            // Without the arena there is no plan to cap by: one cell, called off.
-            if (within ? !in_arena || p.get("workspace-within-activations") == "off"
-                       : in_arena && p.get("workspace-within-activations") == "on")
-              continue;
+            // Without the arena there is no plan to cap by.
+            if (excluded_under(within, in_arena, "workspace-within-activations")) continue;
             if (stats_flag_names(p.get("fuse-statistics")).count(statistics_fusion_name(stats)) == 0) continue;
             Cell c;
             c.model = m;

@@ -161,10 +161,20 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
     // workspace_within_activations: the searches consider workspaces up to what the step's tensors
     // take at their live peak (planned now, before any algorithm is known), so that no chosen
     // workspace, nor a search's own, outgrows the activations the step holds anyway.
+    // The backend's configured cap comes back when the searches end, thrown out of or not (the
+    // backend outlives this executor: an evaluation executor, the next trial of a sweep).
+    struct SearchCap {
+      Backend& backend;
+      bool set = false;
+      ~SearchCap() {
+        if (set) backend.set_search_workspace_limit(0);
+      }
+    } cap{backend_};
     if (options_.workspace_within_activations && options_.reuse_memory && options_.conv_workspace_in_arena) {
       // (Recomputation, activation_budget_bytes, is left out: one cap for a network and batch.)
       const std::size_t budget = std::max(plan_and_allocate(/*tensors_only=*/true), options_.search_workspace_floor_bytes);
       memory_.search_workspace_limit_bytes = backend_.set_search_workspace_limit(budget);
+      cap.set = memory_.search_workspace_limit_bytes > 0;
     }
     std::size_t convs = 0, done = 0;
     for (const auto& l : layers_) convs += l->category() == LayerCategory::kConv;
@@ -173,7 +183,6 @@ Executor::Executor(const Graph& graph, Backend& backend, const ExecutorOptions& 
       (void)l->conv_algorithms();
     }
     backend_.set_search_layer(0, 0, "");
-    if (memory_.search_workspace_limit_bytes > 0) backend_.set_search_workspace_limit(0);  // the configured cap again
     // The shared workspace the searches grew (a convolution with a bias times the fused epilogue
     // against the unfused pair, which runs there with its forward algorithm's workspace; find and
     // `auto` time their candidates in scratch of their own) goes back before
