@@ -56,6 +56,8 @@ def main():
     table = subprocess.run([sys.executable, compare, "--ours", ours, "--peer", peer, "--targets", "1.15,0.85,1.0"],
                            capture_output=True, text=True, timeout=60)
     assert table.returncode == 0, table.stderr
+    # The header names the modes that ran (not "every mode").
+    assert "of those measured in the same call (eager, reduce-overhead)" in table.stdout, table.stdout
     row = [line for line in table.stdout.splitlines() if line.startswith("| lenet5") and "reduce-overhead" in line]
     assert len(row) == 1, table.stdout
     cols = [x.strip() for x in row[0].strip("|").split("|")]
