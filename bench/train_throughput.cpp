@@ -44,6 +44,9 @@ using namespace cnnergy;
 
 namespace {
 
+// The searches' workspace floor the executor applies by default (ExecutorOptions), named in help and output.
+const std::size_t kSearchFloorMib = ExecutorOptions{}.search_workspace_floor_bytes >> 20;
+
 using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
@@ -439,8 +442,9 @@ int main(int argc, char** argv) {
              "its call only, instead of one shared workspace held throughout (ExecutorOptions::conv_workspace_in_arena): "
              "on, off, or both (a cell each)", "on", {"off", "on", "both"});
     p.option("workspace-within-activations", "with --workspace-in-arena on, the algorithm searches consider only "
-             "workspaces up to the activations and gradients the step holds at its live peak (at least 64 MiB; "
-             "ExecutorOptions::workspace_within_activations): on, off, or both (a cell each)", "on", {"off", "on", "both"});
+             "workspaces up to the activations and gradients the step holds at its live peak (at least " +
+             std::to_string(kSearchFloorMib) + " MiB; ExecutorOptions::workspace_within_activations): on, off, or "
+             "both (a cell each)", "on", {"off", "on", "both"});
     p.option("space-to-depth", "a strided first convolution over few channels runs space-to-depth where that times "
              "faster, forward and weight gradient (BackendOptions::conv_space_to_depth, NHWC): on, off, or both "
              "(a cell each)", "on", {"off", "on", "both"});
@@ -673,9 +677,9 @@ int main(int argc, char** argv) {
                     "before the arena is allocated\n",
                     c.search_peak_mib, c.search_workspace_mib);
         if (c.search_workspace_limit_mib > 0)
-          std::printf("    the searches considered workspaces up to %.1f MiB (the activations' live peak, at least 64 MiB, "
+          std::printf("    the searches considered workspaces up to %.1f MiB (the activations' live peak, at least %zu MiB, "
                       "at most --workspace-mib; --workspace-within-activations)\n",
-                      c.search_workspace_limit_mib);
+                      c.search_workspace_limit_mib, kSearchFloorMib);
         if (c.memory_at_peak > 0) {
           std::printf("    the activation plan peaks at %.1f MiB in the %s; the largest live there:\n", c.live_peak_mib,
                       c.peak_step.c_str());
