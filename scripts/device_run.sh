@@ -26,20 +26,27 @@ peer() { python3 "$CARRY/peer_pytorch.py" "$@"; }
 have() { [ -x "$CARRY/bin/$1" ] || { echo "$1: not carried (see bench/README.md, 'tests')"; return 1; }; }
 gtest_lines() { grep -E "^\[  (FAILED|SKIPPED|PASSED) |tests ran|Failure" "$1" | tail -"${2:-12}"; }
 
-# ---- tests: do the GPU kernels, the GPU training step and (with 2 GPUs) NCCL pass here? -----------
+# ---- tests: does every GPU test binary the build makes pass here? --------------------------------
+# The binaries are the build's manifest (gpu_tests.txt: every test labelled gpu, carried by
+# pack_device.sh); each runs whole under its own limit (GPU_TEST_LIMIT_S, default 300 s) and prints one
+# summary line: passed, failed, skipped, seconds, its slowest test. Logs and gtest XML in the archive.
 run_tests() {
   gpu_info
-  timeout 300 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1; gtest_lines "$OUT/test_backend_cuda.log" 30
-  if have test_train_cuda; then
-    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 150 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
-    gtest_lines "$OUT/test_train_cuda.log"
-  fi
-  if have test_parallel; then
-    timeout 120 test_parallel --gtest_filter="*Nccl*:*nccl*:*Gpu*" > "$OUT/test_parallel_gpu.log" 2>&1
-    gtest_lines "$OUT/test_parallel_gpu.log" 8
-  fi
-  timeout 120 cnnergy train --model lenet5 --data fashion-mnist:/tmp/fmnist --device cuda --epochs 5 --batch 64 \
-    --out "$OUT/lenet_gpu.json" 2>&1 | tail -16
+  local manifest=$CARRY/gpu_tests.txt limit=${GPU_TEST_LIMIT_S:-300} status=0
+  [ -s "$manifest" ] || { echo "tests: no $manifest (run scripts/pack_device.sh on a CUDA build)" >&2; return 2; }
+  local t0=$SECONDS
+  while read -r name; do
+    [ -n "$name" ] || continue
+    if [ ! -x "$CARRY/bin/$name" ]; then echo "$name: not carried"; status=1; continue; fi
+    local s=$SECONDS
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout "$limit" "$CARRY/bin/$name" --gtest_output="xml:$OUT/$name.xml" \
+      > "$OUT/$name.log" 2>&1
+    local rc=$?
+    python3 "$CARRY/gtest_summary.py" "$name" "$OUT/$name.xml" "$rc" "$((SECONDS - s))" || status=1
+    [ "$rc" = 0 ] || { status=1; grep -E "^\[  FAILED  \]|Failure$" "$OUT/$name.log" | head -20; }
+  done < "$manifest"
+  echo "all GPU test binaries: $((SECONDS - t0)) s, $([ $status = 0 ] && echo passed || echo FAILED)"
+  return $status
 }
 
 # ---- throughput-matrix: images/s of our training step against eager PyTorch, cell by cell ---------
