@@ -47,7 +47,7 @@ __version__ = "1.2.0"
 __all__ = ["Monitor", "Measurement", "GpuMeasurement", "power_limit", "sm_clocks", "api_version",
            "CnnergyError", "InvalidArgument", "DataError", "NotSupported", "PermissionDenied",
            "DeviceError", "NotReady", "backend_name", "active_knob_changes", "memory_clock",
-           "gpu_knob_info"]
+           "gpu_knob_info", "PowerLimitOptimizer", "ClockOptimizer"]
 
 
 def api_version() -> int:
@@ -477,3 +477,6 @@ def gpu_knob_info(gpu: int = 0) -> dict:
 def active_knob_changes() -> int:
     """How many power_limit / sm_clocks scopes are in force in this process."""
     return _backend.knob_active()
+
+
+from .optimizer import ClockOptimizer, PowerLimitOptimizer  # noqa: E402 (needs Monitor above)
