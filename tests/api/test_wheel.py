@@ -3,7 +3,8 @@
 the configured build directory CNNERGY_CMAKE_BUILD_DIR, so only cnnergy_api is brought up to date),
 the wheel installed into a fresh virtual environment with no network and no PYTHONPATH, and the
 package's own tests (test_python_module.py) run from the installed wheel with both backends; the
-console entry point cnnergy-monitor runs a command on the fake GPU.
+console entry point cnnergy-monitor runs a command on the fake GPU; `pip install
+--no-build-isolation .` from the source tree into a venv that sees Debian's setuptools and wheel.
 CNNERGY_WHEEL_FRESH=1 also builds one wheel with no build directory given (a fresh CPU-only CMake
 configure and build of cnnergy_api: minutes, so not in CI by default)."""
 import glob
@@ -115,6 +116,18 @@ class WheelTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, "%s backend:\n%s" % (backend, r.stderr[-6000:]))
             self.assertIn("OK", r.stderr)
             self.assertNotIn("skipping", r.stdout)
+
+    def test_pip_install_from_the_source_tree(self):
+        # Debian's pip, offline: a venv that sees Debian's setuptools and wheel, no build isolation
+        venv = os.path.join(self.tmp, "venv-pip")
+        run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+        python = os.path.join(venv, "bin", "python")
+        run([python, "-m", "pip", "install", "--no-build-isolation", "--no-index",
+             "--disable-pip-version-check", SOURCE], env=clean_env(PIP_NO_INDEX="1"), cwd=self.tmp)
+        r = run([python, "-c", "import cnnergy; print(cnnergy.__file__)"], env=clean_env(),
+                cwd=self.tmp)
+        self.assertTrue(r.stdout.strip().startswith(venv), r.stdout)
+        self.assertTrue(os.path.exists(os.path.join(venv, "bin", "cnnergy-monitor")))
 
     @unittest.skipUnless(os.environ.get("CNNERGY_WHEEL_FRESH") == "1",
                          "set CNNERGY_WHEEL_FRESH=1 for a wheel without a prebuilt build directory")
