@@ -7,12 +7,13 @@
 Profiling. The default setting (the reference) is measured first: its first steps calibrate how
 many steps a window needs to span `min_window_periods` sensor update periods (the methodology's
 rule; docs/methodology.md). Then rounds visit the reference and every live candidate, in an order
-reversed every round so that a slow drift (temperature, data) weighs on every setting alike, the
+reversed every other round so that a slow drift (temperature, data) weighs on every setting alike, the
 reference revisited in each round. After every change `warmup_steps` steps are discarded, after
 settle() (the hook where a wait for the power to settle goes). From the third round on, a
 candidate whose 95 % interval lies wholly above the best one's is dropped; the search ends when the
-best is told apart from every other candidate, or when `max_profile_steps` / `max_profile_s` is
-spent. A best that is not distinguishable from the default keeps the default.
+best is told apart from every other candidate and from the default, or when `max_rounds`,
+`max_profile_steps` or `max_profile_s` is spent. A best that is not distinguishable from the
+default keeps the default.
 
 Decision. Held for the rest of the training through the journaled knobs (as root; otherwise
 through cnnergyd), restored at close(), at exit, on SIGINT/SIGTERM/SIGHUP, and after kill -9 by
