@@ -21,6 +21,9 @@ Run on a lent GPU from the repository root, with a build tree carried there (cty
     steps); the median step-time difference (target: <= 0.5 %).
 
 Results: <framework>.json, monitor-<framework>.json(l), overhead.json, summary.json under --out.
+--smoke-cpu runs the same plumbing with ResNet-18 on 32x32 images on the CPU against the fake NVML
+(CNNERGY_NVML_LIBRARY=build/release/lib/libnvidia-ml-fake.so): a check of the script, not a
+measurement.
 """
 import argparse
 import json
@@ -41,9 +44,32 @@ def make_model(args):
     import torch
     import torchvision
     torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda", args.cuda_device)
-    model = torchvision.models.resnet50(num_classes=1000).to(dev).to(memory_format=torch.channels_last)
+    dev = torch.device("cpu") if args.smoke_cpu else torch.device("cuda", args.cuda_device)
+    net = torchvision.models.resnet18 if args.smoke_cpu else torchvision.models.resnet50
+    model = net(num_classes=1000).to(dev).to(memory_format=torch.channels_last)
     return torch, dev, model
+
+
+def image_size(args):
+    return 32 if args.smoke_cpu else 224
+
+
+def make_step(args, torch, model, sgd, dev):
+    """One training step on synthetic data (bf16 autocast on the GPU), waiting for the GPU."""
+    x = torch.randn(args.batch, 3, image_size(args), image_size(args), device=dev)
+    x = x.to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (args.batch,), device=dev)
+    cuda = dev.type == "cuda"
+
+    def step():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        sgd.zero_grad(set_to_none=True)
+        loss.backward()
+        sgd.step()
+        if cuda:
+            torch.cuda.synchronize()
+    return step
 
 
 def optimizer_factory(args):
@@ -59,25 +85,19 @@ def inner_plain(args):
     from cnnergy.integrations import EnergyLog
     torch, dev, model = make_model(args)
     sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(args.batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (args.batch,), device=dev)
+    step = make_step(args, torch, model, sgd, dev)
     monitor = cnnergy.Monitor(gpus=[args.gpu])
     log = EnergyLog(monitor=monitor, optimizer=optimizer_factory(args), log_every_n_steps=50)
     log.train_begin()
     opt = log.optimizer
-    step = 0
+    n = 0
     for epoch in range(args.epochs):
         log.epoch_begin(epoch)
         for _ in range(args.steps):
             log.step_begin()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            sgd.zero_grad(set_to_none=True)
-            loss.backward()
-            sgd.step()
-            torch.cuda.synchronize()
-            step += 1
-            log.step_end(step)
+            step()
+            n += 1
+            log.step_end(n)
         log.epoch_end(epoch)
     log.train_end()
     monitor.close()
@@ -86,7 +106,7 @@ def inner_plain(args):
 
 def synthetic(torch, args):
     n = args.batch * args.steps
-    return torch.utils.data.TensorDataset(torch.randn(n, 3, 224, 224),
+    return torch.utils.data.TensorDataset(torch.randn(n, 3, image_size(args), image_size(args)),
                                           torch.randint(0, 1000, (n,)))
 
 
@@ -94,7 +114,10 @@ def inner_lightning(args):
     try:
         import lightning as L
     except ImportError:
-        import pytorch_lightning as L
+        try:
+            import pytorch_lightning as L
+        except ImportError:
+            raise SystemExit("lightning: not installed here (pip install lightning)")
     from cnnergy.integrations.lightning import EnergyCallback
     torch, dev, model = make_model(args)
 
@@ -110,8 +133,10 @@ def inner_lightning(args):
             return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
 
     cb = EnergyCallback(optimizer=optimizer_factory(args), log_every_n_steps=50, gpus=[args.gpu])
-    trainer = L.Trainer(max_epochs=args.epochs, accelerator="gpu", devices=[args.cuda_device],
-                        precision="bf16-mixed", logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(max_epochs=args.epochs,
+                        accelerator="cpu" if args.smoke_cpu else "gpu",
+                        devices=1 if args.smoke_cpu else [args.cuda_device],
+                        precision="32-true" if args.smoke_cpu else "bf16-mixed", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, callbacks=[cb])
     loader = torch.utils.data.DataLoader(synthetic(torch, args), batch_size=args.batch,
                                          num_workers=4, pin_memory=True)
@@ -121,7 +146,10 @@ def inner_lightning(args):
 
 
 def inner_hf(args):
-    import transformers
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit("hf: transformers is not installed here (pip install transformers)")
     from cnnergy.integrations.transformers import EnergyCallback
     torch, dev, model = make_model(args)
 
@@ -145,10 +173,12 @@ def inner_hf(args):
             x, y = self.d[i]
             return {"pixel_values": x, "labels": y}
 
+    extra = {"use_cpu": True} if args.smoke_cpu else {}  # the keyword of transformers >= 4.34
     targs = transformers.TrainingArguments(
         output_dir=os.path.join(args.result + ".hf"), num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.batch, bf16=True, report_to=[], save_strategy="no",
-        logging_steps=50, dataloader_num_workers=4, disable_tqdm=True)
+        per_device_train_batch_size=args.batch, bf16=not args.smoke_cpu, report_to=[],
+        save_strategy="no", logging_steps=50, dataloader_num_workers=4, disable_tqdm=True,
+        **extra)
     trainer = transformers.Trainer(model=Wrapped(), args=targs, train_dataset=Data())
     cb = EnergyCallback(optimizer=optimizer_factory(args), log_every_n_steps=50,
                         gpus=[args.gpu]).attach(trainer)
@@ -171,16 +201,7 @@ def inner_overhead(args):
     from cnnergy.integrations import EnergyLog
     torch, dev, model = make_model(args)
     sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(args.batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (args.batch,), device=dev)
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        sgd.zero_grad(set_to_none=True)
-        loss.backward()
-        sgd.step()
-        torch.cuda.synchronize()
+    step = make_step(args, torch, model, sgd, dev)
     for _ in range(args.warmup):
         step()
     monitor = cnnergy.Monitor(gpus=[args.gpu])
@@ -223,6 +244,9 @@ def main():
     p.add_argument("--blocks", type=int, default=8, help="paired overhead blocks")
     p.add_argument("--block-steps", type=int, default=100)
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    p.add_argument("--smoke-cpu", action="store_true",
+                   help="ResNet-18 on 32x32 images on the CPU, the GPU from NVML (the fake one): "
+                        "checks the script's plumbing, measures nothing real")
     p.add_argument("--inner", choices=FRAMEWORKS + ("overhead",))
     p.add_argument("--result")
     args = p.parse_args()
@@ -242,7 +266,7 @@ def main():
     common = ["--gpu", str(args.gpu), "--cuda-device", str(args.cuda_device), "--batch",
               str(args.batch), "--epochs", str(args.epochs), "--steps", str(args.steps),
               "--warmup", str(args.warmup), "--blocks", str(args.blocks), "--block-steps",
-              str(args.block_steps)]
+              str(args.block_steps)] + (["--smoke-cpu"] if args.smoke_cpu else [])
     me = os.path.abspath(__file__)
     summary, rows, worst = {}, [], 0.0
     for fw in args.frameworks.split(","):
