@@ -301,7 +301,7 @@ class OptimizerTest(unittest.TestCase):
 
 
 class NoPermissionTest(unittest.TestCase):
-    def test_no_permission_measures_only(self):
+    def test_no_permission_measures_only(self):  # and the training goes on
         code = textwrap.dedent("""
             import cnnergy, logging, time
             m = cnnergy.Monitor(gpus=[0], cpu=False)
@@ -318,6 +318,14 @@ class NoPermissionTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("STATE off", p.stdout)
         self.assertIn("needs root", p.stdout)
+        # the way for other users, when no daemon answers: the message says how to get one
+        env = dict(os.environ, CNNERGY_KNOBS="daemon",
+                   CNNERGY_DAEMON_SOCKET=os.path.join(tempfile.gettempdir(), "no-cnnergyd.sock"))
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("STATE off", p.stdout)
+        self.assertIn("ask the administrator to run cnnergyd", p.stdout)
 
 
 KILLED_CHILD = textwrap.dedent("""
