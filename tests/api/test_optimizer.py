@@ -52,6 +52,16 @@ def power_limit_w(gpu=0):
     return 700.0
 
 
+def state_line(gpu):
+    """The fake driver's settings line for `gpu` ("" before any change)."""
+    tail = "%012x " % (0x5eed0000 + gpu)
+    try:
+        with open(os.environ["CNNERGY_FAKE_NVML_STATE"]) as f:
+            return next((line.strip() for line in f if tail in line), "")
+    except FileNotFoundError:
+        return ""
+
+
 class FakeModel:
     """fake_nvml_model.hpp's power model (default h200 profile) and the workload's step time."""
 
@@ -298,6 +308,44 @@ class OptimizerTest(unittest.TestCase):
         self.assertIsNotNone(d)
         self.assertIn("profile_steps", d)
         opt.close()
+
+
+class MemoryClockTest(unittest.TestCase):
+    def test_clock_optimizer_tries_memory_clocks_where_the_gpu_has_several(self):
+        code = textwrap.dedent("""
+            import json, sys
+            sys.path.insert(0, %r)
+            import test_optimizer as t
+            import cnnergy
+            t.set_load(1.0)
+            m = cnnergy.Monitor(gpus=[0], cpu=False)
+            opt = cnnergy.ClockOptimizer(m, "energy", candidate_count=2, remember=False,
+                                         warmup_steps=1, max_rounds=4)
+            t.train(opt, 20000, 3)
+            held = t.state_line(0)
+            opt.close()
+            print(json.dumps({"candidates": opt.candidates, "profile": sorted(opt.profile),
+                              "decision": opt.decision["setting"], "held": held,
+                              "after": t.state_line(0)}))
+        """ % os.path.dirname(os.path.abspath(__file__)))
+        d = tempfile.mkdtemp(prefix="cnnergy-mem-")
+        try:
+            env = dict(os.environ, CNNERGY_FAKE_NVML_MEM_CLOCKS="1593,2619",
+                       CNNERGY_FAKE_NVML_STATE=os.path.join(d, "state"),
+                       CNNERGY_JOURNAL=os.path.join(d, "journal.json"))
+            p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, timeout=120)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        out = json.loads(p.stdout.splitlines()[-1])
+        self.assertIn({"memory_clock_mhz": 1593}, out["candidates"])
+        self.assertEqual(len([c for c in out["candidates"] if "sm_clock_mhz" in c]), 2)
+        self.assertIn("memory clock 1593 MHz", out["profile"])
+        if out["decision"].get("memory_clock_mhz") == 1593:
+            self.assertIn("mem_lock=1593,1593", out["held"])
+        self.assertIn("mem_lock=0,0", out["after"])
+        self.assertIn("sm_lock=0,0", out["after"])
 
 
 class NoPermissionTest(unittest.TestCase):
