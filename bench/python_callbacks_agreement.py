@@ -136,7 +136,8 @@ def inner_lightning(args):
     trainer = L.Trainer(max_epochs=args.epochs,
                         accelerator="cpu" if args.smoke_cpu else "gpu",
                         devices=1 if args.smoke_cpu else [args.cuda_device],
-                        precision="32-true" if args.smoke_cpu else "bf16-mixed", logger=False, enable_checkpointing=False,
+                        precision="32-true" if args.smoke_cpu else "bf16-mixed", logger=False,
+                        enable_checkpointing=False,
                         enable_progress_bar=False, callbacks=[cb])
     loader = torch.utils.data.DataLoader(synthetic(torch, args), batch_size=args.batch,
                                          num_workers=4, pin_memory=True)

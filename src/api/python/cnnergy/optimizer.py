@@ -23,6 +23,7 @@ the default for `recheck_rounds` rounds.
 
 Nothing here interrupts the training: after construction (which raises for bad arguments) a
 failure is logged, the default setting is put back, and the steps go on unmeasured."""
+import itertools
 import logging
 import math
 import time
@@ -36,6 +37,7 @@ from .objectives import Objective
 log = logging.getLogger("cnnergy.optimizer")
 
 _WINDOW_PREFIX = "cnnergy-opt"
+_instances = itertools.count(1)  # unique window names, however many optimizers share a monitor
 
 
 class _Visit:
@@ -132,6 +134,7 @@ class _Optimizer:
         self._steps = 0
         self._started = None
         self._window_counter = 0
+        self._instance = next(_instances)
         self._step_times = []
         self._last_begin = None
         self.steps_per_window = None
@@ -281,7 +284,7 @@ class _Optimizer:
     def _new_visit(self, setting):
         self._window_counter += 1
         return _Visit(setting, self.warmup_steps, self.steps_per_window,
-                      "%s-%d-%d" % (_WINDOW_PREFIX, id(self) % 100000, self._window_counter))
+                      "%s-%d-%d" % (_WINDOW_PREFIX, self._instance, self._window_counter))
 
     def _enter(self, visit):
         self._holder.apply(visit.setting)
@@ -394,7 +397,8 @@ class _Optimizer:
                        "time_stddev_s": ts.stddev, "objective": value,
                        "interval": None if interval is None else interval.as_list(),
                        "feasible": feasible}
-            if feasible and interval is not None and (best is None or value < rows[best]["objective"]):
+            better = best is None or value < rows[best]["objective"]
+            if feasible and interval is not None and better:
                 best = k
         self.profile = {r["setting_text"]: r for r in rows.values()}
         return {"rows": rows, "best": best}

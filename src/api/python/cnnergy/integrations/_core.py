@@ -14,10 +14,12 @@ sensor period after it ends), and an optimizer driven from the same step hooks.
 Metric names (the same in every framework's logger): energy/step_j, energy/step_power_w,
 energy/epoch_j, energy/epoch_time_s, energy/epoch_power_w, energy/epoch_uncertainty_j, and
 energy/epoch_cpu_j where RAPL is readable."""
+import itertools
 import sys
 import time
 
 _PREFIX = "cnnergy-log"
+_instances = itertools.count(1)  # window names stay unique however many logs share a monitor
 
 
 def _sync():
@@ -40,6 +42,7 @@ class EnergyLog:
         self.gpus = gpus
         self.optimizer = optimizer
         self.every = int(log_every_n_steps)
+        self._instance = next(_instances)
         self.epoch_timeout_s = float(epoch_timeout_s)
         self._steps_in_block = 0
         self._block_open = False
@@ -59,7 +62,7 @@ class EnergyLog:
     def epoch_begin(self, epoch):
         if self._epoch is not None:  # an epoch hook missed: close it first
             self.monitor.end_window(self._epoch)
-        self._epoch = "%s-epoch-%d-%d" % (_PREFIX, id(self) % 100000, epoch)
+        self._epoch = "%s-epoch-%d-%d" % (_PREFIX, self._instance, epoch)
         _sync()
         self.monitor.begin_window(self._epoch)
 
@@ -85,7 +88,7 @@ class EnergyLog:
         return self._ready(wait=False)
 
     def _block_name(self):
-        return "%s-steps-%d" % (_PREFIX, id(self) % 100000)
+        return "%s-steps-%d" % (_PREFIX, self._instance)
 
     def _ready(self, wait):
         out = []

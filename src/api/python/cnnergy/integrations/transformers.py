@@ -7,7 +7,8 @@ TensorBoard, W&B, ... where the user reports to), optionally driving an optimize
 
 attach() puts the callback first, so the reporting callbacks (TensorBoard, W&B, ...) see its
 metrics in the same log entry; with trainer.add_callback(cb) they reach trainer.state.log_history
-(and the callbacks after this one) only. Imports transformers when this module is imported; `import cnnergy` alone never does."""
+(and the callbacks after this one) only. Imports transformers when this module is imported;
+`import cnnergy` alone never does."""
 try:
     from transformers import TrainerCallback as _TrainerCallback
 except ImportError as e:
