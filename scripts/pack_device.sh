@@ -33,6 +33,8 @@ done
 if [ -d "$build/python/cnnergy" ]; then
   mkdir -p "$out/python/cnnergy"
   cp "$build"/python/cnnergy/*.py "$build"/python/cnnergy/*.pyi "$out/python/cnnergy/"
+  mkdir -p "$out/python/cnnergy/integrations"
+  cp "$build"/python/cnnergy/integrations/*.py "$out/python/cnnergy/integrations/"
   cp -L "$build/lib/libcnnergy.so.1" "$out/python/cnnergy/" && strip --strip-unneeded "$out/python/cnnergy/libcnnergy.so.1"
 fi
 # Fashion-MNIST (30 MB) for the GPU training tests; CNNERGY_PACK_DATA=0 leaves it out (the tree that

@@ -65,7 +65,10 @@ inline const char* const kPragmas =
     "PRAGMA synchronous=FULL;"      // a trial costs minutes: pay the fsync so power loss keeps it too
     "PRAGMA foreign_keys=ON;";
 
-inline const char* const kHasTables = "SELECT count(*) FROM sqlite_master WHERE type='table'";
+// Side tables (outside the schema version) do not make a file a results database: the Python
+// optimizers may create the file with only their optimizer_decisions table.
+inline const char* const kHasTables =
+    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT IN ('trial_claims', 'optimizer_decisions')";
 inline const char* const kHasSchemaInfo = "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_info'";
 inline const char* const kReadSchemaInfo = "SELECT key, value FROM schema_info";
 inline const char* const kQuickCheck = "PRAGMA quick_check";
