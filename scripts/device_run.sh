@@ -203,6 +203,8 @@ run_stability() {
     echo "exit $?"; grep -E "^min |^max |reference drift|steady starts|^trials:" "$OUT/stability_run$i.log" \
       | cut -c1-240
   done
+  echo "== the runs against each other =="
+  cnnergy report "$OUT/stability.db" 2>&1 | sed -n '/^reruns of sweep/,$p'
 }
 
 # ---- accuracy-vs-batch: does a larger batch cost accuracy for the same epochs (Castro et al. 2019,

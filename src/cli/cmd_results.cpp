@@ -180,6 +180,8 @@ int run_report(const std::vector<std::string>& args) {
     std::cout << "\n";
   }
   if (!found) throw InvalidArgument("results database " + store.path() + " has no sweep " + std::to_string(*options.sweep_id));
+  if (!options.sweep_id && !p.get_flag("quiet") && !sink.machine())  // reruns of one sweep (`sweep --new`)
+    report::print_rerun_agreement(std::cout, store, options.objectives);
   if (!options.sweep_id && !p.get_flag("quiet") && !sink.machine())
     for (const auto& s : studies) print_study_summary(std::cout, s);
   if (const auto out = p.get_optional("out")) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 
 #include "report/svg.hpp"
 
@@ -181,6 +182,44 @@ std::string stability_html(const SweepData& d, const SweepStability& s) {
     o += "</table></div>\n";
   }
   return o;
+}
+
+void print_rerun_agreement(std::ostream& out, const ResultStore& store, const std::vector<Objective>& objectives) {
+  std::map<std::string, std::vector<std::int64_t>> runs;  // sweep key -> ids, oldest first
+  for (const auto& s : store.sweeps()) runs[s.sweep_key].push_back(s.id);
+  for (const auto& [key, ids] : runs) {
+    if (ids.size() < 2) continue;
+    out << "reruns of sweep " << key << " (" << ids.size() << " runs):\n";
+    // objective label -> per run (setting, verdict), in the analysis's order of objectives
+    std::vector<std::pair<std::string, std::vector<std::pair<std::string, Verdict>>>> named;
+    for (std::int64_t id : ids) {
+      const SweepData d = load_sweep(store, id, objectives);
+      for (const auto& o : d.analysis.optima) {
+        const std::string label = (o.objective.maximise() ? "max " : "min ") + o.objective.label();
+        auto it = std::find_if(named.begin(), named.end(), [&](const auto& n) { return n.first == label; });
+        if (it == named.end()) it = named.insert(named.end(), {label, {}});
+        it->second.emplace_back(d.label(o.trial), o.verdict);
+      }
+    }
+    for (const auto& [label, per_run] : named) {
+      std::map<std::string, std::size_t> distinct;  // settings named with a distinct verdict
+      std::string line;
+      for (const auto& [setting, verdict] : per_run) {
+        line += (line.empty() ? "" : "; ") + setting + (verdict == Verdict::kDistinct ? "" : " (n.d.)");
+        if (verdict == Verdict::kDistinct) ++distinct[setting];
+      }
+      std::map<std::string, std::size_t> all;
+      for (const auto& [setting, verdict] : per_run) ++all[setting];
+      std::string summary;
+      const std::string n = std::to_string(per_run.size());
+      if (distinct.size() > 1) summary = "runs disagree: different distinct optima";
+      else if (all.size() == 1) summary = "the same optimum in " + n + " of " + n + " runs";
+      else if (distinct.size() == 1)
+        summary = "consistent: " + distinct.begin()->first + " whenever distinct, not distinguishable otherwise";
+      else summary = "consistent: not distinguishable in any run (the settings named differ)";
+      out << "  " << label << ": " << summary << "  [" << line << "]\n";
+    }
+  }
 }
 
 }  // namespace cnnergy::report

@@ -47,4 +47,11 @@ std::vector<TimeOrderRow> windows_in_time_order(const SweepData& d, tune::Metric
 // The drift and stability lines as HTML (escaped) for the report's section.
 std::string stability_html(const SweepData& d, const SweepStability& s);
 
+// Reruns of one sweep (the same sweep key stored several times, `sweep --new`): per objective, which
+// setting each run named and with what verdict, and whether every run agrees ("the same optimum in 3
+// of 3 runs", or each run's distinct optimum differs: "runs disagree"). Runs are analysed alike:
+// `objectives` as in load_sweep(). Prints nothing for keys stored once.
+void print_rerun_agreement(std::ostream& out, const tune::ResultStore& store,
+                           const std::vector<tune::Objective>& objectives);
+
 }  // namespace cnnergy::report
