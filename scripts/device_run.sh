@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile train-energy"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile train-energy stability"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -183,6 +183,35 @@ run_sweep_report() {
   timeout 200 cnnergy sweep --model resnet34 --batch 64,128,256 --precision fp32,bf16 --layout nhwc --window-s 2 \
     --windows 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
   cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
+}
+
+# ---- stability: does the main job name the same optimum when run again? ------------------------
+# First instant vs 1 s-average power against the energy counter on short windows under load
+# (bench/power_fields.py over `monitor --jsonl`, about a minute), then the README's main job (ResNet-34
+# batch x precision; interleaved order and settled starts by default) RUNS times (3) in one call, each
+# with the bootstrap stability of its optima, the reference's drift and the share of its wall time
+# spent settling (target: at most 20 %). Read-only: no GPU setting is changed. STAB_TIMEOUT (150 s per
+# run), STAB_WINDOW_S (2) and POWER_WINDOWS_S override.
+run_stability() {
+  gpu_info
+  echo "== instant vs 1 s-average power against the counter, short windows under load =="
+  timeout 75 cnnergy monitor --interval-ms 20 --jsonl "$OUT/power_fields.jsonl" -- \
+    cnnergy train --model resnet50 --data synthetic --device cuda --precision bf16 --layout nhwc --batch 128 \
+      --epochs 1 --dataset-size 51200 --max-iters 300 > "$OUT/power_fields_monitor.log" 2>&1
+  echo "exit $?"
+  python3 "$CARRY/power_fields.py" "$OUT/power_fields.jsonl" --windows-s "${POWER_WINDOWS_S:-0.25,0.5,1,2,5}" \
+    | tee "$OUT/power_fields.md"
+  local runs=${RUNS:-3} i
+  for i in $(seq 1 "$runs"); do
+    echo "== main job, run $i of $runs =="
+    timeout "${STAB_TIMEOUT:-150}" cnnergy sweep --model resnet34 --batch 64,128,256 --precision fp32,bf16 \
+      --layout nhwc --window-s "${STAB_WINDOW_S:-2}" --stability 1000 --new --db "$OUT/stability.db" \
+      --report "$OUT/stability_run$i.html" > "$OUT/stability_run$i.log" 2>&1
+    echo "exit $?"; grep -E "^min |^max |reference drift|steady starts|^trials:" "$OUT/stability_run$i.log" \
+      | cut -c1-240
+  done
+  echo "== the runs against each other =="
+  cnnergy report "$OUT/stability.db" 2>&1 | sed -n '/^reruns of sweep/,$p'
 }
 
 # ---- accuracy-vs-batch: does a larger batch cost accuracy for the same epochs (Castro et al. 2019,

@@ -213,6 +213,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
       for (const auto& stmt : sql::schema()) db_->exec(stmt);
       for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
       for (const auto& stmt : sql::studies_table_v4()) db_->exec(stmt);
+      for (const auto& stmt : sql::order_columns_v5()) db_->exec(stmt);
     }
     tx.commit();
     if (create) return;
@@ -372,6 +373,7 @@ void ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord& t) {
     ly.run();
   }
   write_trial_telemetry(trial_id, m);
+  write_trial_order(trial_id, m);
 }
 
 void ResultStore::write_trial(std::int64_t sweep_id, const TrialRecord& trial) {
@@ -481,6 +483,7 @@ TrialRecord ResultStore::read_trial(std::int64_t trial_id) const {
     t.measurement.layers.push_back(std::move(l));
   }
   read_trial_telemetry(trial_id, t.measurement);
+  read_trial_order(trial_id, t.measurement);
   return t;
 }
 
