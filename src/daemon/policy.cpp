@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/bounded_file.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 
@@ -80,11 +80,7 @@ double whole(const Json& j, const std::string& what, double lo, double hi) {
 }  // namespace
 
 Policy Policy::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot read the cnnergyd policy " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  return parse(read_bounded_file(path, kDaemonPolicyLimit), path);
 }
 
 Policy Policy::parse(const std::string& text, const std::string& origin) {
