@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -29,6 +30,11 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 // The placeholder shown after an option in --help: FILE where the help text speaks of a file.
 std::string value_name(const std::string& help) { return help.find("FILE") != std::string::npos ? "FILE" : "VALUE"; }
+
+// Options that name a file or folder wherever a command declares them.
+const char* const kPathOptions[] = {"algo-cache", "baseline", "checkpoint", "csv", "db", "html", "init",
+                                    "inputs", "journal", "json", "jsonl", "out", "outputs", "report",
+                                    "resume-from", "save", "socket"};
 
 constexpr const char* kDeprecatedGroup = "Deprecated spellings (still accepted until the next release)";
 
@@ -282,6 +288,12 @@ bool ArgParser::parse(const std::vector<std::string>& args) {
       values_[name] = r.back();
     }
   }
+  for (const auto& [name, o] : opts) {
+    const Spec& s = specs_.at(name);
+    const auto it = values_.find(name);
+    if (it == values_.end() || s.is_flag || (s.implicit && it->second == *s.implicit)) continue;
+    if (is_path_option(name, s.help)) check_path_value(name, it->second);
+  }
   for (const auto& [old_name, o] : old_opts) {
     if (o->count() == 0) continue;
     const Deprecated& d = deprecated_.at(old_name);
@@ -354,6 +366,28 @@ double ArgParser::get_double(const std::string& name, double min_value, double m
     throw InvalidArgument(os.str());
   }
   return v;
+}
+
+bool is_path_option(const std::string& name, const std::string& help) {
+  for (const char* p : kPathOptions)
+    if (name == p) return true;
+  return help.find("FILE") != std::string::npos || help.find("DIR") != std::string::npos;
+}
+
+void check_path_value(const std::string& option, const std::string& value) {
+  if (value.find_first_not_of(" \t") == std::string::npos)
+    throw InvalidArgument("--" + option + " is empty: give a path (a file or folder name)");
+  if (value.size() >= PATH_MAX)
+    throw InvalidArgument("--" + option + " is " + std::to_string(value.size()) +
+                          " characters long; no path can be longer than " + std::to_string(PATH_MAX - 1));
+  std::size_t start = 0;
+  while (start <= value.size()) {
+    const std::size_t end = std::min(value.find('/', start), value.size());
+    if (end - start > NAME_MAX)
+      throw InvalidArgument("--" + option + " has a name of " + std::to_string(end - start) +
+                            " characters; no file or folder name can be longer than " + std::to_string(NAME_MAX));
+    start = end + 1;
+  }
 }
 
 std::vector<std::string> split_list(const std::string& text, const std::string& what) {

@@ -81,6 +81,14 @@ class ArgParser {
   bool allow_passthrough_ = false;
 };
 
+// The one rule for every option that names a file or folder (the vocabulary's path options, and any
+// option whose help speaks of a FILE or DIR): a given value that is empty, or that no file system can
+// hold (longer than PATH_MAX, or a name in it longer than NAME_MAX), is refused with InvalidArgument
+// (exit 2) before the command does anything. parse() applies it; check_path_value is for values that
+// arrive another way (an environment variable).
+bool is_path_option(const std::string& name, const std::string& help);
+void check_path_value(const std::string& option, const std::string& value);
+
 // Comma-separated list "64,128,256" -> items (trimmed, non-empty; throws on an empty item).
 std::vector<std::string> split_list(const std::string& text, const std::string& what);
 

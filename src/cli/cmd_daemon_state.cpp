@@ -40,7 +40,8 @@ int run_daemon_state(const std::vector<std::string>& args) {
   for (const Json& g : s["gpus"].items()) {
     std::string holder = "free";
     if (!g["held_by_uid"].is_null()) {
-      const std::time_t t = static_cast<std::time_t>(g["held_since_unix_s"].as_number());
+      const std::time_t t = static_cast<std::time_t>(
+          json_integer(g["held_since_unix_s"], "held_since_unix_s", 0, std::int64_t{1} << 53));
       std::tm tm{};
       ::gmtime_r(&t, &tm);
       char when[40];

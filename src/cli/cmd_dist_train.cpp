@@ -238,6 +238,10 @@ int run_dist_train(const std::vector<std::string>& args) {
     return global / world;
   };
 
+  // The baseline is read (and refused) before any training, not after it.
+  std::optional<BaselineFigures> baseline;
+  if (auto path = p.get_optional("baseline")) baseline = baseline_from_json(*path);
+
   DataParallelReport report;
   bool print = true;
   int baseline_device = 0;
@@ -318,8 +322,6 @@ int run_dist_train(const std::vector<std::string>& args) {
   out["fixed_batch"] = c.config.fixed_batch;
   out["precision"] = c.precision;
 
-  std::optional<BaselineFigures> baseline;
-  if (auto path = p.get_optional("baseline")) baseline = baseline_from_json(*path);
   if (p.get_flag("compare-single")) {
     std::printf("\nbaseline: the same training on one %s ...\n",
                 c.backend.device.is_cuda() ? "GPU" : "CPU replica");

@@ -336,7 +336,7 @@ int run_infer(const std::vector<std::string>& args) {
                 p.get("layout").c_str(), backend->device_name().c_str(),
                 probe ? probe->source().c_str() : "not measured (no NVML or RAPL)");
     for (const Json& row : rows.items()) {
-      const auto b = static_cast<long long>(row.at("batch").as_number());
+      const auto b = static_cast<long long>(json_integer(row.at("batch"), "batch", 0, std::int64_t{1} << 53));
       if (const Json* st = row.find("status")) {
         std::printf("batch %lld: %s\n", b, st->as_string().c_str());
         continue;

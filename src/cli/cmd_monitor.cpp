@@ -83,7 +83,8 @@ int run_monitor(const std::vector<std::string>& args) {
   p.deprecated_alias("interval", "interval-ms");
   p.option("timeout-s", "end a run that takes longer than this, in s (its whole process group: SIGTERM, then "
                         "SIGKILL after --kill-grace-s); the run reports exit status 124 [default: no limit]");
-  p.option("kill-grace-s", "seconds between SIGTERM and SIGKILL when a run is ended", "10");
+  p.option("kill-grace-s", "seconds between SIGTERM (a timeout's, or the INT/TERM forwarded to the command) and "
+                           "SIGKILL of the command's process group; a second signal kills at once", "10");
   p.group("Knobs (restored afterwards)");
   p.option("power-limit", "run the command with this power limit, in W");
   p.option("sm-clock", "run the command with the SM clock locked: MHz or MIN-MAX in MHz");
@@ -152,17 +153,37 @@ int run_monitor(const std::vector<std::string>& args) {
   }
 
   // Signals: forwarded to the child while one runs; otherwise remembered: one arriving before a start
-  // stops us before it (restoring on the way out), and it ends the command-less sampling.
+  // stops us before it (restoring on the way out), and it ends the command-less sampling. Like a
+  // sweep's trial, a command still running --kill-grace-s after the first signal, or when a second
+  // one arrives, gets SIGKILL (its whole group): a command that ignores INT and TERM cannot keep
+  // monitor (and the GPU settings it holds) running.
   std::atomic<pid_t> child{0};
-  std::atomic<int> early_signal{0};
+  std::atomic<int> early_signal{0}, signals_seen{0};
+  std::atomic<std::int64_t> first_signal_ns{0};
+  const double grace_s = child_options.kill_grace_s;
   telemetry::SignalWatcher watcher([&](int signo, bool) {
+    const int seen = ++signals_seen;
+    if (seen == 1) first_signal_ns = telemetry::steady_now_ns();
     const pid_t pid = child.load();
-    if (pid > 0) {
-      ::kill(-pid, signo);  // the command has a process group of its own: a terminal's Ctrl-C reaches only us
-    } else {
+    if (pid <= 0) {
       early_signal = signo;
+    } else if (seen == 1) {
+      ::kill(-pid, signo);  // the command has a process group of its own: a terminal's Ctrl-C reaches only us
+      std::fprintf(stderr, "\ncnnergy monitor: forwarded %s to the command; it is killed in %g s if still running "
+                           "(send the signal again to kill it now)\n", ::strsignal(signo), grace_s);
+    } else {
+      ::kill(-pid, SIGKILL);
+      std::fprintf(stderr, "\ncnnergy monitor: second signal: the command's process group was killed\n");
     }
+    if (early_signal.load() == 0) early_signal = signo;  // no further run starts
   });
+  child_options.stop = [&] {
+    const int seen = signals_seen.load();
+    if (seen == 0) return false;
+    const double since_s = (telemetry::steady_now_ns() - first_signal_ns.load()) / 1e9;
+    return seen >= 2 || since_s >= grace_s;  // then SIGKILL at once: the grace has passed already
+  };
+  child_options.stop_grace_s = 0;
 
   // Knobs first (they may be refused), through the journal; monitor handles signals itself.
   std::unique_ptr<telemetry::KnobControl> knobs;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bounded_file.hpp"
 #include "core/errors.hpp"
 
 namespace cnnergy::cli::dist_output {
@@ -104,19 +105,7 @@ Json report_json(const DataParallelReport& r) {
 }
 
 BaselineFigures baseline_from_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw DataError("cannot open the baseline file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const Json j = Json::parse(ss.str());
-  BaselineFigures b;
-  b.world_size = static_cast<int>(j.at("world_size").number("baseline world_size"));
-  b.global_batch = static_cast<std::int64_t>(j.at("global_batch").number("baseline global_batch"));
-  b.samples_per_s = j.at("samples_per_s").number("baseline samples_per_s");
-  if (const Json* e = j.find("joules_per_sample"); e && !e->is_null())
-    b.joules_per_sample = e->number();
-  if (const Json* m = j.find("model"); m && m->is_string()) b.model = m->str();
-  return b;
+  return dist::baseline_from_text(read_bounded_file(path, kBaselineLimit), path);
 }
 
 

@@ -17,6 +17,7 @@
 #include <system_error>
 #include <utility>
 
+#include "core/bounded_file.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 
@@ -46,7 +47,7 @@ std::string file_name(const AlgoCacheContext& c) {
 }
 
 std::int64_t int_of(const Json& j, const char* key) {
-  return static_cast<std::int64_t>(j.at(key).number(key));
+  return json_integer(j.at(key), key, -(std::int64_t{1} << 31), (std::int64_t{1} << 31) - 1);
 }
 
 // An exclusive flock on <file>.lock for as long as it lives; ok() false where it cannot be had.
@@ -137,9 +138,8 @@ AlgoDecision AlgoDecision::from_json(const Json& j) {
   } else {
     throw DataError("unknown decision kind '" + d.kind + "'");
   }
-  const double ws = j.at("workspace_bytes").number("workspace_bytes");
-  if (!(ws >= 0)) throw DataError("workspace_bytes is negative");
-  d.workspace_bytes = static_cast<std::uint64_t>(ws);
+  d.workspace_bytes =
+      static_cast<std::uint64_t>(json_integer(j.at("workspace_bytes"), "workspace_bytes", 0, std::int64_t{1} << 50));
   const Json& dev = j.at("device_ms");
   const Json& host = j.at("host_ms");
   d.device_ms = dev.is_null() ? -1.0 : dev.number("device_ms");
@@ -216,20 +216,23 @@ std::size_t AlgoCache::warnings() const {
 // this format, another version or another context. Called with mutex_ held.
 std::map<std::string, AlgoDecision> AlgoCache::read_file(bool warn) {
   std::map<std::string, AlgoDecision> out;
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return out;  // absent: nothing cached yet
-  std::stringstream buf;
-  buf << in.rdbuf();
   auto ignore = [&](const std::string& why) {
     if (warn) warn_once("read", "ignoring " + path_ + " (" + why + "); it will be rewritten");
     return std::map<std::string, AlgoDecision>{};
   };
+  if (::access(path_.c_str(), F_OK) != 0) return out;  // absent: nothing cached yet
+  std::string text;
   try {
-    const Json j = Json::parse(buf.str());
+    text = read_bounded_file(path_, kAlgoCacheLimit);
+  } catch (const DataError& e) {
+    return ignore(e.what());
+  }
+  try {
+    const Json j = Json::parse(text);
     if (!j.is_object() || !j.find("format") || !j.at("format").is_string() ||
         j.at("format").as_string() != kFormatName)
       return ignore("not a cnnergy algorithm cache");
-    const int version = static_cast<int>(j.at("version").number("version"));
+    const int version = static_cast<int>(json_integer(j.at("version"), "version", 0, 1 << 20));
     if (version != kFormatVersion)
       return ignore("format version " + std::to_string(version) + ", this build reads " +
                     std::to_string(kFormatVersion));

@@ -391,4 +391,23 @@ std::string json_number(double v) {
   return std::string(buf, p);
 }
 
+std::int64_t json_integer(const Json& j, const std::string& what, std::int64_t lo, std::int64_t hi) {
+  const double v = j.number(what);
+  // [lo, hi] as doubles: hi = INT64_MAX rounds up to 2^63, so the upper test is strict there.
+  const double dlo = static_cast<double>(lo), dhi = static_cast<double>(hi);
+  const bool above = dhi >= 9.2e18 ? v >= dhi : v > dhi;
+  if (!std::isfinite(v) || v != std::floor(v) || v < dlo || above)
+    throw DataError(what + " must be a whole number from " + std::to_string(lo) + " to " +
+                    std::to_string(hi) + ", not " + json_number(v));
+  return static_cast<std::int64_t>(v);
+}
+
+double json_number_in(const Json& j, const std::string& what, double lo, double hi) {
+  const double v = j.number(what);
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw DataError(what + " must be a number from " + json_number(lo) + " to " + json_number(hi) +
+                    ", not " + json_number(v));
+  return v;
+}
+
 }  // namespace cnnergy

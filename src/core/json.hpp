@@ -97,4 +97,10 @@ std::string json_quote(std::string_view s);
 // same double, "null" for NaN and infinities.
 std::string json_number(double v);
 
+// Numbers read from files, checked before any cast (casting an out-of-range double to an integer is
+// undefined behaviour): a whole number in [lo, hi], or a finite number in [lo, hi]. The DataError
+// names `what`, the range and the value as written (json_number: every digit that matters).
+std::int64_t json_integer(const Json& j, const std::string& what, std::int64_t lo, std::int64_t hi);
+double json_number_in(const Json& j, const std::string& what, double lo, double hi);
+
 }  // namespace cnnergy

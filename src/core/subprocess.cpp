@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -67,6 +68,28 @@ double seconds_of(const timeval& t) { return static_cast<double>(t.tv_sec) + sta
 }
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// Whether process group `group` has a member that is still running. kill(-group, 0) also counts
+// zombies, and an orphan's zombie waits for init, which in a container may never reap it: the
+// members' states in /proc decide then.
+bool group_running(pid_t group) {
+  if (::kill(-group, 0) != 0) return false;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0;
+    if (rest >> state >> ppid >> pgrp && pgrp == group && state != "Z" && state != "X") return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -168,12 +191,12 @@ void ChildProcess::end_group(double grace_s) {
     return reaped_;
   };
   reap(WNOHANG);
-  if (::kill(-pid_, 0) != 0 && reaped_) return;  // nothing left
+  if (reaped_ && !group_running(pid_)) return;  // nothing left (zombies waiting for init do not count)
   ::kill(-pid_, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
   while (std::chrono::steady_clock::now() < deadline) {
     reap(WNOHANG);
-    if (reaped_ && ::kill(-pid_, 0) != 0) return;
+    if (reaped_ && !group_running(pid_)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(-pid_, SIGKILL);
@@ -212,7 +235,8 @@ ChildStatus ChildProcess::wait(const ChildOptions& options) {
     }
   }
   if (pidfd >= 0) ::close(pidfd);
-  end_group(options.kill_grace_s);  // the command on timeout/stop; members it left behind otherwise
+  // The command on timeout/stop; members it left behind otherwise.
+  end_group(s.stopped && options.stop_grace_s >= 0 ? options.stop_grace_s : options.kill_grace_s);
   release_watchdog();
   if (WIFSIGNALED(status_)) {
     s.signalled = true;

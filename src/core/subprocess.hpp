@@ -30,6 +30,9 @@ struct ChildOptions {
   double timeout_s = 0;      // > 0: end the command's group when it runs longer
   double kill_grace_s = 10;  // SIGTERM first; SIGKILL when the group is still there after this long
   std::function<bool()> stop;  // polled while waiting (every 50 ms); true ends the group (e.g. Ctrl-C)
+  // The grace when stop() ended the command (< 0: kill_grace_s). 0 for a caller whose stop() comes
+  // after a grace of its own (monitor: the signal it forwarded, --kill-grace-s ago): SIGKILL at once.
+  double stop_grace_s = -1;
 };
 
 // A started command: its own process group (leader = pid) and a watchdog that ends that group if this

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/bounded_file.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 
@@ -67,24 +67,14 @@ Range range(const Json& j, const std::string& what) {
   return r;
 }
 
-double whole(const Json& j, const std::string& what, double lo, double hi) {
-  const double v = j.number(what);
-  if (v != std::floor(v) || v < lo || v > hi) {
-    std::ostringstream os;
-    os << "'" << what << "' must be a whole number in [" << lo << ", " << hi << "]";
-    throw DataError(os.str());
-  }
-  return v;
+std::int64_t whole(const Json& j, const std::string& what, std::int64_t lo, std::int64_t hi) {
+  return json_integer(j, "'" + what + "'", lo, hi);
 }
 
 }  // namespace
 
 Policy Policy::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot read the cnnergyd policy " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  return parse(read_bounded_file(path, kDaemonPolicyLimit), path);
 }
 
 Policy Policy::parse(const std::string& text, const std::string& origin) {
@@ -95,12 +85,14 @@ Policy Policy::parse(const std::string& text, const std::string& origin) {
     static const std::set<std::string> kKeys = {
         "version", "socket_path", "socket_group", "state_dir", "read_only", "gpus", "users", "groups",
         "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "max_changes_per_minute", "max_clients",
-        "frame_timeout_ms", "comment"};
+        "frame_timeout_ms", "max_clients_per_uid", "idle_timeout_s", "comment"};
     for (const auto& [k, v] : j.members())
       if (!kKeys.count(k)) throw DataError("unknown key '" + k + "'");
     if (whole(j.at("version"), "version", 1, 1) != 1) throw DataError("unknown policy version");
     if (const Json* v = j.find("socket_path")) p.socket_path = v->str("socket_path");
-    if (const Json* v = j.find("socket_group")) p.socket_group = v->str("socket_group");
+    if (const Json* v = j.find("socket_group"))  // a name, or a gid as a number or a string of digits
+      p.socket_group = v->is_number() ? std::to_string(json_integer(*v, "socket_group", 0, 4294967294LL))
+                                      : v->str("socket_group");
     if (const Json* v = j.find("state_dir")) p.state_dir = v->str("state_dir");
     if (const Json* v = j.find("read_only")) p.read_only = v->boolean("read_only");
     if (const Json* v = j.find("gpus")) {
@@ -118,9 +110,13 @@ Policy Policy::parse(const std::string& text, const std::string& origin) {
     if (const Json* v = j.find("sm_clock_mhz")) p.sm_clock_mhz = range(*v, "sm_clock_mhz");
     if (const Json* v = j.find("mem_clock_mhz")) p.mem_clock_mhz = range(*v, "mem_clock_mhz");
     if (const Json* v = j.find("max_changes_per_minute"))
-      p.max_changes_per_minute = static_cast<unsigned>(whole(*v, "max_changes_per_minute", 0, 1e6));
+      p.max_changes_per_minute = static_cast<unsigned>(whole(*v, "max_changes_per_minute", 0, 1000000));
     if (const Json* v = j.find("max_clients"))
       p.max_clients = static_cast<unsigned>(whole(*v, "max_clients", 1, 4096));
+    if (const Json* v = j.find("max_clients_per_uid"))
+      p.max_clients_per_uid = static_cast<unsigned>(whole(*v, "max_clients_per_uid", 1, 4096));
+    if (const Json* v = j.find("idle_timeout_s"))
+      p.idle_timeout_s = static_cast<int>(whole(*v, "idle_timeout_s", 0, 86400));
     if (const Json* v = j.find("frame_timeout_ms"))
       p.frame_timeout_ms = static_cast<int>(whole(*v, "frame_timeout_ms", 10, 600000));
     if (p.socket_path.empty() || p.socket_path[0] != '/') throw DataError("'socket_path' must be absolute");
@@ -173,14 +169,15 @@ std::string Policy::summary() const {
   auto r = [&](const char* name, const std::optional<Range>& x) {
     os << "; " << name << " ";
     if (x)
-      os << x->min << "-" << x->max;
+      os << json_number(x->min) << "-" << json_number(x->max);
     else
       os << "device range";
   };
   r("power limit W", power_limit_w);
   r("SM clock MHz", sm_clock_mhz);
   r("memory clock MHz", mem_clock_mhz);
-  os << "; " << max_changes_per_minute << " changes/min per user";
+  os << "; " << max_changes_per_minute << " changes/min per user; " << max_clients << " connections, "
+     << max_clients_per_uid << " per user";
   return os.str();
 }
 

@@ -28,6 +28,8 @@ struct Policy {
   std::optional<Range> power_limit_w, sm_clock_mhz, mem_clock_mhz;  // absent: the device's range
   unsigned max_changes_per_minute = 60;  // per user, every set/lock/reset counted
   unsigned max_clients = 256;            // connections served at once; more are answered "busy"
+  unsigned max_clients_per_uid = 16;     // connections one uid may hold (root: no limit of its own)
+  int idle_timeout_s = 300;              // a connection holding no lease and no change, silent this long, is closed (0: never)
   int frame_timeout_ms = 5000;           // a started message must complete within this
 
   // Resolved at load time (names looked up in the user and group databases).

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,12 @@ namespace cnnergy::daemon {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Whether something accepts connections on the socket at `path`.
 bool socket_alive(const std::string& path) {
@@ -155,7 +162,7 @@ void Daemon::stop() {
 
 void Daemon::reap_finished_locked() {
   for (auto it = slots_.begin(); it != slots_.end();) {
-    if (it->second.done->load()) {
+    if (it->second.conn->done.load()) {
       it->second.thread.join();
       ::close(it->second.fd);  // closed here, after the join, so the number is never reused early
       it = slots_.erase(it);
@@ -174,6 +181,7 @@ void Daemon::serve() {
     {
       std::lock_guard<std::mutex> lock(slots_mutex_);
       reap_finished_locked();
+      flush_refusals_locked();
     }
     if (rc <= 0 || stopping_ || !(p[0].revents & POLLIN)) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -208,26 +216,87 @@ void Daemon::serve_one(int fd) {
 
   std::lock_guard<std::mutex> lock(slots_mutex_);
   reap_finished_locked();  // count only connections still being served
-  if (slots_.size() >= policy_.max_clients) {
-    telemetry::write_message(
-        fd, telemetry::error_reply(ExitCode::kUsage, "cnnergyd is serving its maximum of " +
-                                                         std::to_string(policy_.max_clients) +
-                                                         " connections; try again"));
+  if (const std::string why = admit_locked(cred.uid); !why.empty()) {
+    log_refusal(cred.uid, why);
+    telemetry::write_message(fd, telemetry::error_reply(ExitCode::kUsage, why));
     ::close(fd);
     return;
   }
   const std::uint64_t id = next_session_++;
   Slot& slot = slots_[id];
   slot.fd = fd;
-  slot.done = std::make_shared<std::atomic<bool>>(false);
-  auto done = slot.done;
-  slot.thread = std::thread([this, fd, id, cred, groups, done] {
+  slot.conn = std::make_shared<Connection>();
+  slot.conn->uid = cred.uid;
+  slot.conn->accepted_ms = slot.conn->last_active_ms = steady_ms();
+  auto conn = slot.conn;
+  slot.thread = std::thread([this, fd, id, cred, groups, conn] {
     {
-      Session s(*this, fd, id, cred.pid, cred.uid, cred.gid, groups);
+      Session s(*this, fd, id, cred.pid, cred.uid, cred.gid, groups, conn);
       s.run();  // ends with shutdown(fd): the peer sees the close at once
     }
-    *done = true;
+    conn->done = true;
   });
+}
+
+std::string Daemon::admit_locked(uid_t uid) {
+  std::map<uid_t, unsigned> per_uid;
+  std::size_t served = 0;
+  for (const auto& [id, slot] : slots_) {
+    if (slot.evicted) continue;  // on its way out
+    ++per_uid[slot.conn->uid];
+    ++served;
+  }
+  const unsigned own_limit = policy_.max_clients_per_uid;
+  if (uid != 0 && per_uid[uid] >= own_limit)
+    return "uid " + std::to_string(uid) + " already has " + std::to_string(per_uid[uid]) +
+           " connections to cnnergyd, the most this policy allows one user (max_clients_per_uid " +
+           std::to_string(own_limit) + "); close one and try again";
+  if (served < policy_.max_clients) return {};
+  // Full: the uid holding the most connections gives up its oldest idle one (no lease, no change),
+  // provided it holds more than the newcomer's uid would after joining (root may take any other's).
+  Slot* victim = nullptr;
+  for (auto& [id, slot] : slots_) {
+    const uid_t owner = slot.conn->uid;
+    if (slot.evicted || owner == uid || slot.conn->holds.load()) continue;
+    if (uid != 0 && per_uid[owner] <= per_uid[uid] + 1) continue;
+    if (!victim || per_uid[owner] > per_uid[victim->conn->uid] ||
+        (per_uid[owner] == per_uid[victim->conn->uid] &&
+         slot.conn->last_active_ms.load() < victim->conn->last_active_ms.load()))
+      victim = &slot;
+  }
+  if (!victim)
+    return "cnnergyd is serving its maximum of " + std::to_string(policy_.max_clients) +
+           " connections and none can yield; try again";
+  victim->evicted = true;
+  ::shutdown(victim->fd, SHUT_RDWR);  // its session sees the close and ends (it holds nothing to restore)
+  log_("closed an idle connection of uid " + std::to_string(victim->conn->uid) + " (it held " +
+       std::to_string(per_uid[victim->conn->uid]) + " of " + std::to_string(policy_.max_clients) +
+       ") to serve uid " + std::to_string(uid));
+  return {};
+}
+
+void Daemon::log_refusal(uid_t uid, const std::string& why) {
+  // At most one line a second per uid, so a flood of refused connections cannot flood the log.
+  Refusals& r = refusals_[uid];
+  const std::int64_t now = steady_ms();
+  if (r.last_logged_ms != 0 && now - r.last_logged_ms < 1000) {
+    ++r.unlogged;
+    return;
+  }
+  log_("refused a connection of uid " + std::to_string(uid) + ": " + why);
+  r.last_logged_ms = now;
+  r.unlogged = 0;
+}
+
+void Daemon::flush_refusals_locked() {
+  const std::int64_t now = steady_ms();
+  for (auto& [uid, r] : refusals_) {
+    if (r.unlogged == 0 || now - r.last_logged_ms < 1000) continue;
+    log_("refused " + std::to_string(r.unlogged) + " more connections of uid " + std::to_string(uid) +
+         " in the last second (the same reason)");
+    r.last_logged_ms = now;
+    r.unlogged = 0;
+  }
 }
 
 }  // namespace cnnergy::daemon

@@ -42,6 +42,17 @@ struct Orphan {
   std::optional<std::uint32_t> owner_uid;
 };
 
+// What the accept loop knows of a served connection, shared with its session's thread: whose it is,
+// whether it holds anything (a lease, or a change accepted), when it last sent a message, and
+// whether its thread has finished.
+struct Connection {
+  uid_t uid = 0;
+  std::int64_t accepted_ms = 0;  // steady clock
+  std::atomic<bool> done{false};
+  std::atomic<bool> holds{false};
+  std::atomic<std::int64_t> last_active_ms{0};
+};
+
 class Daemon {
  public:
   using Log = std::function<void(const std::string&)>;
@@ -69,10 +80,17 @@ class Daemon {
   struct Slot {
     int fd = -1;
     std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
+    std::shared_ptr<Connection> conn;
+    bool evicted = false;  // shut down to free its slot; reaped when its thread ends
   };
   void reap_finished_locked();
   void serve_one(int fd);
+  // Whether a new connection of `uid` may be served (slots_mutex_ held): within its own limit, and
+  // within the global one, where an idle connection of the uid holding the most yields its slot
+  // (root's newcomer may take any other uid's idle slot). Empty when admitted; otherwise why not.
+  std::string admit_locked(uid_t uid);
+  void log_refusal(uid_t uid, const std::string& why);
+  void flush_refusals_locked();  // the counts log_refusal held back, once their second is over
   std::string lease_journal_path(std::uint64_t session) const;
 
   std::shared_ptr<const telemetry::Nvml> nvml_;
@@ -85,6 +103,11 @@ class Daemon {
 
   std::mutex slots_mutex_;
   std::map<std::uint64_t, Slot> slots_;
+  struct Refusals {
+    std::int64_t last_logged_ms = 0;
+    unsigned unlogged = 0;
+  };
+  std::map<uid_t, Refusals> refusals_;  // per uid: refusals are logged at most once a second each
 
   // Everything below is guarded by state_mutex_, which also serialises every NVML call.
   std::mutex state_mutex_;

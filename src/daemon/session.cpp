@@ -1,9 +1,12 @@
 // Session: the request loop of one connection, strict request checking, policy, leases, rate limit.
 #include "daemon/session.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -38,11 +41,9 @@ std::string utc_text(std::int64_t unix_s) {
   return buf;
 }
 
-std::string num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+// Every digit that tells the value apart (600.0001 W is not "600 W"): the shortest text that reads
+// back as the same double.
+std::string num(double v) { return json_number(v); }
 
 // A whole number in [lo, hi] (JSON numbers are doubles: 1.5, -1, 1e300 are refused).
 std::uint32_t whole(const Json& request, const char* key, double lo, double hi) {
@@ -83,17 +84,45 @@ void check_range(const std::optional<Range>& r, double v, const char* what, cons
 }  // namespace
 
 Session::Session(Daemon& daemon, int fd, std::uint64_t id, pid_t pid, uid_t uid, gid_t gid,
-                 std::vector<gid_t> groups)
-    : daemon_(daemon), fd_(fd), id_(id), pid_(pid), uid_(uid), gid_(gid), groups_(std::move(groups)) {}
+                 std::vector<gid_t> groups, std::shared_ptr<Connection> conn)
+    : daemon_(daemon), fd_(fd), id_(id), pid_(pid), uid_(uid), gid_(gid), groups_(std::move(groups)),
+      conn_(std::move(conn)), last_active_ms_(steady_ms()) {}
+
+int Session::idle_wait_ms() const {
+  const int idle_s = daemon_.policy_.idle_timeout_s;
+  if (holds_ || idle_s <= 0) return -1;
+  const std::int64_t left = std::int64_t{idle_s} * 1000 - (steady_ms() - last_active_ms_);
+  return static_cast<int>(std::max<std::int64_t>(left, 0));
+}
 
 Session::~Session() { release_all("the session ended"); }
 
 void Session::run() {
   const int frame_ms = daemon_.policy_.frame_timeout_ms;
   for (;;) {
+    // A connection that holds nothing may not sit silent for ever (it would hold a slot).
+    const int wait_ms = idle_wait_ms();
+    if (wait_ms >= 0) {
+      pollfd p{fd_, POLLIN, 0};
+      int rc;
+      while ((rc = ::poll(&p, 1, wait_ms)) < 0 && errno == EINTR) {
+      }
+      if (rc == 0) {
+        const std::string why = "closing connection " + std::to_string(id_) + " of uid " + std::to_string(uid_) +
+                                ": idle for " + std::to_string(daemon_.policy_.idle_timeout_s) +
+                                " s holding no lease (the policy's idle_timeout_s)";
+        daemon_.log_(why);
+        telemetry::write_message(fd_, error_reply(ExitCode::kUsage, why));
+        break;
+      }
+    }
     const telemetry::Frame f = telemetry::read_frame(fd_, -1, frame_ms);
     if (f.status == telemetry::FrameStatus::kOk) {
-      if (!telemetry::write_message(fd_, handle(f.payload))) break;
+      last_active_ms_ = steady_ms();
+      if (conn_) conn_->last_active_ms = last_active_ms_;
+      const Json reply = handle(f.payload);
+      if (conn_) conn_->holds = holds_;
+      if (!telemetry::write_message(fd_, reply)) break;
       continue;
     }
     std::string why;
@@ -294,6 +323,7 @@ Json Session::change(const Json& request, const std::string& op) {
   else
     controller_->reset_memory_clock(gpu);
   daemon_.changes_[uid_].push_back(steady_ms());
+  holds_ = true;
   Json r = telemetry::ok_reply();
   if (controller_->plan().size() > planned) {
     r["done"] = controller_->plan().back();
@@ -320,6 +350,7 @@ Json Session::release(bool free_gpus) {
   if (free_gpus) {
     for (unsigned g : held_) daemon_.leases_.erase(g);
     held_.clear();
+    holds_ = false;  // nothing left: idle again
   }
   Json r = telemetry::ok_reply();
   r["restored"] = std::move(restored);

@@ -20,11 +20,13 @@ class KnobController;
 namespace cnnergy::daemon {
 
 class Daemon;
+struct Connection;
 
 class Session {
  public:
+  // `conn` (may be null in tests) is what the accept loop sees of this connection.
   Session(Daemon& daemon, int fd, std::uint64_t id, pid_t pid, uid_t uid, gid_t gid,
-          std::vector<gid_t> groups);
+          std::vector<gid_t> groups, std::shared_ptr<Connection> conn = nullptr);
   ~Session();  // restores (noexcept) what run() did not
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -43,6 +45,9 @@ class Session {
   void check_may_change(unsigned gpu);
   void take_lease(unsigned gpu);
   void release_all(const char* why) noexcept;
+  // How long to wait for the next message: -1 (for ever) while this connection holds a lease or a
+  // change; otherwise what is left of the policy's idle timeout since its last message (0: over).
+  int idle_wait_ms() const;
 
   Daemon& daemon_;
   int fd_;
@@ -53,6 +58,9 @@ class Session {
   std::vector<gid_t> groups_;
   std::unique_ptr<telemetry::KnobController> controller_;
   std::set<unsigned> held_;  // GPUs this connection has changed (its leases)
+  std::shared_ptr<Connection> conn_;
+  bool holds_ = false;            // a lease, or a change accepted: never closed for idling
+  std::int64_t last_active_ms_ = 0;
 };
 
 }  // namespace cnnergy::daemon

@@ -1,5 +1,8 @@
-// MetricsServer: poll() on the listening socket and a wake-up pipe; each request is read up to its
-// blank line (or 2 s, or 16 kB) and answered with Connection: close.
+// MetricsServer: one thread, poll() over the listening socket, a wake-up pipe and every open
+// connection (non-blocking). A connection reads its request up to the blank line (within
+// kRequestDeadlineMs and kMaxRequestBytes), then writes its whole answer (within kWriteDeadlineMs)
+// and is closed (Connection: close). No call in the loop blocks, so one client's pace is never
+// another's.
 #include "exporter/metrics_server.hpp"
 
 #include <arpa/inet.h>
@@ -9,8 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -43,13 +49,13 @@ sockaddr_in loopback(unsigned port) {
 
 MetricsServer::MetricsServer(unsigned port, Render render) : render_(std::move(render)) {
   if (port > 65535) throw InvalidArgument("port " + std::to_string(port) + " is not 0 to 65535");
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw DeviceError(std::string("socket: ") + std::strerror(errno));
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a = loopback(port);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::listen(listen_fd_, 16) != 0) {
+      ::listen(listen_fd_, SOMAXCONN) != 0) {
     const int err = errno;
     ::close(listen_fd_);
     throw InvalidArgument("cannot serve metrics on 127.0.0.1:" + std::to_string(port) + ": " +
@@ -77,36 +83,20 @@ MetricsServer::~MetricsServer() {
   ::close(wake_[1]);
 }
 
-void MetricsServer::run() {
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents) return;
-    if (!(fds[0].revents & POLLIN)) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    try {
-      serve(fd);
-    } catch (const std::exception& e) {
-      log_warn(std::string("metrics server: ") + e.what());
-    }
-    ::close(fd);
-  }
-}
+namespace {
 
-void MetricsServer::serve(int fd) {
-  std::string request;
-  char buf[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 2000) <= 0) return;  // a client that says nothing is dropped
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return;
-    request.append(buf, static_cast<std::size_t>(n));
-  }
+using Clock = std::chrono::steady_clock;
+
+struct Connection {
+  int fd = -1;
+  Clock::time_point accepted, deadline;
+  std::string in, out;
+  std::size_t sent = 0;
+  bool writing = false;
+};
+
+// The answer to one request (its first line decides).
+std::string answer(const std::string& request, const MetricsServer::Render& render) {
   const std::string line = request.substr(0, request.find("\r\n"));
   std::string status = "404 Not Found", type = "text/plain; charset=utf-8",
               body = "cnnergy serves its metrics at /metrics\n";
@@ -118,12 +108,130 @@ void MetricsServer::serve(int fd) {
     if (path == "/metrics" || path.rfind("/metrics?", 0) == 0) {
       status = "200 OK";
       type = kContentType;
-      body = render_();
+      try {
+        body = render();
+      } catch (const std::exception& e) {
+        log_warn(std::string("metrics server: rendering failed: ") + e.what());
+        status = "500 Internal Server Error";
+        type = "text/plain; charset=utf-8";
+        body = "the metrics could not be rendered\n";
+      }
     }
   }
-  write_all(fd, "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                    "\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\nConnection: close\r\n\r\n" + body);
+  return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// Reads what has arrived; false when the connection is finished with (closed by the peer, an
+// error). Switches to writing once the request is whole, or with a 431 when it is too long.
+bool on_readable(Connection& c, const MetricsServer::Render& render) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    if (n == 0) return false;
+    c.in.append(buf, static_cast<std::size_t>(n));
+    if (c.in.find("\r\n\r\n") != std::string::npos) {
+      c.out = answer(c.in, render);
+    } else if (c.in.size() > MetricsServer::kMaxRequestBytes) {
+      c.out = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
+              "Connection: close\r\n\r\n";
+    } else {
+      continue;
+    }
+    c.writing = true;
+    c.deadline = Clock::now() + std::chrono::milliseconds(MetricsServer::kWriteDeadlineMs);
+    return true;
+  }
+}
+
+// Sends what the socket takes; false when finished (all sent, or the peer is gone).
+bool on_writable(Connection& c) {
+  while (c.sent < c.out.size()) {
+    const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    c.sent += static_cast<std::size_t>(n);
+  }
+  return false;
+}
+
+}  // namespace
+
+void MetricsServer::run() {
+  std::vector<Connection> conns;
+  std::vector<pollfd> fds;
+  auto close_at = [&](std::size_t i) {
+    ::close(conns[i].fd);
+    conns[i] = std::move(conns.back());
+    conns.pop_back();
+  };
+  // The oldest connection still waiting for its request (index), or conns.size() when none is.
+  auto oldest_idle = [&] {
+    std::size_t best = conns.size();
+    for (std::size_t i = 0; i < conns.size(); ++i)
+      if (!conns[i].writing && (best == conns.size() || conns[i].accepted < conns[best].accepted)) best = i;
+    return best;
+  };
+  for (;;) {
+    // Expired connections go first: their deadline is also the poll timeout.
+    const auto now = Clock::now();
+    auto next = now + std::chrono::hours(1);
+    for (std::size_t i = conns.size(); i-- > 0;) {
+      if (conns[i].deadline <= now)
+        close_at(i);
+      else
+        next = std::min(next, conns[i].deadline);
+    }
+    fds.clear();
+    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (const Connection& c : conns) fds.push_back({c.fd, static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::min<std::int64_t>(wait_ms, 60'000))) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[0].revents) break;
+    // Existing connections first (indices match fds[2..] until anything is closed).
+    for (std::size_t i = conns.size(); i-- > 0;) {
+      const short ev = fds[i + 2].revents;
+      if (!ev) continue;
+      Connection& c = conns[i];
+      bool keep = true;
+      if (!c.writing) keep = on_readable(c, render_);
+      if (keep && c.writing) keep = on_writable(c);  // the answer often goes out at once
+      if (!keep) close_at(i);
+    }
+    if (fds[1].revents & POLLIN) {
+      for (;;) {  // everything waiting in the backlog
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          if ((errno == EMFILE || errno == ENFILE) && oldest_idle() < conns.size()) {
+            close_at(oldest_idle());  // out of descriptors: the oldest idle client yields
+            continue;
+          }
+          break;  // EAGAIN: nothing more now
+        }
+        if (conns.size() >= kMaxConnections) {
+          const std::size_t victim = oldest_idle();
+          if (victim == conns.size()) {  // every slot is sending an answer: the newcomer waits its turn
+            ::close(fd);
+            continue;
+          }
+          close_at(victim);
+        }
+        Connection c;
+        c.fd = fd;
+        c.accepted = Clock::now();
+        c.deadline = c.accepted + std::chrono::milliseconds(kRequestDeadlineMs);
+        conns.push_back(std::move(c));
+      }
+    }
+  }
+  for (const Connection& c : conns) ::close(c.fd);
 }
 
 HttpReply http_get_loopback(unsigned port, const std::string& path) {

@@ -1,7 +1,10 @@
 // A minimal HTTP server on the loopback interface for Prometheus scrapes: GET /metrics answers with
-// the text a callback renders (OpenMetrics), anything else with 404. One thread, one connection at
-// a time (a scrape is a few kB), stopped by the destructor. Only 127.0.0.1: exposing it wider is a
-// reverse proxy's job, not a measurement tool's.
+// the text a callback renders (OpenMetrics), anything else with 404. One thread runs an event loop
+// over non-blocking sockets, so a slow or silent client never delays another's scrape: each
+// connection must deliver its request within a deadline and a size limit, at most
+// kMaxConnections are open at once (the oldest idle one is dropped for a newcomer), and a client
+// that does not read its answer is dropped after a write deadline. Stopped by the destructor. Only
+// 127.0.0.1: exposing it wider is a reverse proxy's job, not a measurement tool's.
 #pragma once
 
 #include <functional>
@@ -20,12 +23,17 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
+  // The bounds every connection lives within.
+  static constexpr std::size_t kMaxConnections = 64;     // open at once; the oldest idle one yields
+  static constexpr int kRequestDeadlineMs = 2000;        // from accept to the request's blank line
+  static constexpr std::size_t kMaxRequestBytes = 16384;  // a longer request is answered 431 and closed
+  static constexpr int kWriteDeadlineMs = 5000;          // a client that does not read its answer
+
   unsigned port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/metrics"; }
 
  private:
   void run();
-  void serve(int fd);
 
   Render render_;
   int listen_fd_ = -1;

@@ -15,6 +15,7 @@
 #include <map>
 #include <vector>
 
+#include "core/bounded_file.hpp"
 #include "core/errors.hpp"
 #include "net/executor.hpp"
 #include "net/solver.hpp"
@@ -149,9 +150,7 @@ Parsed parse(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw DataError("checkpoint " + path + " is a directory; give the checkpoint file (the --save FILE of a run)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("cannot open checkpoint " + path);
-  out.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  out.bytes = read_bounded_bytes(path, kCheckpointLimit);  // a regular file within the limit, or DataError
   const auto& b = out.bytes;
   if (b.size() < sizeof(kMagic) || std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0)
     throw DataError(path + " is not a cnnergy checkpoint (bad magic)");

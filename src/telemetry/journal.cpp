@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bounded_file.hpp"
 #include "core/errors.hpp"
 #include "core/subprocess.hpp"
 #include "core/json.hpp"
@@ -48,20 +49,9 @@ KnobKind parse_kind(const std::string& s) {
 }
 
 std::uint32_t as_u32(const Json& j, const std::string& what) {
-  const double v = j.number(what);
-  if (v < 0 || v > 4.0e9 || v != static_cast<double>(static_cast<std::uint32_t>(v)))
-    throw DataError(what + " must be a non-negative integer");
-  return static_cast<std::uint32_t>(v);
+  return static_cast<std::uint32_t>(json_integer(j, what, 0, UINT32_MAX));
 }
 
-// A JSON number that must be an integer in [lo, hi] (checked before any cast: a cast of an
-// out-of-range double is undefined behaviour).
-std::int64_t integer_in(const Json& j, const std::string& what, std::int64_t lo, std::int64_t hi) {
-  const double v = j.number(what);
-  if (!std::isfinite(v) || v < static_cast<double>(lo) || v > static_cast<double>(hi) || v != std::floor(v))
-    throw DataError(what + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
-  return static_cast<std::int64_t>(v);
-}
 
 void fsync_path(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
@@ -105,23 +95,20 @@ bool Journal::exists() const {
 }
 
 JournalData Journal::read() const {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) throw DataError("cannot read the knob journal " + path_ + ": " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_bounded_file(path_, kKnobJournalLimit);
   try {
-    const Json j = Json::parse(ss.str());
+    const Json j = Json::parse(text);
     if (!j.is_object()) throw DataError("not a JSON object");
     if (j.at("version").number("version") != kJournalVersion)
       throw DataError("unknown journal version");
     JournalData d;
-    d.pid = static_cast<long>(integer_in(j.at("pid"), "pid", 0, 1LL << 32));
+    d.pid = static_cast<long>(json_integer(j.at("pid"), "pid", 0, 1LL << 32));
     if (const Json* t = j.find("pid_start_ticks"))
-      d.pid_start_ticks = static_cast<std::uint64_t>(integer_in(*t, "pid_start_ticks", 0, 1LL << 53));
+      d.pid_start_ticks = static_cast<std::uint64_t>(json_integer(*t, "pid_start_ticks", 0, 1LL << 53));
     d.host = j.at("host").str("host");
     if (const Json* b = j.find("boot_id")) d.boot_id = b->str("boot_id");
     if (const Json* u = j.find("owner_uid")) d.owner_uid = as_u32(*u, "owner_uid");
-    d.created_unix_s = integer_in(j.at("created_unix_s"), "created_unix_s", -(1LL << 53), 1LL << 53);
+    d.created_unix_s = json_integer(j.at("created_unix_s"), "created_unix_s", -(1LL << 53), 1LL << 53);
     const Json& entries = j.at("entries");
     if (!entries.is_array()) throw DataError("'entries' must be an array");
     for (const Json& e : entries.items()) {

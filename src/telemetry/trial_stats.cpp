@@ -37,7 +37,7 @@ Json RunningStat::to_json() const {
 RunningStat RunningStat::from_json(const Json& j) {
   RunningStat s;
   if (!j.is_object()) return s;
-  s.n = static_cast<std::uint64_t>(j.at("n").as_number());
+  s.n = static_cast<std::uint64_t>(json_integer(j.at("n"), "n", 0, std::int64_t{1} << 53));
   s.sum = j.at("mean").as_number() * static_cast<double>(s.n);
   s.min = j.at("min").as_number();
   s.max = j.at("max").as_number();
@@ -174,8 +174,8 @@ Json GpuWindowStats::to_json() const {
 
 GpuWindowStats GpuWindowStats::from_json(const Json& j) {
   GpuWindowStats s;
-  s.nvml_index = static_cast<unsigned>(j.at("nvml_index").as_number());
-  s.samples = static_cast<std::uint64_t>(j.at("samples").as_number());
+  s.nvml_index = static_cast<unsigned>(json_integer(j.at("nvml_index"), "nvml_index", 0, 1 << 20));
+  s.samples = static_cast<std::uint64_t>(json_integer(j.at("samples"), "samples", 0, std::int64_t{1} << 53));
   s.utilization_gpu_pct = RunningStat::from_json(j["utilization_gpu_pct"]);
   s.utilization_memory_pct = RunningStat::from_json(j["utilization_memory_pct"]);
   s.power_w = RunningStat::from_json(j["power_w"]);
@@ -189,11 +189,13 @@ GpuWindowStats GpuWindowStats::from_json(const Json& j) {
   s.sm_clock_mhz = RunningStat::from_json(j["sm_clock_mhz"]);
   s.mem_clock_mhz = RunningStat::from_json(j["mem_clock_mhz"]);
   s.memory_used_peak_mib = number_or_empty(j["memory_used_peak_mib"]);
-  s.reason_samples = static_cast<std::uint64_t>(j["reason_samples"].is_number() ? j["reason_samples"].as_number() : 0);
+  s.reason_samples = j["reason_samples"].is_number()
+                         ? static_cast<std::uint64_t>(json_integer(j["reason_samples"], "reason_samples", 0, std::int64_t{1} << 53))
+                         : 0;
   if (j["throttle_counts"].is_object())
     for (std::size_t i = 0; i < kReasonSlots; ++i)
       if (const Json* c = j["throttle_counts"].find(reason_slot_names()[i]); c && c->is_number())
-        s.reason_counts[i] = static_cast<std::uint64_t>(c->as_number());
+        s.reason_counts[i] = static_cast<std::uint64_t>(json_integer(*c, "throttle_counts", 0, std::int64_t{1} << 53));
   s.pcie_tx_mb_s = RunningStat::from_json(j["pcie_tx_mb_s"]);
   s.pcie_rx_mb_s = RunningStat::from_json(j["pcie_rx_mb_s"]);
   if (j["nvlink_kib"].is_object()) {

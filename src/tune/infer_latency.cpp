@@ -28,8 +28,8 @@ std::optional<InferLatency> infer_latency_of(const std::string& telemetry_json) 
     const Json* j = doc.is_object() ? doc.find("inference") : nullptr;
     if (j == nullptr || !j->is_object()) return std::nullopt;
     InferLatency l;
-    l.batch = static_cast<std::int64_t>(j->at("batch").as_number());
-    l.count = static_cast<std::size_t>(j->at("requests").as_number());
+    l.batch = json_integer(j->at("batch"), "inference batch", 1, std::int64_t{1} << 40);
+    l.count = static_cast<std::size_t>(json_integer(j->at("requests"), "inference requests", 0, std::int64_t{1} << 53));
     l.mean_ms = j->at("mean_ms").as_number();
     l.p50_ms = j->at("p50_ms").as_number();
     l.p90_ms = j->at("p90_ms").as_number();

@@ -3,10 +3,12 @@
 // basic block, scaled down: the zoo's ResNets make 87+ MB files, too large for 1,000 inputs in CI). Every mutant is
 // loaded twice in a forked child: as it is (the checksum refuses most), and with its trailing FNV-1a
 // checksum recomputed so that the structural checks (lengths, ranks, counts, names, values) see it.
+// Also the dist-train baseline file (JSON numbers range-checked before their casts).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 
 #include "backend/ops.hpp"
 #include "core/errors.hpp"
@@ -18,6 +20,7 @@
 #include "net/graph_builder.hpp"
 #include "net/solver.hpp"
 #include "net/zoo/zoo.hpp"
+#include "train/parallel/scaling.hpp"
 
 namespace cnnergy::fuzz {
 namespace {
@@ -128,6 +131,30 @@ TEST(Fuzz, CheckpointsOfLenet5AndASmallResnet) {
   std::printf("[fuzz] checkpoint: %zu mutated inputs over 2 models, each loaded as is and with its checksum fixed\n",
               total);
   EXPECT_GE(total, 2 * input_count(kCiInputs / 2));
+}
+
+// `dist-train --baseline`: an earlier run's --json, every number range-checked before its cast
+// (world_size 1e300 or global_batch 9.3e18 once printed wrapped integers).
+TEST(Fuzz, DistTrainBaseline) {
+  const std::string seed = R"({"model": "lenet5", "world_size": 1, "global_batch": 64, "samples_per_s": 1234.5,
+    "joules_per_sample": 0.0125, "epochs": [{"epoch": 1, "train_loss": 0.5}]})";
+  FuzzOptions o;
+  o.inputs = input_count(kCiInputs);
+  o.failures_dir = fs::path(CNNERGY_TEST_BUILD_DIR) / "fuzz-failures";
+  const ParseFn parse = [](const Bytes& in) {
+    const dist::BaselineFigures b = dist::baseline_from_text(std::string(in.begin(), in.end()), "fuzz");
+    if (b.world_size < 1 || b.global_batch < 1 || !(b.samples_per_s > 0))
+      throw std::logic_error("an impossible baseline was accepted");  // untyped: a failure
+  };
+  const FuzzReport replay = replay_regressions("baseline", parse, o);
+  const FuzzReport r = run_fuzz("baseline", {Bytes(seed.begin(), seed.end())}, parse, o, fuzz_seed());
+  for (const FuzzReport* x : {&replay, &r}) {
+    std::printf("[fuzz] %-22s %6zu inputs: %zu accepted, %zu clean typed errors, %zu failures\n", x->parser.c_str(),
+                x->inputs, x->accepted, x->typed_errors, x->failures.size());
+    for (const auto& f : x->failures) ADD_FAILURE() << x->parser << ": " << f;
+  }
+  EXPECT_GE(r.inputs, o.inputs);
+  EXPECT_GT(r.typed_errors, 0u);
 }
 
 }  // namespace

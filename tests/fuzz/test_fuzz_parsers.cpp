@@ -1,6 +1,6 @@
 // Mutation fuzzing of every parser, in process (each input in a forked child; see fuzz_harness.hpp):
 // JSON, IDX (raw and gzip), CIFAR-10 binaries, PNG/JPEG images (decoder and image folder), .npy arrays,
-// the algorithm cache file, the knob journal, results databases (the SQLite file, and the JSON columns
+// the algorithm cache file, the knob journal, the cnnergyd policy, results databases (the SQLite file, and the JSON columns
 // of a valid one) and the CLI's value parsers. >= 1,000 inputs per parser with a fixed seed in CI;
 // CNNERGY_FUZZ_LONG=1 runs 20x as many, CNNERGY_FUZZ_INPUTS=N and CNNERGY_FUZZ_SEED=S pick them.
 #include <gtest/gtest.h>
@@ -21,6 +21,7 @@
 #include "data/idx.hpp"
 #include "data/image_codec.hpp"
 #include "data/image_folder.hpp"
+#include "daemon/policy.hpp"
 #include "data/npy.hpp"
 #include "fuzz/fuzz_harness.hpp"
 #include "telemetry/journal.hpp"
@@ -193,6 +194,22 @@ TEST(Fuzz, KnobJournal) {
     const auto d = journal.read();
     (void)telemetry::Journal::writer_alive(d);
     for (const auto& x : d.entries) (void)telemetry::describe_restore(x);
+  });
+}
+
+// The cnnergyd policy (the administrator's file, parsed strictly by a root daemon): every key set,
+// so mutants reach the ranges, the lists, the user/group lookups and socket_group as a number.
+TEST(Fuzz, DaemonPolicy) {
+  const std::string full = R"({"version": 1, "socket_path": "/run/cnnergy/x.sock", "socket_group": 0,
+    "state_dir": "/var/lib/cnnergy", "read_only": false, "gpus": [0, 1], "users": ["0", 1234],
+    "groups": ["0"], "power_limit_w": {"min": 250, "max": 600.5}, "sm_clock_mhz": {"min": 500, "max": 1980},
+    "mem_clock_mhz": {"min": 1215, "max": 2619}, "max_changes_per_minute": 60, "max_clients": 256,
+    "max_clients_per_uid": 16, "idle_timeout_s": 300, "frame_timeout_ms": 5000, "comment": "x"})";
+  const std::string small = R"({"version": 1, "socket_group": "0", "gpus": "all"})";
+  fuzz("daemon-policy", {text_bytes(full), text_bytes(small)}, [](const Bytes& in) {
+    const daemon::Policy p = daemon::Policy::parse(bytes_text(in), "fuzz");
+    (void)p.summary();
+    (void)p.user_allowed(1000, 1000, {0, 4242});
   });
 }
 

@@ -351,6 +351,11 @@ TEST(OnnxImportErrors, ExternalDataMissingEscapingAndPresent) {
     f.write(reinterpret_cast<const char*>(w), sizeof(w));
   }
   EXPECT_NE(error_of<DataError>(model("w.bin", 32), dir.string()).find("does not fit"), std::string::npos);
+  // A NUL would cut the name at the system call (w.bin read in place of "w.bin\0x"); control
+  // characters name no exported file: both refused.
+  EXPECT_NE(error_of<DataError>(model(std::string("w.bin\0x", 7), 16), dir.string()).find("NUL or control"),
+            std::string::npos);
+  EXPECT_NE(error_of<DataError>(model("w\n.bin", 16), dir.string()).find("NUL or control"), std::string::npos);
   const auto y = run_cpu(import_onnx_bytes(model("w.bin", 16), "ext", dir.string()), 1, {3, 4});
   EXPECT_FLOAT_EQ(y[0], 3);
   EXPECT_FLOAT_EQ(y[1], 8);

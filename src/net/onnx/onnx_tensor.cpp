@@ -85,6 +85,12 @@ std::string read_external(const TensorProto& t, const std::string& model_dir, st
   }
   namespace fs = std::filesystem;
   if (location.empty()) throw DataError("tensor '" + t.name() + "' has external data without a location");
+  // A NUL would cut the name short at the system call (another file than the one written); control
+  // characters name no file a model is exported with. Both are refused rather than interpreted.
+  for (const char c : location)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      throw DataError("tensor '" + t.name() + "': external data location holds a NUL or control character (byte " +
+                      std::to_string(static_cast<unsigned char>(c)) + "); it must be a plain file name beside the model");
   const fs::path rel(location);
   if (rel.is_absolute()) throw DataError("tensor '" + t.name() + "': external data location '" + location +
                                          "' is absolute; it must be a file beside the model");

@@ -2,6 +2,7 @@
 #include "train/parallel/scaling.hpp"
 
 #include "core/errors.hpp"
+#include "core/json.hpp"
 
 namespace cnnergy::dist {
 
@@ -17,6 +18,24 @@ BaselineFigures baseline_of(const DataParallelReport& report) {
   b.joules_per_sample = report.joules_per_sample;
   b.model = report.model;
   return b;
+}
+
+BaselineFigures baseline_from_text(const std::string& text, const std::string& origin) {
+  try {
+    const Json j = Json::parse(text);
+    if (!j.is_object()) throw DataError("not a JSON object (the --json of a dist-train run)");
+    BaselineFigures b;
+    // Range-checked before any cast; the bounds are far beyond any real run.
+    b.world_size = static_cast<int>(json_integer(j.at("world_size"), "world_size", 1, 1 << 20));
+    b.global_batch = json_integer(j.at("global_batch"), "global_batch", 1, std::int64_t{1} << 40);
+    b.samples_per_s = json_number_in(j.at("samples_per_s"), "samples_per_s", 1e-9, 1e15);
+    if (const Json* e = j.find("joules_per_sample"); e && !e->is_null())
+      b.joules_per_sample = json_number_in(*e, "joules_per_sample", 0, 1e15);
+    if (const Json* m = j.find("model"); m && m->is_string()) b.model = m->str();
+    return b;
+  } catch (const DataError& e) {
+    throw DataError("the baseline " + origin + " is not usable: " + e.what());
+  }
 }
 
 ScalingComparison compare_scaling(const DataParallelReport& run, const BaselineFigures& baseline,

@@ -24,6 +24,9 @@ struct BaselineFigures {
   std::string model;
 };
 BaselineFigures baseline_of(const DataParallelReport& report);
+// The figures of an earlier run's `dist-train --json` text (`origin` names it in errors): every
+// number range-checked before it is cast; DataError for anything malformed or impossible.
+BaselineFigures baseline_from_text(const std::string& text, const std::string& origin);
 
 struct ScalingComparison {
   ScalingMode mode = ScalingMode::kStrong;
