@@ -1,7 +1,7 @@
 // A minimal HTTP server on the loopback interface for Prometheus scrapes: GET /metrics answers with
 // the text a callback renders (OpenMetrics), anything else with 404. One thread, one connection at
-// a time (a scrape is a few kB), stopped by the destructor. Only 127.0.0.1: exposing it wider is a
-// reverse proxy's job, not a measurement tool's.
+// a time (a scrape is a few kB), stopped by the destructor. 127.0.0.1 unless the caller names another
+// address (a node exporter an administrator opens to the site's Prometheus).
 #pragma once
 
 #include <functional>
@@ -14,14 +14,15 @@ class MetricsServer {
  public:
   using Render = std::function<std::string()>;
   // port 0: the OS picks a free one (see port()). InvalidArgument when the port is in use or
-  // cannot be bound, naming it.
-  MetricsServer(unsigned port, Render render);
+  // cannot be bound, naming it. `bind_address`: an IPv4 address; 127.0.0.1 unless an
+  // administrator asks for more (`cnnergy exporter --bind-address`).
+  MetricsServer(unsigned port, Render render, const std::string& bind_address = "127.0.0.1");
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   unsigned port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/metrics"; }
+  std::string url() const { return "http://" + address_ + ":" + std::to_string(port_) + "/metrics"; }
 
  private:
   void run();
@@ -31,6 +32,7 @@ class MetricsServer {
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   unsigned port_ = 0;
+  std::string address_;
   std::thread thread_;
 };
 
