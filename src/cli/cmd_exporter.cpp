@@ -1,6 +1,8 @@
 // `cnnergy exporter`: the long-running node exporter a site's Prometheus scrapes (the package runs it
 // as the cnnergy-exporter systemd unit): every GPU's energy counter, power, clocks, utilisation,
 // temperature and throttle reasons as OpenMetrics, labelled with the Slurm job holding each GPU.
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <memory>
@@ -9,6 +11,8 @@
 
 #include "cli/args.hpp"
 #include "cli/telemetry_commands.hpp"
+#include "cli/vocabulary.hpp"
+#include "core/json.hpp"
 #include "core/errors.hpp"
 #include "exporter/job_map.hpp"
 #include "exporter/metrics_server.hpp"
@@ -30,9 +34,11 @@ int run_exporter(const std::vector<std::string>& args) {
   p.option("gpu", "GPU indices to export, e.g. 0,1 [default: all]");
   p.option("job-map-dir", "folder a Slurm prolog fills with one file per GPU index holding the job id "
                           "(packaging/slurm/cnnergy-prolog.sh); its GPUs' series get slurm_job_id=\"...\"");
+  declare_output_flags(p, "the summary printed when it stops: address, GPUs, samples taken, scrapes served");
   p.epilog("Runs in the foreground (systemd: cnnergy-exporter.service). Exit 0 on SIGTERM/SIGINT; a port in use\n"
            "exits 2 naming it; no NVML (no driver) exits with the reason. Scrape config: docs/cluster.md.");
   if (!p.parse(args)) return 0;
+  OutputSink sink(p);
   const unsigned port = static_cast<unsigned>(p.get_int("port", 0, 65535));
   telemetry::SamplerOptions so;
   so.interval_ms = p.get_double("interval-ms", 10, 600000);
@@ -60,9 +66,19 @@ int run_exporter(const std::vector<std::string>& args) {
   exporter::MetricsState state(exporter::gpu_labels(*sampler));
   if (auto dir = p.get_optional("job-map-dir")) state.set_job_source([d = *dir] { return exporter::read_job_map(d); });
   if (auto latest = sampler->latest()) state.on_sample(*latest);
-  const int listener = sampler->add_listener([&state](const telemetry::Sample& s) { state.on_sample(s); });
+  std::atomic<std::uint64_t> samples{0}, scrapes{0};
+  const int listener = sampler->add_listener([&state, &samples](const telemetry::Sample& s) {
+    state.on_sample(s);
+    ++samples;
+  });
+  const auto started = std::chrono::steady_clock::now();
+  std::string url;
   {
-    exporter::MetricsServer server(port, [&state] { return state.render(); }, p.get("bind-address"));
+    exporter::MetricsServer server(port, [&state, &scrapes] {
+      ++scrapes;
+      return state.render();
+    }, p.get("bind-address"));
+    url = server.url();
     std::fprintf(stderr, "cnnergy exporter: serving %zu GPU(s) at %s (every %.0f ms)\n",
                  sampler->gpu_indices().size(), server.url().c_str(), *so.interval_ms);
     std::unique_lock<std::mutex> lock(mutex);
@@ -71,6 +87,26 @@ int run_exporter(const std::vector<std::string>& args) {
   }
   sampler->remove_listener(listener);
   sampler->stop();
+  const double uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("cnnergy exporter: served %llu scrape(s) of %zu GPU(s) at %s for %.1f s (%llu samples)\n",
+              static_cast<unsigned long long>(scrapes.load()), sampler->gpu_indices().size(), url.c_str(), uptime_s,
+              static_cast<unsigned long long>(samples.load()));
+  Json doc = Json::object();
+  doc["url"] = url;
+  doc["uptime_s"] = uptime_s;
+  doc["samples"] = static_cast<double>(samples.load());
+  doc["scrapes"] = static_cast<double>(scrapes.load());
+  doc["stopped_by_signal"] = stop_signal;
+  Json gpus = Json::array();
+  for (const auto& g : exporter::gpu_labels(*sampler)) {
+    Json x = Json::object();
+    x["gpu"] = g.index;
+    x["uuid"] = g.uuid;
+    x["model"] = g.name;
+    gpus.push_back(x);
+  }
+  doc["gpus"] = gpus;
+  sink.finish(doc, "gpus");
   return 0;
 }
 

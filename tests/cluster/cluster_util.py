@@ -60,6 +60,8 @@ class Service:
             return "(no log)"
 
     def stop(self):
+        if self.log.closed:
+            return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -69,7 +69,8 @@ def main():
 
         port = free_port()
         exporter = Service("cnnergy exporter", [cnnergy, "exporter", "--port", str(port), "--interval-ms", "200",
-                                                "--job-map-dir", jobs], os.path.join(work, "exporter.log"), env)
+                                                "--job-map-dir", jobs, "--json", os.path.join(work, "exporter.json")],
+                           os.path.join(work, "exporter.log"), env)
         services.append(exporter)
         url = f"http://127.0.0.1:{port}/metrics"
         text = wait_until("the exporter's first scrape", lambda: (lambda t: t if "_total{" in t else None)(http_get(url)),
@@ -129,6 +130,14 @@ def main():
                 fail(f"dashboard panel '{title}': {expr} returned no data")
             print(f"ok  {title}: {len(result)} series")
         print(f"prometheus scrape test: {len(queries)} dashboard queries returned data")
+        # SIGTERM: the exporter stops cleanly and says what it served.
+        prom.stop()
+        exporter.stop()
+        if exporter.proc.returncode != 0:
+            fail(f"the exporter exited {exporter.proc.returncode} on SIGTERM:\n{exporter.log_tail()}")
+        summary = json.load(open(os.path.join(work, "exporter.json")))
+        if summary["scrapes"] < 2 or len(summary["gpus"]) != 2 or summary["stopped_by_signal"] != 15:
+            fail(f"the exporter's summary: {summary}")
     finally:
         for s in reversed(services):
             s.stop()
