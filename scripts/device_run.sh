@@ -6,7 +6,7 @@
 # takes. Modes that compare against PyTorch run the peer in the same call, on the same GPU.
 set -uo pipefail
 mode=${1:-tests}
-modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile train-energy"
+modes="tests throughput-matrix kernel-profile conv-algorithms cuda-graph fused-relu multi-gpu telemetry sweep-report accuracy-vs-batch inference onnx-export onnx-gpu onnx-trained infer-profile train-profile train-energy stability"
 if [ "$mode" = list ] || [ "$mode" = --help ] || [ "$mode" = -h ]; then
   echo "modes: $modes"; echo "see bench/README.md"; exit 0
 fi
@@ -26,20 +26,27 @@ peer() { python3 "$CARRY/peer_pytorch.py" "$@"; }
 have() { [ -x "$CARRY/bin/$1" ] || { echo "$1: not carried (see bench/README.md, 'tests')"; return 1; }; }
 gtest_lines() { grep -E "^\[  (FAILED|SKIPPED|PASSED) |tests ran|Failure" "$1" | tail -"${2:-12}"; }
 
-# ---- tests: do the GPU kernels, the GPU training step and (with 2 GPUs) NCCL pass here? -----------
+# ---- tests: does every GPU test binary the build makes pass here? --------------------------------
+# The binaries are the build's manifest (gpu_tests.txt: every test labelled gpu, carried by
+# pack_device.sh); each runs whole under its own limit (GPU_TEST_LIMIT_S, default 300 s) and prints one
+# summary line: passed, failed, skipped, seconds, its slowest test. Logs and gtest XML in the archive.
 run_tests() {
   gpu_info
-  timeout 300 test_backend_cuda > "$OUT/test_backend_cuda.log" 2>&1; gtest_lines "$OUT/test_backend_cuda.log" 30
-  if have test_train_cuda; then
-    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout 150 test_train_cuda > "$OUT/test_train_cuda.log" 2>&1
-    gtest_lines "$OUT/test_train_cuda.log"
-  fi
-  if have test_parallel; then
-    timeout 120 test_parallel --gtest_filter="*Nccl*:*nccl*:*Gpu*" > "$OUT/test_parallel_gpu.log" 2>&1
-    gtest_lines "$OUT/test_parallel_gpu.log" 8
-  fi
-  timeout 120 cnnergy train --model lenet5 --data fashion-mnist:/tmp/fmnist --device cuda --epochs 5 --batch 64 \
-    --out "$OUT/lenet_gpu.json" 2>&1 | tail -16
+  local manifest=$CARRY/gpu_tests.txt limit=${GPU_TEST_LIMIT_S:-300} status=0
+  [ -s "$manifest" ] || { echo "tests: no $manifest (run scripts/pack_device.sh on a CUDA build)" >&2; return 2; }
+  local t0=$SECONDS
+  while read -r name; do
+    [ -n "$name" ] || continue
+    if [ ! -x "$CARRY/bin/$name" ]; then echo "$name: not carried"; status=1; continue; fi
+    local s=$SECONDS
+    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout "$limit" "$CARRY/bin/$name" --gtest_output="xml:$OUT/$name.xml" \
+      > "$OUT/$name.log" 2>&1
+    local rc=$?
+    python3 "$CARRY/gtest_summary.py" "$name" "$OUT/$name.xml" "$rc" "$((SECONDS - s))" || status=1
+    [ "$rc" = 0 ] || { status=1; grep -E "^\[  FAILED  \]|Failure$" "$OUT/$name.log" | head -20; }
+  done < "$manifest"
+  echo "all GPU test binaries: $((SECONDS - t0)) s, $([ $status = 0 ] && echo passed || echo FAILED)"
+  return $status
 }
 
 # ---- throughput-matrix: images/s of our training step against eager PyTorch, cell by cell ---------
@@ -176,6 +183,35 @@ run_sweep_report() {
   timeout 200 cnnergy sweep --model resnet34 --batch 64,128,256 --precision fp32,bf16 --layout nhwc --window-s 2 \
     --windows 3 --warmup 5 --db "$OUT/sweep.db" --report "$OUT/sweep_report.html" 2>&1 | tail -30
   cnnergy sweep --model resnet50 --power-limit all:50 --dry-run 2>&1 | tail -5
+}
+
+# ---- stability: does the main job name the same optimum when run again? ------------------------
+# First instant vs 1 s-average power against the energy counter on short windows under load
+# (bench/power_fields.py over `monitor --jsonl`, about a minute), then the README's main job (ResNet-34
+# batch x precision; interleaved order and settled starts by default) RUNS times (3) in one call, each
+# with the bootstrap stability of its optima, the reference's drift and the share of its wall time
+# spent settling (target: at most 20 %). Read-only: no GPU setting is changed. STAB_TIMEOUT (150 s per
+# run), STAB_WINDOW_S (2) and POWER_WINDOWS_S override.
+run_stability() {
+  gpu_info
+  echo "== instant vs 1 s-average power against the counter, short windows under load =="
+  timeout 75 cnnergy monitor --interval-ms 20 --jsonl "$OUT/power_fields.jsonl" -- \
+    cnnergy train --model resnet50 --data synthetic --device cuda --precision bf16 --layout nhwc --batch 128 \
+      --epochs 1 --dataset-size 51200 --max-iters 300 > "$OUT/power_fields_monitor.log" 2>&1
+  echo "exit $?"
+  python3 "$CARRY/power_fields.py" "$OUT/power_fields.jsonl" --windows-s "${POWER_WINDOWS_S:-0.25,0.5,1,2,5}" \
+    | tee "$OUT/power_fields.md"
+  local runs=${RUNS:-3} i
+  for i in $(seq 1 "$runs"); do
+    echo "== main job, run $i of $runs =="
+    timeout "${STAB_TIMEOUT:-150}" cnnergy sweep --model resnet34 --batch 64,128,256 --precision fp32,bf16 \
+      --layout nhwc --window-s "${STAB_WINDOW_S:-2}" --stability 1000 --new --db "$OUT/stability.db" \
+      --report "$OUT/stability_run$i.html" > "$OUT/stability_run$i.log" 2>&1
+    echo "exit $?"; grep -E "^min |^max |reference drift|steady starts|^trials:" "$OUT/stability_run$i.log" \
+      | cut -c1-240
+  done
+  echo "== the runs against each other =="
+  cnnergy report "$OUT/stability.db" 2>&1 | sed -n '/^reruns of sweep/,$p'
 }
 
 # ---- accuracy-vs-batch: does a larger batch cost accuracy for the same epochs (Castro et al. 2019,

@@ -8,13 +8,17 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$repo/build/device}
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCNNERGY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build "$build" -j "${CNNERGY_JOBS:-2}" --target cnnergy bench_train_throughput test_backend_cuda cnnergy_api \
+# Every GPU test binary, as the build lists them (gpu_tests.txt: the tests labelled gpu).
+mapfile -t gpu_tests < "$build/gpu_tests.txt"
+gpu_targets=(); for t in "${gpu_tests[@]}"; do [ -n "$t" ] && gpu_targets+=("$(basename "$t")"); done
+cmake --build "$build" -j "${CNNERGY_JOBS:-2}" --target cnnergy bench_train_throughput cnnergy_api "${gpu_targets[@]}" \
   ${CNNERGY_EXTRA_TARGETS:-}
 out=$repo/.carry
 rm -rf "$out"; mkdir -p "$out/bin" "$out/lib" "$out/data"
-for b in "$build"/bin/* "$build"/tests/backend_cuda/test_backend_cuda ${CNNERGY_EXTRA_BINS:-}; do
+for b in "$build"/bin/* "${gpu_tests[@]}" ${CNNERGY_EXTRA_BINS:-}; do
   [ -f "$b" ] && [ -x "$b" ] && cp "$b" "$out/bin/" && strip --strip-unneeded "$out/bin/$(basename "$b")" 2>/dev/null || true
 done
+printf '%s\n' "${gpu_targets[@]}" > "$out/gpu_tests.txt"
 # Libraries outside glibc and CUDA that the binaries need.
 for b in "$out"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
@@ -29,6 +33,8 @@ done
 if [ -d "$build/python/cnnergy" ]; then
   mkdir -p "$out/python/cnnergy"
   cp "$build"/python/cnnergy/*.py "$build"/python/cnnergy/*.pyi "$out/python/cnnergy/"
+  mkdir -p "$out/python/cnnergy/integrations"
+  cp "$build"/python/cnnergy/integrations/*.py "$out/python/cnnergy/integrations/"
   cp -L "$build/lib/libcnnergy.so.1" "$out/python/cnnergy/" && strip --strip-unneeded "$out/python/cnnergy/libcnnergy.so.1"
 fi
 # Fashion-MNIST (30 MB) for the GPU training tests; CNNERGY_PACK_DATA=0 leaves it out (the tree that
@@ -56,6 +62,8 @@ esac
 cp "$repo"/bench/*.py "$repo"/bench/*.sh "$out/"; cp "$repo"/scripts/device_*.sh "$out/" 2>/dev/null || true
 # OpenBLAS alone is 36 MB: the libraries travel xz-compressed (the tree that travels is capped at 64 MiB).
 tar -cJf "$out/lib.tar.xz" -C "$out/lib" . && rm -rf "$out/lib"
+# The binaries too (the GPU test binaries carry their kernels for sm_90): device_env.sh unpacks them.
+tar -cJf "$out/bin.tar.xz" -C "$out/bin" . && rm -rf "$out/bin"
 du -sh "$out"; du -sh "$out"/*
 [ "${CNNERGY_PACK_MPI:-1}" = 0 ] || "$repo/scripts/pack_openmpi.sh" || echo "pack_device: scripts/pack_openmpi.sh failed: no .carry/openmpi.tar.xz (mpirun)" >&2
 tree_b=$(( $(du -sb "$out" | cut -f1) + $(git -C "$repo" ls-files -z | (cd "$repo" && xargs -0 du -cb 2>/dev/null) | tail -1 | cut -f1) ))

@@ -12,6 +12,7 @@ packages=(cmake g++ make pkg-config libgtest-dev libopenblas-dev libsqlite3-dev 
           libcli11-dev
           libdnnl-dev  # oneDNN: the CPU convolution's forward pass (without it, OpenBLAS im2col)
           pybind11-dev python3-dev
+          python3-build python3-venv python3-wheel python3-setuptools python3-pip  # the wheel (pyproject.toml)
           libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
           python3-torch python3-torchvision  # torchvision models exported to ONNX, logits compared
           slurm-wlm munge prometheus dpkg-dev)  # tests/cluster: a real Slurm and Prometheus, the .deb

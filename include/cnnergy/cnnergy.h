@@ -46,8 +46,9 @@ extern "C" {
 #define CNNERGY_EXPORT
 #endif
 
-/* 1.1.0: cnnergy_now_ns, cnnergy_window_begin_at / _end_at, cnnergy_monitor_window_count */
-#define CNNERGY_API_VERSION 10100
+/* 1.1.0: cnnergy_now_ns, cnnergy_window_begin_at / _end_at, cnnergy_monitor_window_count
+ * 1.2.0: cnnergy_gpu_knob_info_get (power-limit range, supported clocks, driver), cnnergy_memory_clock_set */
+#define CNNERGY_API_VERSION 10200
 #define CNNERGY_MAX_GPUS 64
 #define CNNERGY_NAME_MAX 128
 
@@ -188,7 +189,13 @@ CNNERGY_EXPORT cnnergy_status cnnergy_window_result(cnnergy_monitor* monitor, cn
  * it is collected or discarded). */
 CNNERGY_EXPORT cnnergy_status cnnergy_window_discard(cnnergy_monitor* monitor, cnnergy_window_id id);
 
-/* ---- knobs (journaled; see the top of this file) ---------------------------------------------- */
+/* ---- knobs (journaled; see the top of this file) ----------------------------------------------
+ * The changes take the path a `cnnergy` command takes: as root, directly through NVML (journaled
+ * in $CNNERGY_JOURNAL or ~/.cache/cnnergy); otherwise (since 1.2) through the cnnergyd daemon when
+ * its socket answers ($CNNERGY_DAEMON_SOCKET, default /run/cnnergy/cnnergyd.sock), which restores
+ * everything this process changed as soon as it ends, even after kill -9 (docs/daemon.md).
+ * $CNNERGY_KNOBS=auto|direct|daemon|dry-run picks one; PERMISSION without root and without a
+ * daemon names how to get one. */
 /* Sets GPU `gpu`'s power limit (INVALID_ARGUMENT naming the allowed range in W; PERMISSION without
  * root). Returns a lease: releasing it puts back the value before it (leases on the same GPU and
  * setting nest: the latest one still held is applied again). */
@@ -198,10 +205,35 @@ CNNERGY_EXPORT cnnergy_status cnnergy_power_limit_set(unsigned gpu, double watts
  * (INVALID_ARGUMENT names the nearest one). */
 CNNERGY_EXPORT cnnergy_status cnnergy_sm_clocks_lock(unsigned gpu, unsigned min_mhz,
                                                      unsigned max_mhz, cnnergy_knob_lease* lease);
+/* Since 1.2. Sets GPU `gpu`'s memory clock (locked where the driver can, else the application
+ * clock); `mhz` must be a supported memory clock (INVALID_ARGUMENT names the nearest one). */
+CNNERGY_EXPORT cnnergy_status cnnergy_memory_clock_set(unsigned gpu, unsigned mhz,
+                                                       cnnergy_knob_lease* lease);
 CNNERGY_EXPORT cnnergy_status cnnergy_knob_release(cnnergy_knob_lease lease);
 /* Restores every setting changed through this library in this process and deletes the journal. */
 CNNERGY_EXPORT cnnergy_status cnnergy_knob_restore_all(void);
 CNNERGY_EXPORT size_t cnnergy_knob_active(void); /* leases held */
+
+/* ---- what can be changed (since 1.2) ---------------------------------------------------------- */
+#define CNNERGY_MAX_CLOCKS 512
+typedef struct cnnergy_gpu_knob_info {
+  uint32_t struct_size;          /* sizeof(cnnergy_gpu_knob_info) (cnnergy_gpu_knob_info_init) */
+  unsigned index;                /* NVML index */
+  char name[96];
+  char uuid[96];
+  char driver_version[80];
+  double power_limit_min_w, power_limit_max_w;   /* NaN when the GPU does not say */
+  double power_limit_default_w, power_limit_current_w;
+  size_t sm_clock_count;         /* supported SM clocks at the highest memory clock, descending */
+  unsigned sm_clocks_mhz[CNNERGY_MAX_CLOCKS];
+  size_t mem_clock_count;        /* supported memory clocks, descending */
+  unsigned mem_clocks_mhz[CNNERGY_MAX_CLOCKS];
+} cnnergy_gpu_knob_info;
+
+CNNERGY_EXPORT void cnnergy_gpu_knob_info_init(cnnergy_gpu_knob_info* info);
+/* Reads GPU `gpu`'s knob ranges (reading needs no permission). NOT_SUPPORTED without NVML;
+ * INVALID_ARGUMENT for a GPU NVML does not see. */
+CNNERGY_EXPORT cnnergy_status cnnergy_gpu_knob_info_get(unsigned gpu, cnnergy_gpu_knob_info* info);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include "core/json.hpp"
 #include "report/export.hpp"
 #include "report/html_report.hpp"
+#include "report/stability_view.hpp"
 #include "report/table.hpp"
 #include "tune/metrics.hpp"
 #include "tune/store.hpp"
@@ -191,6 +192,8 @@ int run_report(const std::vector<std::string>& args) {
   p.option("eds-k", "comma-separated k values of the EDS lines in the normalised chart", "1.5,2");
   p.option("sweep", "only this sweep id (default: every sweep in the database)");
   p.flag("quiet", "do not print the terminal tables");
+  p.option("stability", "resample every trial's windows N times (bootstrap): how often each optimum would have won, "
+                        "in the optimum tables and the HTML (0 = off)", "0");
   if (!p.parse(args)) return 0;
   OutputSink sink(p, /*main_is_stdout=*/false);
 
@@ -200,6 +203,7 @@ int run_report(const std::vector<std::string>& args) {
   options.eds_k.clear();
   for (const auto& k : split_list(p.get("eds-k"), "--eds-k")) options.eds_k.push_back(tune::parse_objective("eds:" + k).eds_k);
   if (p.get_optional("sweep")) options.sweep_id = p.get_int("sweep", 1, INT64_MAX);
+  options.stability_resamples = static_cast<std::size_t>(p.get_int("stability", 0, 1000000));
 
   const tune::ResultStore store(p.get("DB"), tune::ResultStore::Mode::kReadOnly);
   const auto sweeps = store.sweeps();
@@ -214,10 +218,13 @@ int run_report(const std::vector<std::string>& args) {
     const report::SweepData d = report::load_sweep(store, s.id, options.objectives);
     report::print_trials_table(std::cout, d);
     std::cout << "\n";
-    report::print_optimum_table(std::cout, d);
+    const report::SweepStability stability = report::analyse_stability(d, options.stability_resamples);
+    report::print_optimum_table(std::cout, d, &stability);
     std::cout << "\n";
   }
   if (!found) throw InvalidArgument("results database " + store.path() + " has no sweep " + std::to_string(*options.sweep_id));
+  if (!options.sweep_id && !p.get_flag("quiet") && !sink.machine())  // reruns of one sweep (`sweep --new`)
+    report::print_rerun_agreement(std::cout, store, options.objectives);
   if (!options.sweep_id && !p.get_flag("quiet") && !sink.machine())
     for (const auto& s : studies) print_study_summary(std::cout, s);
   if (const auto out = p.get_optional("out")) {

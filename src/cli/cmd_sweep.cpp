@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -28,6 +29,7 @@
 #include "report/export.hpp"
 #include "report/html_report.hpp"
 #include "report/progress.hpp"
+#include "report/stability_view.hpp"
 #include "report/sweep_data.hpp"
 #include "report/table.hpp"
 #include "telemetry/nvml.hpp"
@@ -37,6 +39,7 @@
 #include "tune/run/infer_trial.hpp"
 #include "tune/run/runners.hpp"
 #include "tune/store.hpp"
+#include "tune/sweep_order.hpp"
 
 namespace cnnergy::cli {
 
@@ -104,8 +107,16 @@ void declare_flags(ArgParser& p) {
   p.deprecated_alias("reps", "windows", "--reps counted windows here but timed passes in profile");
   p.option("cv-threshold", "--windows auto: add windows while the coefficient of variation exceeds this [%]", "5");
   p.option("max-reps", "--windows auto: most windows per trial", "10");
-  p.option("cooldown-c", "before each trial wait until the GPU is at or below this temperature, in degrees C (0 = off)",
-           "0");
+  p.option("cooldown-c", "before each trial (every visit) wait, idle, until the GPU is at or below this temperature, "
+                         "in degrees C (0 = off)", "0");
+  p.option("settle-s", "before each visit's first window, keep the workload running until temperature and power "
+                       "have settled (their slopes over the last second below 0.1 C/s and 1 %/s), at most this many "
+                       "seconds (0 = off); the wait is shown and stored per trial", "60");
+  p.option("order", "the order of the windows: interleaved (A, B, C, A, B, C, ...: one window per visit, drift "
+                    "spread over every setting), random (each pass shuffled, seeded by the sweep key) or sequential "
+                    "(A, A, A, B, B, B, ...)", "interleaved", {"interleaved", "random", "sequential"});
+  p.option("stability", "resample every trial's windows N times (bootstrap) and say how often each optimum "
+                        "would have won: \"optimum in 97 % of resamples\" or \"unstable: ...\" (0 = off)", "0");
   p.group("Options");
   p.option("reference", "reference setting, e.g. power_limit_w=700 (default: the device default / first values)");
   p.option("search", "grid (every combination) or adaptive (one numeric knob, about a third of the trials)", "grid",
@@ -184,6 +195,7 @@ tune::MeasureSettings measure_settings(const ArgParser& p) {
     ms.repetitions = static_cast<int>(p.get_int("windows", 1, 1000));
   }
   ms.cooldown_max_c = p.get_double("cooldown-c", 0.0, 120.0);
+  ms.settle.max_wait_s = p.get_double("settle-s", 0.0, 3600.0);
   return ms;
 }
 
@@ -201,7 +213,9 @@ tune::SweepDefinition sweep_definition(const ArgParser& p, const DeviceSetup& de
   def.reference = p.get_optional("reference") ? def.space.parse_reference(p.get("reference"), dev.limits)
                                               : def.space.default_reference(dev.limits);
   def.settings = {{"warmup", p.get("warmup")}, {"window_s", p.get("window-s")}, {"min_iters", p.get("min-iters")},
-                  {"reps", p.get("windows")}, {"search", p.get("search")}};
+                  {"reps", p.get("windows")}, {"search", p.get("search")}, {"settle_s", p.get("settle-s")},
+                  {"order", p.get("search") == "adaptive" ? "sequential" : p.get("order")}};
+  if (p.get_double("cooldown-c", 0.0, 120.0) > 0) def.settings["cooldown_c"] = p.get("cooldown-c");
   if (p.get("windows") == "auto") {
     def.settings["cv_threshold_pct"] = p.get("cv-threshold");
     def.settings["max_reps"] = p.get("max-reps");
@@ -278,10 +292,25 @@ std::int64_t open_sweep_record(tune::ResultStore& store, const ArgParser& p, con
   return store.add_sweep(rec, p.get_optional("tag").value_or(""));
 }
 
+// --order: interleaved and random orders measure one window per visit, in as many passes as windows
+// were asked for (--windows auto: 3 passes, more for noisy trials up to --max-reps). The adaptive search
+// keeps its own order (sequential).
+tune::OrderOptions order_options(const ArgParser& p, const tune::SweepDefinition& def, const tune::MeasureSettings& ms) {
+  tune::OrderOptions o;
+  o.order = p.get("search") == "adaptive" ? tune::SweepOrder::kSequential : tune::parse_sweep_order(p.get("order"));
+  o.passes = ms.repetitions;
+  o.max_passes = std::max(ms.repetitions, ms.max_repetitions);
+  o.cv_threshold = ms.cv_threshold;
+  const std::string key = def.key();  // "sw-" + 16 hex digits: the shuffle is replayable from the sweep
+  o.seed = std::stoull(key.substr(3), nullptr, 16);
+  return o;
+}
+
 // "power_limit_w=300: ok" / "...: failed (message)" for the progress line of a finished trial.
 std::string trial_outcome(const tune::TrialRecord& r) {
   std::string s = r.spec.key + ": " + std::string(tune::trial_status_name(r.status));
   if (!r.error_message.empty()) s += " (" + r.error_message.substr(0, 80) + ")";
+  if (!r.measurement.settle_text.empty()) s += ", " + r.measurement.settle_text;
   return s;
 }
 
@@ -303,7 +332,9 @@ std::size_t run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_comma
     if (tune::HardwareKnobs::touches_hardware(t) && !hw)
       hw = std::make_unique<tune::HardwareKnobs>(open_knobs(p, dev.nvml, false, "", /*handle_signals=*/false),
                                                  std::vector<unsigned>{dev.gpu});
-  const tune::MeasureSettings ms = measure_settings(p);
+  tune::MeasureSettings ms = measure_settings(p);
+  const tune::OrderOptions order = order_options(p, def, ms);
+  if (order.order != tune::SweepOrder::kSequential) ms.repetitions = 1, ms.max_repetitions = 0;  // one window a visit
   const bool infer = !is_command && p.get("mode") == "infer";
   tune::InferSettings is;
   is.requests = p.get_int("requests", 1, 10000000);
@@ -325,8 +356,10 @@ std::size_t run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_comma
   }
 
   std::cerr << "sweep " << def.key() << " (" << plan.to_run.size() << " trials to run, " << plan.already_done
-            << " already done) -> " << p.get("db") << (dev.simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
-  report::ProgressBar bar(plan.to_run.size());
+            << " already done; " << tune::sweep_order_name(order.order) << " order"
+            << (order.order == tune::SweepOrder::kRandom ? ", seed " + std::to_string(order.seed) : std::string())
+            << ") -> " << p.get("db") << (dev.simulated ? "  [SIMULATED DEVICE]" : "") << "\n";
+  report::ProgressBar bar(p.get("search") == "adaptive" ? plan.to_run.size() : tune::planned_visits(plan, order));
   auto progress = [&](const tune::SweepProgress& pr) {
     if (pr.last && pr.last->measurement.algo_search_ms && *pr.last->measurement.algo_search_ms > 0)
       log_info("trial " + pr.last->spec.key + ": convolution algorithm search " +
@@ -361,8 +394,8 @@ std::size_t run_trials(const ArgParser& p, const DeviceSetup& dev, bool is_comma
     }
   } else {
     tune::FailurePolicy policy(static_cast<std::size_t>(p.get_int("max-failures", 0, 1 << 20)));
-    const auto out =
-        tune::execute_sweep(store, sweep_id, plan, runner, policy, [&] { return interrupt.requested(); }, progress);
+    const auto out = tune::execute_sweep_in_order(store, sweep_id, plan, runner, policy, order,
+                                                  [&] { return interrupt.requested(); }, progress);
     bar.finish();
     std::cout << "trials: " << out.ok << " ok, " << out.failed << " failed, " << out.does_not_fit << " did not fit, "
               << out.skipped << " skipped"
@@ -393,7 +426,9 @@ std::string report_results(const ArgParser& p, const tune::ResultStore& store, s
   if (simulated) std::cout << "\n[SIMULATED DEVICE: energy, power and clocks come from the fake NVML model]\n";
   report::print_trials_table(std::cout, data);
   std::cout << "\n";
-  report::print_optimum_table(std::cout, data);
+  const auto resamples = static_cast<std::size_t>(p.get_int("stability", 0, 1000000));
+  const report::SweepStability stability = report::analyse_stability(data, resamples);
+  report::print_optimum_table(std::cout, data, &stability);
   std::string unmet;
   if (p.get_optional("model") && p.get("mode") == "infer") {
     std::optional<double> bound;
@@ -404,6 +439,7 @@ std::string report_results(const ArgParser& p, const tune::ResultStore& store, s
   if (auto path = p.get_optional("report")) {
     report::HtmlReportOptions ho;
     ho.sweep_id = sweep_id;
+    ho.stability_resamples = resamples;
     if (simulated) ho.title = "cnnergy sweep on a SIMULATED device";
     report::write_html_report(store, *path, ho);
     std::cout << "report: " << *path << "\n";
@@ -434,6 +470,7 @@ int run_sweep(const std::vector<std::string>& args) {
   }
   if (p.get("mode") == "infer") p.get_int("requests", 1, 10000000);
   measure_settings(p);
+  p.get_int("stability", 0, 1000000);  // refused before anything runs
 
   const DeviceSetup dev = open_device(p, is_command);
   const tune::SweepDefinition def = sweep_definition(p, dev, is_command);
@@ -450,9 +487,18 @@ int run_sweep(const std::vector<std::string>& args) {
   po.resume = p.get_flag("resume");
   if (auto s = p.get_optional("shard")) po.shard = tune::parse_shard(*s);
   const auto existing = store.find_sweep(def.key());
+  // An interleaved sweep cut short leaves trials stored ok with fewer windows than asked: --resume adds the rest.
+  std::map<std::string, std::size_t> stored_windows;
+  const int min_windows = p.get("windows") == "auto" ? 3 : static_cast<int>(p.get_int("windows", 1, 1000));
+  if (existing && po.resume && p.get("order") != "sequential" && p.get("search") != "adaptive")
+    for (const auto& t : store.trials(existing->id)) stored_windows[t.summary.key] = t.repetitions;
   const auto plan = tune::plan_sweep(trials, po, [&](const std::string& key) -> std::optional<tune::TrialStatus> {
     if (!existing || !po.resume) return std::nullopt;
-    return store.trial_status(existing->id, key);
+    const auto st = store.trial_status(existing->id, key);
+    if (st == tune::TrialStatus::kOk && stored_windows.count(key) &&
+        stored_windows[key] < static_cast<std::size_t>(min_windows))
+      return std::nullopt;
+    return st;
   });
   if (existing && !po.resume && !p.get_flag("new")) {
     if (!p.get_flag("dry-run")) refuse_duplicate_sweep(*existing, store, args);

@@ -141,7 +141,8 @@ std::string MetricsState::render() const {
             return g.energy_mj ? double(*g.energy_mj) / 1000.0 : g.integrated_mj / 1000.0;
           });
   per_gpu("cnnergy_gpu_power_watts", "gauge", "watts",
-          "GPU power (instant where the GPU reports it, else NVML's averaged power usage)", "",
+          "GPU power: NVML's instant field where the GPU reports it, else its power usage (a 1 s average "
+          "on Ampere and later; the JSON-lines stream's power_field says which)", "",
           [](const G& g) -> O { return g.power_mw ? O(*g.power_mw / 1000.0) : O(); });
   per_gpu("cnnergy_gpu_power_average_watts", "gauge", "watts", "GPU power, the driver's 1 s average",
           "", [](const G& g) -> O {
@@ -243,6 +244,7 @@ void JsonlStream::on_sample(const telemetry::Sample& s) {
     x["gpu"] = gpus_[slot].index;
     x["uuid"] = gpus_[slot].uuid;
     x["power_w"] = scaled(g.power_mw, 1e-3);
+    x["power_field"] = g.power_mw ? Json(g.power_is_instant ? "instant" : "average_1s") : Json();  // which NVML field
     x["power_average_w"] = scaled(g.power_average_mw, 1e-3);
     x["energy_counter_j"] = scaled(g.energy_mj, 1e-3);
     x["integrated_energy_j"] = g.integrated_mj / 1000.0;

@@ -175,7 +175,8 @@ void export_json(const ResultStore& store, const std::string& path) {
         for (double v : r.energy_mj) e.emplace_back(v);
         reps.emplace_back(Json::Object{{"elapsed_ms", Json(r.elapsed_ms)}, {"iterations", Json(r.iterations)},
                                        {"energy_mj", Json(std::move(e))}, {"peak_power_w", opt(r.peak_power_w)},
-                                       {"max_temperature_c", opt(r.max_temperature_c)}, {"energy_source", Json(r.energy_source)}});
+                                       {"max_temperature_c", opt(r.max_temperature_c)}, {"energy_source", Json(r.energy_source)},
+                                       {"sequence", r.sequence ? Json(*r.sequence) : Json()}, {"settle_s", opt(r.settle_s)}});
         const std::size_t ri = reps.size() - 1;
         if (ri < rec.measurement.repetition_telemetry_json.size())
           reps.back()["telemetry"] = telemetry_or_null(rec.measurement.repetition_telemetry_json[ri]);
@@ -200,6 +201,7 @@ void export_json(const ResultStore& store, const std::string& path) {
           {"eds_k1.5", opt(objective_value(t.summary, kEds15, ref, ps))},
           {"repetitions", Json(std::move(reps))}, {"phases", Json(std::move(phases))}, {"layers", Json(std::move(layers))}});
       trials.back()["telemetry"] = telemetry_or_null(rec.measurement.telemetry_json);
+      trials.back()["settle_s"] = opt(rec.measurement.settle_s);  // waits for steady starts, every visit
     }
     Json::Array optima, pareto;
     for (const Optimum& o : d.analysis.optima)

@@ -9,6 +9,7 @@
 #include "report/convbench_html.hpp"
 #include "report/export.hpp"
 #include "report/report_charts.hpp"
+#include "report/stability_view.hpp"
 #include "report/svg.hpp"
 #include "report/sweep_data.hpp"
 #include "report/sweep_title.hpp"
@@ -79,15 +80,17 @@ std::string environment_table(const SweepRecord& s) {
   return o + "</table>\n";
 }
 
-std::string optimum_table(const SweepData& d) {
+std::string optimum_table(const SweepData& d, const SweepStability& st) {
+  const bool with_stability = st.resamples > 0;
   const char* unit = d.analysis.per_sample ? "sample" : "iteration";
   std::string o = "<table class=\"optima\"><tr>" + th("target metric", true) + th("value") + th("95 % interval") +
-                  th("knobs", true) + th("verdict", true) + th("avg power") +
+                  th("knobs", true) + th("verdict", true) + (with_stability ? th("stability", true) : "") + th("avg power") +
                   th(std::string("energy / ") + unit) + th("energy vs default") + th(std::string("time / ") + unit) +
                   th("time vs default") + "</tr>\n";
   if (d.analysis.reference) {
     const std::size_t r = *d.analysis.reference;
     o += "<tr class=\"ref\">" + td("default (reference)", true) + td("-") + td("-") + td(d.label(r), true) + td("", true) +
+         (with_stability ? td("", true) : "") +
          td(format_metric(d, r, Metric::kAvgPower, "W")) + td(format_metric(d, r, d.analysis.energy_metric(), "J")) + td("-") +
          td(format_metric(d, r, d.analysis.time_metric(), "ms")) + td("-") + "</tr>\n";
   }
@@ -95,6 +98,7 @@ std::string optimum_table(const SweepData& d) {
     const std::string u = opt.objective.kind == Objective::Kind::kEds ? "" : std::string(metric_unit(opt.objective.metric));
     o += "<tr>" + td((opt.objective.maximise() ? "max " : "min ") + opt.objective.label(), true) + td(format_quantity(opt.value, u)) +
          td(format_interval(opt, u)) + td(d.label(opt.trial), true) + td(format_verdict(d, opt), true) +
+         (with_stability ? td(stability_cell(d, st, opt.objective), true) : "") +
          td(format_metric(d, opt.trial, Metric::kAvgPower, "W")) + td(format_metric(d, opt.trial, d.analysis.energy_metric(), "J")) +
          td(format_percent(opt.energy_change_pct)) + td(format_quantity(opt.time, "ms")) + td(format_percent(opt.time_change_pct)) + "</tr>\n";
   }
@@ -140,7 +144,9 @@ std::string sweep_section(const ResultStore& store, const SweepData& d, const Ht
        (d.analysis.per_sample ? "sample" : "iteration") + ", all GPUs together; values are medians over the repetitions; \u00b1 is the " + std::string(kIntervalMethod) + ", relative to the mean.</p>\n";
   if (!d.sweep.notes.empty()) o += "<p class=\"note\">Notes: <code>" + html_escape(d.sweep.notes) + "</code></p>\n";
   o += "<h3>Environment</h3>\n" + environment_table(d.sweep);
-  o += "<h3>Optimum per metric</h3>\n" + optimum_table(d);
+  const SweepStability st = analyse_stability(d, options.stability_resamples);
+  o += "<h3>Optimum per metric</h3>\n" + optimum_table(d, st);
+  if (const std::string rep = stability_html(d, st); !rep.empty()) o += "<h3>Repeatability</h3>\n" + rep;
   const std::string norm = detail::normalised_chart(d, options.eds_k, id + "-norm");
   if (!norm.empty()) {
     o += "<h3>Energy against time, normalised to the default</h3>\n<div class=\"charts\">" + norm + "</div>\n";

@@ -20,6 +20,7 @@ struct HtmlReportOptions {
   std::vector<double> eds_k = {1.5, 2.0};  // EDS iso-lines in the normalised chart
   std::optional<std::int64_t> sweep_id;    // only this sweep (default: every sweep in the store)
   std::string title;                       // default: "cnnergy report: <file name>"
+  std::size_t stability_resamples = 0;     // > 0: bootstrap stability of every optimum (report/stability_view.hpp)
 };
 
 std::string render_html_report(const tune::ResultStore& store, const HtmlReportOptions& options = {});

@@ -41,6 +41,9 @@ SweepData load_sweep(const ResultStore& store, std::int64_t sweep_id, const std:
     TrialRecord rec = store.read_trial(d.trials[i].id);
     if (!rec.measurement.phases.empty()) d.phases[i] = std::move(rec.measurement.phases);
     if (!rec.measurement.layers.empty()) d.layers[i] = std::move(rec.measurement.layers);
+    rec.measurement.phases.clear();
+    rec.measurement.layers.clear();
+    d.measurements[i] = std::move(rec.measurement);
   }
   for (const auto& [k, v] : values)
     if (v.size() > 1) d.knobs.push_back(k);

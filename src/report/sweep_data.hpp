@@ -21,6 +21,9 @@ struct SweepData {
   tune::Analysis analysis;
   std::map<std::size_t, std::vector<tune::PhaseMeasurement>> phases;  // by position in `trials`
   std::map<std::size_t, std::vector<tune::LayerMeasurement>> layers;
+  // Each finished trial's windows (time order, settle waits) for the stability views; phases and
+  // layers are moved out into the maps above.
+  std::map<std::size_t, tune::TrialMeasurement> measurements;
   std::vector<tune::Knob> knobs;  // knobs that vary in this sweep, canonical order
 
   const tune::TrialSummary* reference() const {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/errors.hpp"
+#include "report/stability_view.hpp"
 #include "report/sweep_title.hpp"
 #include "tune/significance.hpp"
 
@@ -120,7 +121,8 @@ void print_trials_table(std::ostream& out, const SweepData& d) {
   if (!ref) out << "no reference trial finished: EDS and savings against the default are not available\n";
 }
 
-void print_optimum_table(std::ostream& out, const SweepData& d) {
+void print_optimum_table(std::ostream& out, const SweepData& d, const SweepStability* stability) {
+  const bool with_stability = stability && stability->resamples > 0;
   const bool ps = d.analysis.per_sample;
   const char* unit_name = ps ? "sample" : "iteration";
   TextTable t;
@@ -129,6 +131,7 @@ void print_optimum_table(std::ostream& out, const SweepData& d) {
   t.add_column("95 % interval");
   t.add_column("knobs", TextTable::Align::kLeft);
   t.add_column("verdict", TextTable::Align::kLeft);
+  if (with_stability) t.add_column("stability", TextTable::Align::kLeft);
   t.add_column("avg power");
   t.add_column(std::string("energy/") + unit_name);
   t.add_column("energy vs default");
@@ -136,16 +139,22 @@ void print_optimum_table(std::ostream& out, const SweepData& d) {
   t.add_column("time vs default");
   if (d.analysis.reference) {
     const std::size_t r = *d.analysis.reference;
-    t.add_row({"default (reference)", "-", "-", d.label(r), "", format_metric(d, r, Metric::kAvgPower, "W"),
-               format_metric(d, r, d.analysis.energy_metric(), "J"), "-", format_metric(d, r, d.analysis.time_metric(), "ms"),
-               "-"});
+    std::vector<std::string> row = {"default (reference)", "-", "-", d.label(r), "", format_metric(d, r, Metric::kAvgPower, "W"),
+                                    format_metric(d, r, d.analysis.energy_metric(), "J"), "-",
+                                    format_metric(d, r, d.analysis.time_metric(), "ms"), "-"};
+    if (with_stability) row.insert(row.begin() + 5, "");
+    t.add_row(row);
   }
   for (const Optimum& o : d.analysis.optima) {
     const std::string unit = o.objective.kind == Objective::Kind::kEds ? "" : std::string(metric_unit(o.objective.metric));
-    t.add_row({(o.objective.maximise() ? "max " : "min ") + o.objective.label(), format_quantity(o.value, unit),
-               format_interval(o, unit), d.label(o.trial), format_verdict(d, o), format_metric(d, o.trial, Metric::kAvgPower, "W"),
-               format_metric(d, o.trial, d.analysis.energy_metric(), "J"), format_percent(o.energy_change_pct),
-               format_quantity(o.time, "ms"), format_percent(o.time_change_pct)});
+    std::vector<std::string> row = {(o.objective.maximise() ? "max " : "min ") + o.objective.label(),
+                                    format_quantity(o.value, unit), format_interval(o, unit), d.label(o.trial),
+                                    format_verdict(d, o), format_metric(d, o.trial, Metric::kAvgPower, "W"),
+                                    format_metric(d, o.trial, d.analysis.energy_metric(), "J"),
+                                    format_percent(o.energy_change_pct), format_quantity(o.time, "ms"),
+                                    format_percent(o.time_change_pct)};
+    if (with_stability) row.insert(row.begin() + 5, stability_cell(d, *stability, o.objective));
+    t.add_row(row);
   }
   out << t.render();
   out << "interval: " << kIntervalMethod << "; overlapping intervals are \"not distinguishable\"\n";
@@ -154,6 +163,7 @@ void print_optimum_table(std::ostream& out, const SweepData& d) {
     for (std::size_t k = 0; k < d.analysis.pareto.size(); ++k) out << (k ? "; " : "") << d.label(d.analysis.pareto[k]);
     out << "\n";
   }
+  if (stability) print_stability(out, d, *stability);
 }
 
 }  // namespace cnnergy::report

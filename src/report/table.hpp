@@ -32,7 +32,10 @@ std::size_t display_width(const std::string& s);
 // One row per trial: knobs, status, time and energy per work unit with their spread, power, EDP,
 // EDS(k=2) against the reference, GFLOPS/W; failed trials show their error.
 void print_trials_table(std::ostream& out, const SweepData& data);
-// One row per objective: the optimum, and what it saves and costs against the default.
-void print_optimum_table(std::ostream& out, const SweepData& data);
+struct SweepStability;
+// One row per objective: the optimum, and what it saves and costs against the default; with
+// `stability` (report/stability_view.hpp) a column of how often it was the optimum in resamples,
+// and the reference's drift and the settle time below the table.
+void print_optimum_table(std::ostream& out, const SweepData& data, const SweepStability* stability = nullptr);
 
 }  // namespace cnnergy::report

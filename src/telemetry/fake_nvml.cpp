@@ -11,7 +11,8 @@
 // average power, clocks, utilisation, temperature) are snapshots taken at the ticks, as on real
 // hardware, and an energy-counter read sleeps CNNERGY_FAKE_NVML_ENERGY_READ_MS. Settings (power
 // limit, locked and application clocks) persist in $CNNERGY_FAKE_NVML_STATE so a later process sees
-// them.
+// them. CNNERGY_FAKE_NVML_THERMAL adds a thermal model (fake_nvml_model.hpp, Thermal): temperature
+// relaxing towards a power-dependent target, leakage power growing with it.
 //
 // A C-ABI driver has process-wide state by nature (nvmlInit/nvmlShutdown are global): it lives in
 // one object behind one mutex, reached through fake(); nothing else in cnnergy keeps such state.

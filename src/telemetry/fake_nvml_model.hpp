@@ -98,7 +98,21 @@ struct Gpu {
   Sensors sensors;
   double nvlink_tx_kib = 0, nvlink_rx_kib = 0;  // cumulative, advanced at every tick
   bool lost = false;
+  double temperature_c = 0;          // thermal model only: the die temperature now
+  std::int64_t temperature_t_ns = 0;  // when temperature_c was last brought up to date
 };
+
+// The optional thermal model (CNNERGY_FAKE_NVML_THERMAL="tau_s,c_per_w,leak_w_per_c"): the die
+// temperature relaxes towards kAmbientC + c_per_w * P with time constant tau_s, and leakage adds
+// leak_w_per_c watts per degree above kAmbientC to the board power (the power cap included), so a
+// hot GPU draws more and, at its cap, clocks lower. Off by default: temperature then follows power
+// at once (kAmbientC + 0.06 W^-1 * P) and adds nothing.
+struct Thermal {
+  bool on = false;
+  double tau_s = 20, c_per_w = 0.06, leak_w_per_c = 0;
+  std::string file;  // shared state, so the metering process and the job's process agree
+};
+inline constexpr double kAmbientC = 30.0;
 
 struct Config {
   unsigned count = 2;
@@ -117,6 +131,7 @@ struct Config {
   std::vector<std::string> unsupported;
   std::vector<unsigned> lost;
   nvmlReturn_t init_error = NVML_SUCCESS;
+  Thermal thermal;
 };
 
 class FakeDriver {
@@ -155,7 +170,20 @@ class FakeDriver {
     for (auto& g : gpus) {
       g.history.push_back({t0, 1.0e6 * (g.handle.index + 1), 0.0});
       g.next_tick = t0 + g.phase_ns;
+      g.temperature_c = kAmbientC;  // leakage-free first power, then its steady temperature
       g.history.back().power_w = true_power_w(g, nullptr, nullptr, nullptr);
+      g.temperature_c = kAmbientC + cfg.thermal.c_per_w * g.history.back().power_w;
+      g.temperature_t_ns = 0;
+      if (cfg.thermal.on) {
+        read_thermal_file(g);  // another process's state, when there is one, then brought up to now
+        if (g.temperature_t_ns > 0 && g.temperature_t_ns < t0) {
+          const double target = kAmbientC + cfg.thermal.c_per_w * g.history.back().power_w;
+          const double dt_s = static_cast<double>(t0 - g.temperature_t_ns) * 1e-9;
+          g.temperature_c = target + (g.temperature_c - target) * std::exp(-dt_s / cfg.thermal.tau_s);
+        }
+        g.history.back().power_w = true_power_w(g, nullptr, nullptr, nullptr);
+      }
+      g.temperature_t_ns = std::max(g.temperature_t_ns, t0);
       if (g.next_tick == t0) g.next_tick += cfg.update_ns;
       take_snapshot(g, t0);  // readings exist from the start
     }
@@ -225,9 +253,14 @@ class FakeDriver {
       cfg.mem_clocks.push_back(static_cast<unsigned>(f));
     if (cfg.mem_clocks.empty()) cfg.mem_clocks = {2619};
     std::sort(cfg.mem_clocks.begin(), cfg.mem_clocks.end());
+    if (auto th = parse_numbers(env_or("CNNERGY_FAKE_NVML_THERMAL", "")); th.size() == 3 && th[0] > 0) {
+      cfg.thermal.on = true;
+      cfg.thermal.tau_s = th[0], cfg.thermal.c_per_w = th[1], cfg.thermal.leak_w_per_c = th[2];
+    }
     cfg.loads = parse_numbers(env_or("CNNERGY_FAKE_NVML_LOAD", ""));
     cfg.load_file = env_or("CNNERGY_FAKE_NVML_LOAD_FILE", "");
     cfg.state_file = env_or("CNNERGY_FAKE_NVML_STATE", "");
+    cfg.thermal.file = cfg.state_file.empty() ? std::string() : cfg.state_file + ".thermal";
     std::istringstream fail(env_or("CNNERGY_FAKE_NVML_FAIL", ""));
     std::string tok;
     while (std::getline(fail, tok, ',')) {
@@ -261,7 +294,52 @@ class FakeDriver {
     const double v = 0.70 + 0.30 * (fmax > fmin ? (f - fmin) / (fmax - fmin) : 1.0);
     const double fm = mem_clock(g), fm_max = cfg.mem_clocks.back();
     return cfg.idle_w + cfg.dyn_max_w * util * (f / fmax) * (v * v) +
-           cfg.mem_w * util * (fm / fm_max);
+           cfg.mem_w * util * (fm / fm_max) + leakage_w(g);
+  }
+
+  double leakage_w(const Gpu& g) const {
+    return cfg.thermal.on ? cfg.thermal.leak_w_per_c * std::max(0.0, g.temperature_c - kAmbientC) : 0.0;
+  }
+
+  // --- thermal model (only with cfg.thermal.on)
+  // Brings the temperature up to t: exact relaxation over each piece of the (piecewise constant) true
+  // power since the last update. Another process's newer state (the shared file) is taken first.
+  void advance_temperature(Gpu& g, std::int64_t t) {
+    if (!cfg.thermal.on) return;
+    read_thermal_file(g);
+    std::size_t i = g.history.size();
+    while (i > 1 && g.history[i - 1].t_ns > g.temperature_t_ns) --i;  // the piece in force at temperature_t_ns
+    for (; i <= g.history.size() && g.temperature_t_ns < t; ++i) {
+      const std::int64_t end = i < g.history.size() ? std::min(t, g.history[i].t_ns) : t;
+      if (end <= g.temperature_t_ns) continue;
+      const double target = kAmbientC + cfg.thermal.c_per_w * g.history[i - 1].power_w;
+      const double dt_s = static_cast<double>(end - g.temperature_t_ns) * 1e-9;
+      g.temperature_c = target + (g.temperature_c - target) * std::exp(-dt_s / cfg.thermal.tau_s);
+      g.temperature_t_ns = end;
+    }
+    g.temperature_t_ns = std::max(g.temperature_t_ns, t);
+    write_thermal_file();
+  }
+
+  // "UUID t_ns temperature_c" per GPU; steady_clock is system-wide, so times compare across processes.
+  void read_thermal_file(Gpu& g) {
+    if (cfg.thermal.file.empty()) return;
+    std::ifstream in(cfg.thermal.file);
+    std::string uuid;
+    long long t = 0;
+    double c = 0;
+    while (in >> uuid >> t >> c)
+      if (uuid == g.uuid && t > g.temperature_t_ns) g.temperature_c = c, g.temperature_t_ns = t;
+  }
+
+  void write_thermal_file() const {
+    if (cfg.thermal.file.empty()) return;
+    const std::string tmp = cfg.thermal.file + ".tmp." + std::to_string(::getpid());
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      for (const auto& g : gpus) out << g.uuid << " " << g.temperature_t_ns << " " << g.temperature_c << "\n";
+    }
+    std::rename(tmp.c_str(), cfg.thermal.file.c_str());
   }
 
   // The operating point the GPU settles at with its settings and load (without sensor noise).
@@ -330,7 +408,8 @@ class FakeDriver {
     s.mem_mhz = mem_clock(g);
     s.util_gpu = static_cast<unsigned>(std::lround(util * 100));
     s.util_mem = static_cast<unsigned>(std::lround(util * 55));
-    s.temperature_c = static_cast<unsigned>(30.0 + 0.06 * g.history.back().power_w);
+    s.temperature_c = static_cast<unsigned>(cfg.thermal.on ? g.temperature_c
+                                                           : kAmbientC + 0.06 * g.history.back().power_w);
     s.mem_used_bytes = (600ull << 20) + static_cast<unsigned long long>(
                                             util * 0.9 * static_cast<double>(cfg.memory_total_mib << 20));
     s.pcie_tx_kb_s = static_cast<unsigned>(0.25 * util * cfg.pcie_peak_kb_s);
@@ -355,6 +434,7 @@ class FakeDriver {
       while (g.next_tick <= now) {
         const std::int64_t t = g.next_tick;
         ++g.tick_index;
+        advance_temperature(g, t);  // the new piece's leakage follows the temperature reached
         push_segment(g, t, noisy_power_w(g));
         take_snapshot(g, t);
         g.next_tick += cfg.update_ns;
@@ -363,7 +443,10 @@ class FakeDriver {
   }
 
   // An immediate change of the operating point (new load or setting): new true power from now.
-  void operating_point_changed(Gpu& g, std::int64_t now) { push_segment(g, now, noisy_power_w(g)); }
+  void operating_point_changed(Gpu& g, std::int64_t now) {
+    advance_temperature(g, now);
+    push_segment(g, now, noisy_power_w(g));
+  }
 
   // --- persisted settings
   // --------------------------------------------------------------------------

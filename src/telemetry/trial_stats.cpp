@@ -58,7 +58,11 @@ void GpuWindowStats::add(const GpuSample& g) {
     utilization_gpu_pct.add(g.utilization->gpu_percent);
     utilization_memory_pct.add(g.utilization->memory_percent);
   }
-  if (g.power_mw) power_w.add(*g.power_mw / 1e3);
+  if (g.power_mw) {
+    power_w.add(*g.power_mw / 1e3);
+    ++(g.power_is_instant ? power_instant_samples : power_usage_samples);
+  }
+  if (g.power_average_mw) power_average_w.add(*g.power_average_mw / 1e3);
   if (g.temperature_c) temperature_c.add(*g.temperature_c);
   if (g.sm_mhz) sm_clock_mhz.add(*g.sm_mhz);
   if (g.mem_mhz) mem_clock_mhz.add(*g.mem_mhz);
@@ -100,11 +104,21 @@ void fold_nvlink(GpuWindowStats& s) {
 }
 }  // namespace
 
+std::string GpuWindowStats::power_field() const {
+  if (power_instant_samples && power_usage_samples) return "mixed";
+  if (power_instant_samples) return "instant";
+  if (power_usage_samples) return "average_1s";
+  return "unknown";
+}
+
 void GpuWindowStats::merge(const GpuWindowStats& o) {
   samples += o.samples;
   utilization_gpu_pct.merge(o.utilization_gpu_pct);
   utilization_memory_pct.merge(o.utilization_memory_pct);
   power_w.merge(o.power_w);
+  power_instant_samples += o.power_instant_samples;
+  power_usage_samples += o.power_usage_samples;
+  power_average_w.merge(o.power_average_w);
   temperature_c.merge(o.temperature_c);
   sm_clock_mhz.merge(o.sm_clock_mhz);
   mem_clock_mhz.merge(o.mem_clock_mhz);
@@ -126,6 +140,10 @@ Json GpuWindowStats::to_json() const {
                  {"utilization_gpu_pct", s.utilization_gpu_pct.to_json()},
                  {"utilization_memory_pct", s.utilization_memory_pct.to_json()},
                  {"power_w", s.power_w.to_json()},
+                 {"power_field", Json(power_field())},
+                 {"power_instant_samples", Json(power_instant_samples)},
+                 {"power_usage_samples", Json(power_usage_samples)},
+                 {"power_average_w", s.power_average_w.to_json()},
                  {"temperature_c", s.temperature_c.to_json()},
                  {"sm_clock_mhz", s.sm_clock_mhz.to_json()},
                  {"mem_clock_mhz", s.mem_clock_mhz.to_json()},
@@ -161,6 +179,12 @@ GpuWindowStats GpuWindowStats::from_json(const Json& j) {
   s.utilization_gpu_pct = RunningStat::from_json(j["utilization_gpu_pct"]);
   s.utilization_memory_pct = RunningStat::from_json(j["utilization_memory_pct"]);
   s.power_w = RunningStat::from_json(j["power_w"]);
+  // Telemetry stored before the power field was recorded reads as "unknown".
+  if (j["power_instant_samples"].is_number())
+    s.power_instant_samples = static_cast<std::uint64_t>(j["power_instant_samples"].as_number());
+  if (j["power_usage_samples"].is_number())
+    s.power_usage_samples = static_cast<std::uint64_t>(j["power_usage_samples"].as_number());
+  s.power_average_w = RunningStat::from_json(j["power_average_w"]);
   s.temperature_c = RunningStat::from_json(j["temperature_c"]);
   s.sm_clock_mhz = RunningStat::from_json(j["sm_clock_mhz"]);
   s.mem_clock_mhz = RunningStat::from_json(j["mem_clock_mhz"]);

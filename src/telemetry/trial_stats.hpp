@@ -50,6 +50,12 @@ struct GpuWindowStats {
   unsigned nvml_index = 0;
   std::uint64_t samples = 0;
   RunningStat utilization_gpu_pct, utilization_memory_pct, power_w, temperature_c, sm_clock_mhz, mem_clock_mhz;
+  // Which NVML field power_w comes from: the instant field (GpuSample::power_is_instant) or the
+  // driver's power usage, a 1 s average on Ampere and later; power_average_w is always the latter.
+  // JSON: "power_field": "instant", "average_1s" or "mixed".
+  std::uint64_t power_instant_samples = 0, power_usage_samples = 0;
+  RunningStat power_average_w;
+  std::string power_field() const;
   std::optional<double> memory_used_peak_mib;
   std::uint64_t reason_samples = 0;  // samples whose reason mask was readable
   std::array<std::uint64_t, kReasonSlots> reason_counts{};

@@ -23,6 +23,11 @@ struct Repetition {
   std::optional<double> peak_power_w;      // highest sampled board power, summed over GPUs
   std::optional<double> max_temperature_c;
   std::string energy_source;               // how the meter got the energy ("counter", "sampled", ...)
+  // Time order: the window's place among every window of its sweep (1, 2, ...; empty where unknown),
+  // and the seconds the runner waited for a steady start just before it (settling and cool-down;
+  // empty where that visit did not wait, e.g. the second window of a visit).
+  std::optional<std::int64_t> sequence;
+  std::optional<double> settle_s;
 };
 
 struct PhaseMeasurement {  // per-phase time and energy of one iteration (Castro et al. 2019: load, forward, ...)
@@ -54,6 +59,11 @@ struct TrialMeasurement {
   // Wall time the trial's backend spent choosing convolution algorithms before its windows (outside
   // them; 0 where every decision came from the persistent cache). Not stored in the results DB yet.
   std::optional<double> algo_search_ms;
+  // Seconds the trial waited for thermally steady starts (cool-down and settling, every visit), and
+  // how the last wait ended, for the progress line ("settled in 2.1 s (T +0.03 C/s, P -0.2 %/s)";
+  // not stored).
+  std::optional<double> settle_s;
+  std::string settle_text;
 };
 
 // Metrics of one trial that need no other trial. EDS(k) needs the reference and is an Objective.

@@ -126,6 +126,9 @@ SqliteStmt& SqliteStmt::bind(int index, const std::string& v) {
   return *this;
 }
 SqliteStmt& SqliteStmt::bind(int index, const std::optional<double>& v) { return v ? bind(index, *v) : bind_null(index); }
+SqliteStmt& SqliteStmt::bind(int index, const std::optional<std::int64_t>& v) {
+  return v ? bind(index, *v) : bind_null(index);
+}
 SqliteStmt& SqliteStmt::bind_null(int index) {
   if (const int rc = sqlite3_bind_null(stmt_, index); rc != SQLITE_OK) db_.fail("bind", rc);
   return *this;
@@ -159,6 +162,9 @@ std::string SqliteStmt::get_text(int col) const {
 }
 std::optional<double> SqliteStmt::get_optional_double(int col) const {
   return is_null(col) ? std::nullopt : std::optional<double>(get_double(col));
+}
+std::optional<std::int64_t> SqliteStmt::get_optional_int(int col) const {
+  return is_null(col) ? std::nullopt : std::optional<std::int64_t>(get_int(col));
 }
 
 SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) { db_.exec_waiting("BEGIN IMMEDIATE"); }

@@ -56,6 +56,7 @@ class SqliteStmt {
   SqliteStmt& bind(int index, const std::string& v);
   SqliteStmt& bind(int index, const char* v) { return bind(index, std::string(v)); }
   SqliteStmt& bind(int index, const std::optional<double>& v);
+  SqliteStmt& bind(int index, const std::optional<std::int64_t>& v);
   SqliteStmt& bind_null(int index);
   // Binds the next parameter in order (1, 2, ...; reset() starts again at 1): long INSERTs stay readable.
   template <typename T>
@@ -74,6 +75,7 @@ class SqliteStmt {
   std::int64_t get_int(int col) const;
   std::string get_text(int col) const;  // "" for NULL
   std::optional<double> get_optional_double(int col) const;
+  std::optional<std::int64_t> get_optional_int(int col) const;
 
  private:
   SqliteDb& db_;

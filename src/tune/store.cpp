@@ -213,7 +213,8 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
       for (const auto& stmt : sql::schema()) db_->exec(stmt);
       for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
       for (const auto& stmt : sql::studies_table_v4()) db_->exec(stmt);
-      for (const auto& stmt : sql::job_id_column_v5()) db_->exec(stmt);
+      for (const auto& stmt : sql::order_columns_v5()) db_->exec(stmt);
+      for (const auto& stmt : sql::job_id_column_v6()) db_->exec(stmt);
     }
     tx.commit();
     if (create) return;
@@ -382,6 +383,7 @@ std::int64_t ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord&
     ly.run();
   }
   write_trial_telemetry(trial_id, m);
+  write_trial_order(trial_id, m);
   write_trial_job_id(trial_id, default_job_id_);
   return trial_id;
 }
@@ -494,6 +496,7 @@ TrialRecord ResultStore::read_trial(std::int64_t trial_id) const {
     t.measurement.layers.push_back(std::move(l));
   }
   read_trial_telemetry(trial_id, t.measurement);
+  read_trial_order(trial_id, t.measurement);
   return t;
 }
 

@@ -104,7 +104,9 @@ class ResultStore {
   // when another live process on this host holds the claim (or one on another host), or when the trial
   // was stored with a result (ok, does not fit) after this process planned it. Claims of processes that
   // died (PID and start time) are taken over; release_trial() drops ours once the trial is stored.
-  bool claim_trial(std::int64_t sweep_id, const std::string& key);
+  // `continuing`: the trial is stored ok with fewer windows than asked (an interleaved sweep cut short)
+  // and this process adds the rest; its ok status does not refuse the claim.
+  bool claim_trial(std::int64_t sweep_id, const std::string& key, bool continuing = false);
   void release_trial(std::int64_t sweep_id, const std::string& key);
   TrialRecord read_trial(std::int64_t trial_id) const;           // everything, repetitions included
   // Studies (store_studies.cpp), in one transaction each; studies() is empty for a database that
@@ -114,6 +116,9 @@ class ResultStore {
   // The trial's telemetry statistics (telemetry/trial_stats.hpp as JSON); "" when it has none or the
   // database predates schema 3.
   std::string trial_telemetry_json(std::int64_t trial_id) const;
+  // Time order (store_order.cpp): the highest repetition sequence number stored for the sweep (0 when
+  // none), so a resumed sweep numbers its windows after the earlier run's.
+  std::int64_t max_sequence(std::int64_t sweep_id) const;
 
  private:
   // Both run inside a transaction the caller holds.
@@ -126,7 +131,12 @@ class ResultStore {
   void write_trial_telemetry(std::int64_t trial_id, const TrialMeasurement& m);
   void read_trial_telemetry(std::int64_t trial_id, TrialMeasurement& m) const;
   std::int64_t insert_study(const StudyRecord& study);  // inside the caller's transaction
-  // Schema 5 (store_jobs.cpp): the trial's Slurm job id; "" where the database predates it.
+  // Schema 5 (store_order.cpp): settle seconds and window order, written after the base rows; absent
+  // from older databases opened read-only (they read as empty).
+  bool has_schema5_columns() const;
+  void write_trial_order(std::int64_t trial_id, const TrialMeasurement& m);
+  void read_trial_order(std::int64_t trial_id, TrialMeasurement& m) const;
+  // Schema 6 (store_jobs.cpp): the trial's Slurm job id; "" where the database predates it.
   void write_trial_job_id(std::int64_t trial_id, const std::string& job_id);
   std::string trial_job_id(std::int64_t trial_id) const;
   std::string default_job_id_;

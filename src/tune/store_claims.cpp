@@ -26,13 +26,14 @@ std::string this_host() {
 
 }  // namespace
 
-bool ResultStore::claim_trial(std::int64_t sweep_id, const std::string& key) {
+bool ResultStore::claim_trial(std::int64_t sweep_id, const std::string& key, bool continuing) {
   const long me = static_cast<long>(::getpid());
   const std::int64_t my_start = static_cast<std::int64_t>(process_start_ticks(me).value_or(0));
   const std::string host = this_host();
   SqliteTransaction tx(*db_);
   db_->exec(kClaimsTable);
-  if (const auto status = trial_status(sweep_id, key); status == TrialStatus::kOk || status == TrialStatus::kDoesNotFit)
+  if (const auto status = trial_status(sweep_id, key);
+      (status == TrialStatus::kOk && !continuing) || status == TrialStatus::kDoesNotFit)
     return false;  // another process stored it since we planned (tx rolls back)
   {
     SqliteStmt st(*db_, "SELECT host, pid, pid_start_ticks FROM trial_claims WHERE sweep_id = ? AND trial_key = ?");

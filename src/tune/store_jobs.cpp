@@ -1,6 +1,6 @@
-// Schema 5 of the results store: the Slurm job id of every trial, in a column of its own written
+// Schema 6 of the results store: the Slurm job id of every trial, in a column of its own written
 // right after the base row (inside the same transaction), so a site joins the trials' energy with
-// `sacct`. Databases before schema 5 opened read-only lack the column: their trials read as "".
+// `sacct`. Databases before schema 6 opened read-only lack the column: their trials read as "".
 #include "tune/sqlite.hpp"
 #include "tune/store.hpp"
 #include "tune/store_sql.hpp"

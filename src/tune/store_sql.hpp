@@ -4,7 +4,8 @@
 // upgrades the previous version (kUpgrades).
 // Version history: 1 (first); 2 adds the trials.cuda_graph knob column; 3 adds telemetry statistics
 // (trials.telemetry_json, repetitions.telemetry_json) and the sweep's tag (sweeps.tag); 4 adds the
-// studies table (a convolution study's whole JSON document, `cnnergy convbench --db`); 5 adds the
+// studies table (a convolution study's whole JSON document, `cnnergy convbench --db`); 5 adds time
+// order and steady starts (trials.settle_s, repetitions.sequence and repetitions.settle_s); 6 adds the
 // scheduler's job id of every trial (trials.slurm_job_id, for a join with `sacct`).
 #pragma once
 
@@ -16,7 +17,7 @@
 
 namespace cnnergy::tune::sql {
 
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // Version 3's columns, in their own list: added to a version-2 database by its first writer, and to
 // every new database right after the base schema.
@@ -38,8 +39,16 @@ inline std::vector<std::string> studies_table_v4() {
           ")"};
 }
 
-// Version 5's column, likewise: the Slurm job that measured the trial ("" outside Slurm).
-inline std::vector<std::string> job_id_column_v5() {
+// Version 5's columns, likewise: the seconds a trial (and each visit before a window) waited for a
+// steady start, and each window's place in the sweep's time order.
+inline std::vector<std::string> order_columns_v5() {
+  return {"ALTER TABLE trials ADD COLUMN settle_s REAL",
+          "ALTER TABLE repetitions ADD COLUMN sequence INTEGER",
+          "ALTER TABLE repetitions ADD COLUMN settle_s REAL"};
+}
+
+// Version 6's column, likewise: the Slurm job that measured the trial ("" outside Slurm).
+inline std::vector<std::string> job_id_column_v6() {
   return {"ALTER TABLE trials ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT ''"};
 }
 
@@ -61,8 +70,13 @@ inline std::vector<std::string> upgrade_from(int version) {
       return out;
     }
     case 4: {
-      auto out = job_id_column_v5();
+      auto out = order_columns_v5();
       out.push_back("UPDATE schema_info SET value = '5' WHERE key = 'schema_version'");
+      return out;
+    }
+    case 5: {
+      auto out = job_id_column_v6();
+      out.push_back("UPDATE schema_info SET value = '6' WHERE key = 'schema_version'");
       return out;
     }
     default:
@@ -76,7 +90,10 @@ inline const char* const kPragmas =
     "PRAGMA synchronous=FULL;"      // a trial costs minutes: pay the fsync so power loss keeps it too
     "PRAGMA foreign_keys=ON;";
 
-inline const char* const kHasTables = "SELECT count(*) FROM sqlite_master WHERE type='table'";
+// Side tables (outside the schema version) do not make a file a results database: the Python
+// optimizers may create the file with only their optimizer_decisions table.
+inline const char* const kHasTables =
+    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT IN ('trial_claims', 'optimizer_decisions')";
 inline const char* const kHasSchemaInfo = "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='schema_info'";
 inline const char* const kReadSchemaInfo = "SELECT key, value FROM schema_info";
 inline const char* const kQuickCheck = "PRAGMA quick_check";
@@ -209,6 +226,14 @@ inline const char* const kSetRepetitionTelemetry =
 inline const char* const kSelectTrialTelemetry = "SELECT telemetry_json FROM trials WHERE id = ?";
 inline const char* const kSelectRepetitionTelemetry =
     "SELECT telemetry_json FROM repetitions WHERE trial_id = ? ORDER BY rep_index";
+inline const char* const kSetTrialSettle = "UPDATE trials SET settle_s = ? WHERE id = ?";
+inline const char* const kSetRepetitionOrder =
+    "UPDATE repetitions SET sequence = ?, settle_s = ? WHERE trial_id = ? AND rep_index = ?";
+inline const char* const kSelectTrialSettle = "SELECT settle_s FROM trials WHERE id = ?";
+inline const char* const kSelectRepetitionOrder =
+    "SELECT sequence, settle_s FROM repetitions WHERE trial_id = ? ORDER BY rep_index";
+inline const char* const kMaxSequence =
+    "SELECT max(r.sequence) FROM repetitions r JOIN trials t ON r.trial_id = t.id WHERE t.sweep_id = ?";
 inline const char* const kSelectSweepTag = "SELECT tag FROM sweeps WHERE id = ?";
 inline const char* const kSetTrialJobId = "UPDATE trials SET slurm_job_id = ? WHERE id = ?";
 inline const char* const kSelectTrialJobId = "SELECT slurm_job_id FROM trials WHERE id = ?";

@@ -220,6 +220,29 @@ static void test_knobs(void) {
   CHECK(!journal_exists(), "journal removed after the last release");
 }
 
+static void test_knob_info(void) {
+  cnnergy_gpu_knob_info info;
+  cnnergy_knob_lease m = 0;
+  cnnergy_gpu_knob_info_init(&info);
+  CHECK(info.struct_size == sizeof info, "struct_size");
+  CHECK(cnnergy_gpu_knob_info_get(0, &info) == CNNERGY_OK, "%s", cnnergy_last_error());
+  CHECK(info.power_limit_min_w == 100 && info.power_limit_max_w == 400, "range %g-%g",
+        info.power_limit_min_w, info.power_limit_max_w);
+  CHECK(info.power_limit_default_w == 350, "default %g", info.power_limit_default_w);
+  CHECK(info.sm_clock_count > 2 && info.sm_clocks_mhz[0] == 1980 &&
+            info.sm_clocks_mhz[1] < info.sm_clocks_mhz[0], "SM clocks, descending");
+  CHECK(info.mem_clock_count == 1 && info.mem_clocks_mhz[0] == 2619, "memory clocks");
+  CHECK(strstr(info.name, "fake") != NULL && strlen(info.driver_version) > 0, "name, driver");
+  CHECK(cnnergy_gpu_knob_info_get(9, &info) == CNNERGY_ERROR_INVALID_ARGUMENT, "GPU 9");
+  CHECK(cnnergy_memory_clock_set(0, 1000, NULL) == CNNERGY_ERROR_INVALID_ARGUMENT, "1000 MHz");
+  CHECK(strstr(cnnergy_last_error(), "nearest supported clock is 2619") != NULL, "'%s'",
+        cnnergy_last_error());
+  CHECK(cnnergy_memory_clock_set(0, 2619, &m) == CNNERGY_OK, "%s", cnnergy_last_error());
+  CHECK(journal_exists() && cnnergy_knob_active() == 1, "journaled memory clock");
+  CHECK(cnnergy_knob_release(m) == CNNERGY_OK, "%s", cnnergy_last_error());
+  CHECK(!journal_exists() && cnnergy_knob_active() == 0, "memory clock restored");
+}
+
 static void test_permission(void) {
   cnnergy_knob_lease a = 0;
   const long original = state_power_limit_mw(0);
@@ -240,6 +263,7 @@ int main(int argc, char** argv) {
   } else {
     test_windows();
     test_knobs();
+    test_knob_info();
   }
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);

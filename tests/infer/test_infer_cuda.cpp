@@ -3,6 +3,7 @@
 // the same backend, and the fp32 session equals the CPU reference. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -64,7 +65,25 @@ struct Case {
   double tolerance;  // relative norm error against the same backend's eval forward
 };
 
-class InferCuda : public ::testing::TestWithParam<Case> {
+// The networks each precision and layout runs: the fused epilogue (cuDNN graphs of conv + bias +
+// residual + ReLU, compiled per shape) on the ResNets only, since the other models add compilation
+// time and no new pattern; space-to-depth (the 7x7/2 first convolution over 3 channels), whose
+// reference is the eval forward on a backend without it.
+struct Net {
+  const char* model;
+  bool fuse_epilogue;
+  bool space_to_depth;
+};
+
+// The most convolution workspace one forward call of the session's layers asks for: what the chosen
+// algorithms (and fused plans) need, known once the first request has resolved them.
+std::size_t chosen_workspace_bound(const Executor& ex) {
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < ex.num_layers(); ++i) bytes = std::max(bytes, ex.layer(i).workspace_bound(false));
+  return bytes;
+}
+
+class InferCuda : public ::testing::TestWithParam<std::tuple<Case, Net>> {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
@@ -72,73 +91,74 @@ class InferCuda : public ::testing::TestWithParam<Case> {
 };
 
 TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
-  const Case c = GetParam();
+  const auto& [c, net] = GetParam();
+  const std::string model = net.model;
+  const bool fuse_epilogue = net.fuse_epilogue, space_to_depth = net.space_to_depth;
   const std::uint64_t seed = default_seed();
   SCOPED_TRACE("CNNERGY_SEED=" + std::to_string(seed));
-  // The fused epilogue (cuDNN graphs of conv + bias + residual + ReLU, compiled per shape) on the
-  // ResNets only: the other models add compilation time and no new pattern.
-  // Space-to-depth (the 7x7/2 first convolution over 3 channels, NHWC): the reference is then the
-  // eval forward on a backend without it.
-  for (const auto& [model, fuse_epilogue, space_to_depth] :
-       {std::tuple{"resnet50", false, false}, {"resnet34", false, false}, {"googlenet", false, false},
-        {"vgg16", false, false}, {"resnet50", true, false}, {"resnet34", true, false}, {"resnet50", true, true}}) {
-    SCOPED_TRACE(std::string(model) + (fuse_epilogue ? " with the fused epilogue" : "") +
-                 (space_to_depth ? " and space-to-depth" : ""));
-    const auto graph = build_model(model, Shape{3, 64, 64});
-    constexpr std::int64_t kBatch = 4;
-    Rng rng(seed);
-    const Tensor images = test::random_tensor(graph->tensor(0).shape.with_batch(kBatch), rng);
-    auto backend = backend_for(c.precision, c.layout, fuse_epilogue, space_to_depth);
-    auto plain = space_to_depth ? backend_for(c.precision, c.layout, fuse_epilogue) : nullptr;
-    const Tensor expected = reference_logits(*graph, space_to_depth ? *plain : *backend, images, seed + 1);
-    for (float v : expected.f32())
-      ASSERT_TRUE(std::isfinite(v)) << "the reference (the training executor's eval forward in " << c.precision
-                                    << ") is not finite: the random model overflows this precision's range";
-    InferenceOptions io;
-    io.batch = kBatch;
-    io.seed = 7;
-    InferenceSession session(*graph, *backend, io);
-    test::randomize_batch_norms(session.executor(), seed + 1);
-    session.executor().fold_parameters();
-    Tensor logits;
-    std::size_t searched_workspace = 0;
-    for (int i = 0; i < 3; ++i) {  // eager, recorded (on a workspace grown afresh), replayed
-      session.run_host(images, logits);
-      EXPECT_LT(relative_norm_error(logits, expected), c.tolerance) << "request " << i;
-      if (i == 0) searched_workspace = backend->memory_stats().conv_workspace_bytes;
-    }
-    EXPECT_TRUE(session.graphed());
-    EXPECT_LE(backend->memory_stats().conv_workspace_bytes, searched_workspace);
-    {  // Two requests in flight, each with its own images: each gets its own logits, as one by one.
-      std::vector<Tensor> batches, piped, want(3);
-      for (int i = 0; i < 3; ++i) batches.push_back(test::random_tensor(images.shape(), rng));
-      for (std::size_t i = 0; i < batches.size(); ++i) session.run_host(batches[i], want[i]);
-      EXPECT_GT(session.run_host_pipelined(batches, piped), 0.0);
-      for (std::size_t i = 0; i < batches.size(); ++i)
-        EXPECT_LT(relative_norm_error(piped[i], want[i]), 1e-6) << "pipelined request " << i;
-      EXPECT_GT(relative_norm_error(want[2], want[1]), 1e-5) << "the requests must differ for this to mean anything";
-    }
-    // The ReLUs after folded batch norms ride the convolutions' bias pass (Backend::fuses_conv_relu):
-    // the logits above are with them.
-    std::size_t relus_into_convs = 0;
-    for (std::size_t i = 0; i < session.executor().num_layers(); ++i) {
-      const Layer& l = session.executor().layer(i);
-      if (l.type() == "relu" && l.absorbed())
-        relus_into_convs += session.executor().layer(graph->layer_index(l.absorbed_into())).type() == "conv";
-    }
-    if (std::string(model).rfind("resnet", 0) == 0) {
-      EXPECT_GT(relus_into_convs, 0u);
-      // Every residual block's add (and its ReLU) goes into a folded convolution with the offer on:
-      // the second convolution of the block or, where the shortcut convolution runs after it, that one.
-      EXPECT_EQ(session.executor().memory().fused_residuals, fuse_epilogue ? 16u : 0u);
-    }
-    if (std::string(c.precision) == "fp32") {  // and the CPU reference
-      BackendOptions co;
-      co.device = Device{DeviceKind::kCpu, 0};
-      auto cpu = create_backend(co);
-      const Tensor cpu_logits = reference_logits(*graph, *cpu, images, seed + 1);
-      EXPECT_LT(relative_norm_error(logits, cpu_logits), 1e-4);
-    }
+  const auto graph = build_model(model, Shape{3, 64, 64});
+  constexpr std::int64_t kBatch = 4;
+  Rng rng(seed);
+  const Tensor images = test::random_tensor(graph->tensor(0).shape.with_batch(kBatch), rng);
+  auto backend = backend_for(c.precision, c.layout, fuse_epilogue, space_to_depth);
+  auto plain = space_to_depth ? backend_for(c.precision, c.layout, fuse_epilogue) : nullptr;
+  const Tensor expected = reference_logits(*graph, space_to_depth ? *plain : *backend, images, seed + 1);
+  for (float v : expected.f32())
+    ASSERT_TRUE(std::isfinite(v)) << "the reference (the training executor's eval forward in " << c.precision
+                                  << ") is not finite: the random model overflows this precision's range";
+  InferenceOptions io;
+  io.batch = kBatch;
+  io.seed = 7;
+  InferenceSession session(*graph, *backend, io);
+  test::randomize_batch_norms(session.executor(), seed + 1);
+  session.executor().fold_parameters();
+  Tensor logits;
+  std::size_t workspace_bytes[3] = {};
+  for (int i = 0; i < 3; ++i) {  // eager (resolves the algorithms), eager on a workspace grown afresh, recorded
+    session.run_host(images, logits);
+    EXPECT_LT(relative_norm_error(logits, expected), c.tolerance) << "request " << i;
+    workspace_bytes[i] = backend->memory_stats().conv_workspace_bytes;
+  }
+  EXPECT_TRUE(session.graphed());
+  // Serving holds no more workspace than the chosen algorithms need. (After the first request the
+  // workspace says nothing about that: each search gives the shared workspace back before timing
+  // its candidates in scratch, so it then holds only what the layers after the last search grew it
+  // to.) From the second request on it is grown afresh, by the chosen algorithms alone.
+  const std::size_t needed = chosen_workspace_bound(session.executor());
+  RecordProperty("workspace_bytes", std::to_string(workspace_bytes[0]) + "," + std::to_string(workspace_bytes[1]) +
+                                        "," + std::to_string(workspace_bytes[2]) + " needed " + std::to_string(needed));
+  EXPECT_LE(workspace_bytes[1], needed) << "after the first request " << workspace_bytes[0] << " bytes";
+  EXPECT_EQ(workspace_bytes[2], workspace_bytes[1]) << "recording the request grew the workspace";
+  {  // Two requests in flight, each with its own images: each gets its own logits, as one by one.
+    std::vector<Tensor> batches, piped, want(3);
+    for (int i = 0; i < 3; ++i) batches.push_back(test::random_tensor(images.shape(), rng));
+    for (std::size_t i = 0; i < batches.size(); ++i) session.run_host(batches[i], want[i]);
+    EXPECT_GT(session.run_host_pipelined(batches, piped), 0.0);
+    for (std::size_t i = 0; i < batches.size(); ++i)
+      EXPECT_LT(relative_norm_error(piped[i], want[i]), 1e-6) << "pipelined request " << i;
+    EXPECT_GT(relative_norm_error(want[2], want[1]), 1e-5) << "the requests must differ for this to mean anything";
+  }
+  EXPECT_LE(backend->memory_stats().conv_workspace_bytes, needed) << "after the pipelined requests";
+  // The ReLUs after folded batch norms ride the convolutions' bias pass (Backend::fuses_conv_relu):
+  // the logits above are with them.
+  std::size_t relus_into_convs = 0;
+  for (std::size_t i = 0; i < session.executor().num_layers(); ++i) {
+    const Layer& l = session.executor().layer(i);
+    if (l.type() == "relu" && l.absorbed())
+      relus_into_convs += session.executor().layer(graph->layer_index(l.absorbed_into())).type() == "conv";
+  }
+  if (model.rfind("resnet", 0) == 0) {
+    EXPECT_GT(relus_into_convs, 0u);
+    // Every residual block's add (and its ReLU) goes into a folded convolution with the offer on:
+    // the second convolution of the block or, where the shortcut convolution runs after it, that one.
+    EXPECT_EQ(session.executor().memory().fused_residuals, fuse_epilogue ? 16u : 0u);
+  }
+  if (std::string(c.precision) == "fp32") {  // and the CPU reference
+    BackendOptions co;
+    co.device = Device{DeviceKind::kCpu, 0};
+    auto cpu = create_backend(co);
+    const Tensor cpu_logits = reference_logits(*graph, *cpu, images, seed + 1);
+    EXPECT_LT(relative_norm_error(logits, cpu_logits), 1e-4);
   }
 }
 
@@ -218,12 +238,19 @@ TEST(InferSession, MastersWaitInHostMemoryAndComeBackForNewWeights) {
 
 INSTANTIATE_TEST_SUITE_P(
     Precisions, InferCuda,
-    ::testing::Values(Case{"fp32", Layout::kNCHW, 1e-4}, Case{"fp32", Layout::kNHWC, 1e-4},
-                      Case{"tf32", Layout::kNCHW, 1e-2}, Case{"tf32", Layout::kNHWC, 1e-2},
-                      Case{"fp16", Layout::kNCHW, 1e-2}, Case{"fp16", Layout::kNHWC, 1e-2},
-                      Case{"bf16", Layout::kNCHW, 5e-2}, Case{"bf16", Layout::kNHWC, 5e-2}),
+    ::testing::Combine(
+        ::testing::Values(Case{"fp32", Layout::kNCHW, 1e-4}, Case{"fp32", Layout::kNHWC, 1e-4},
+                          Case{"tf32", Layout::kNCHW, 1e-2}, Case{"tf32", Layout::kNHWC, 1e-2},
+                          Case{"fp16", Layout::kNCHW, 1e-2}, Case{"fp16", Layout::kNHWC, 1e-2},
+                          Case{"bf16", Layout::kNCHW, 5e-2}, Case{"bf16", Layout::kNHWC, 5e-2}),
+        ::testing::Values(Net{"resnet50", false, false}, Net{"resnet34", false, false}, Net{"googlenet", false, false},
+                          Net{"vgg16", false, false}, Net{"resnet50", true, false}, Net{"resnet34", true, false},
+                          Net{"resnet50", true, true})),
     [](const auto& param_info) {
-      return std::string(param_info.param.precision) + (param_info.param.layout == Layout::kNHWC ? "_nhwc" : "_nchw");
+      const Case& c = std::get<0>(param_info.param);
+      const Net& net = std::get<1>(param_info.param);
+      return std::string(c.precision) + (c.layout == Layout::kNHWC ? "_nhwc_" : "_nchw_") + net.model +
+             (net.fuse_epilogue ? "_epilogue" : "") + (net.space_to_depth ? "_s2d" : "");
     });
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "report/export.hpp"
 #include "report/html_report.hpp"
 #include "report/progress.hpp"
+#include "report/stability_view.hpp"
 #include "report/report_fixture.hpp"
 #include "report/svg.hpp"
 #include "report/table.hpp"
@@ -313,4 +314,38 @@ TEST(Report, TerminalTablesShowOptimaAgainstTheDefault) {
   EXPECT_NE(trials.str().find("does_not_fit"), std::string::npos);
   EXPECT_NE(trials.str().find("second line"), std::string::npos);  // one line per row
   EXPECT_EQ(trials.str().find("code 3: <script>alert('x')</script>,\"quoted\"\n"), std::string::npos);
+}
+
+// Reruns of one sweep (`sweep --new` stores the same key again): the report says whether every run
+// named the same optimum, and when two runs named different distinct optima.
+TEST(Report, RerunsOfOneSweepAreComparedPerObjective) {
+  TempDir dir;
+  ResultStore store(dir.file("runs.db"));
+  KnobSpace space;
+  space.set(Knob::kPowerLimit, parse_knob_values(Knob::kPowerLimit, "300,500", {}));
+  const auto trials = space.trials(space.default_reference({}));
+  auto run = [&](double e300, double e500) {
+    const auto id = store.add_sweep(SweepRecord{0, "sw-rerun", "", "cnnergy sweep", "x", host_environment(), ""});
+    for (const auto& t : trials) {
+      TrialRecord rec{t, TrialStatus::kOk, "", {}, "2026-12-01T10:00:00Z", "2026-12-01T10:01:00Z"};
+      const double e = t.find(Knob::kPowerLimit)->number == 300 ? e300 : e500;
+      for (double f : {0.99, 1.0, 1.01}) rec.measurement.repetitions.push_back({1000, 10, {e * f * 1e3}, {}, {}, "", {}, {}});
+      store.write_trial(id, rec);
+    }
+  };
+  run(80, 100);
+  run(81, 100);
+  std::ostringstream same;
+  print_rerun_agreement(same, store, {parse_objective("energy")});
+  EXPECT_NE(same.str().find("reruns of sweep sw-rerun (2 runs)"), std::string::npos) << same.str();
+  EXPECT_NE(same.str().find("min energy per iteration: the same optimum in 2 of 2 runs"), std::string::npos) << same.str();
+  run(100, 80);  // a third run names the other setting, distinctly
+  std::ostringstream differ;
+  print_rerun_agreement(differ, store, {parse_objective("energy")});
+  EXPECT_NE(differ.str().find("runs disagree"), std::string::npos) << differ.str();
+  std::ostringstream none;  // one run of a key: nothing to compare
+  ResultStore single(dir.file("one.db"));
+  single.add_sweep(SweepRecord{0, "sw-once", "", "x", "x", host_environment(), ""});
+  print_rerun_agreement(none, single, {parse_objective("energy")});
+  EXPECT_TRUE(none.str().empty()) << none.str();
 }

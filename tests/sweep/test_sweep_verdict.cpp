@@ -184,9 +184,9 @@ TEST_F(SweepVerdict, CpuSweepWithoutEnergyKeepsItsUnitsAndItsReference) {
   EXPECT_EQ(r.output.find(" 0 W"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(" 0 J"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("no reference trial finished"), std::string::npos) << r.output;
-  // Progress off a terminal: one plain line per trial.
-  EXPECT_NE(r.output.find("[1/2] batch=8: ok  elapsed"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[2/2] batch=32: ok  elapsed"), std::string::npos) << r.output;
+  // Progress off a terminal: one plain line per visit (interleaved order: 2 trials x 3 windows).
+  EXPECT_NE(r.output.find("[1/6] batch=8: ok  elapsed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[2/6] batch=32: ok  elapsed"), std::string::npos) << r.output;
   std::ifstream in(html);
   std::stringstream ss;
   ss << in.rdbuf();

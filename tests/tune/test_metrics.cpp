@@ -83,17 +83,17 @@ TEST(Metrics, DerivedFromRawMeasurements) {
 
 TEST(Metrics, MissingQuantitiesLeaveMetricsOutAndBadOnesAreRejected) {
   TrialMeasurement m;  // external command: no samples, no FLOPs, no power sensor
-  m.repetitions.push_back({1000.0, 1, {}, std::nullopt, std::nullopt, ""});
+  m.repetitions.push_back({1000.0, 1, {}, std::nullopt, std::nullopt, "", {}, {}});
   auto s = compute_trial_metrics(m);
   EXPECT_EQ(s.count(Metric::kTimePerIteration), 1u);
   EXPECT_EQ(s.count(Metric::kTimePerSample), 0u);
   EXPECT_EQ(s.count(Metric::kEnergyPerIteration), 0u);
   EXPECT_EQ(s.count(Metric::kGflops), 0u);
-  m.repetitions.push_back({0.0, 1, {}, std::nullopt, std::nullopt, ""});
+  m.repetitions.push_back({0.0, 1, {}, std::nullopt, std::nullopt, "", {}, {}});
   EXPECT_THROW(compute_trial_metrics(m), InvalidArgument);
-  m.repetitions.back() = {10.0, 0, {}, std::nullopt, std::nullopt, ""};
+  m.repetitions.back() = {10.0, 0, {}, std::nullopt, std::nullopt, "", {}, {}};
   EXPECT_THROW(compute_trial_metrics(m), InvalidArgument);
-  m.repetitions.back() = {10.0, 1, {-5.0}, std::nullopt, std::nullopt, ""};
+  m.repetitions.back() = {10.0, 1, {-5.0}, std::nullopt, std::nullopt, "", {}, {}};
   EXPECT_THROW(compute_trial_metrics(m), InvalidArgument);
 }
 
@@ -210,7 +210,7 @@ TEST(Metrics, AnalysisOfASimulatedPowerSweep) {
     m.samples_per_iteration = 128;
     m.flops_per_iteration = 1e12;
     for (int r = 0; r < 3; ++r)
-      m.repetitions.push_back({dev.time_at_cap_ms(cap) * 10, 10, {dev.energy_at_cap_mj(cap) * 10}, std::nullopt, std::nullopt, "counter"});
+      m.repetitions.push_back({dev.time_at_cap_ms(cap) * 10, 10, {dev.energy_at_cap_mj(cap) * 10}, std::nullopt, std::nullopt, "counter", {}, {}});
     TrialSummary t;
     t.key = "power_limit_w=" + std::to_string(cap);
     t.knobs = parse_trial_key(t.key);

@@ -193,7 +193,7 @@ TEST(Plan, AnInvalidMeasurementFailsOnlyItsTrial) {
   FailurePolicy policy(0);
   const auto out = execute_sweep(store, id, plan, [](const TrialSpec&) {
     TrialMeasurement m;
-    m.repetitions.push_back({0.0, 0, {}, std::nullopt, std::nullopt, ""});
+    m.repetitions.push_back({0.0, 0, {}, std::nullopt, std::nullopt, "", {}, {}});
     return m;
   }, policy);
   EXPECT_EQ(out.failed, plan.to_run.size());
@@ -220,7 +220,7 @@ TEST(Plan, AdaptiveSweepStoresEveryReadingAndFindsTheOptimum) {
     m.samples_per_iteration = 128;
     for (int r = 0; r < 3; ++r)
       m.repetitions.push_back({dev.time_at_cap_ms(cap) * 20 * (1 + 0.003 * rng.normal(0.f, 1.f)), 20,
-                               {dev.energy_at_cap_mj(cap) * 20 * (1 + 0.003 * rng.normal(0.f, 1.f))}, std::nullopt, std::nullopt, "sim"});
+                               {dev.energy_at_cap_mj(cap) * 20 * (1 + 0.003 * rng.normal(0.f, 1.f))}, std::nullopt, std::nullopt, "sim", {}, {}});
     return m;
   };
   for (const char* objective : {"energy", "eds:2"}) {

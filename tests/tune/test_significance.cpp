@@ -101,7 +101,7 @@ TEST(Significance, WithoutEnergyTheBasisStaysPerSampleAndTheReferenceIsFound) {
   auto cpu_trial = [](const std::string& key, double batch, double ms_per_iter, bool ref) {
     TrialMeasurement m;
     m.samples_per_iteration = batch;
-    for (double f : {1.0, 1.001, 0.999}) m.repetitions.push_back(Repetition{ms_per_iter * f * 10, 10, {}, {}, {}, ""});
+    for (double f : {1.0, 1.001, 0.999}) m.repetitions.push_back(Repetition{ms_per_iter * f * 10, 10, {}, {}, {}, "", {}, {}});
     TrialSummary s;
     s.key = key;
     s.knobs = {KnobSetting{Knob::kBatch, KnobValue::of_number(static_cast<std::int64_t>(batch))}};

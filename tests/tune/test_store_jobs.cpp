@@ -1,5 +1,5 @@
-// Schema 5 of the results store: every trial's Slurm job id (for a join with sacct), kept through a
-// merge; a version-4 database is read as it is and upgraded by its first writer; and merge of the
+// Schema 6 of the results store: every trial's Slurm job id (for a join with sacct), kept through a
+// merge; a version-5 database is read as it is and upgraded by its first writer; and merge of the
 // shards of one sweep (--same-sweep) refuses a shard of another sweep, naming both keys, writing nothing.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -59,18 +59,18 @@ TEST(StoreJobs, TrialsCarryTheirSlurmJobThroughAMerge) {
     EXPECT_EQ(t.slurm_job_id, "777_" + std::to_string(t.trial_index % 2 + 1)) << t.summary.key;
 }
 
-TEST(StoreJobs, VersionFourDatabaseReadsWithoutJobsAndIsUpgradedByItsWriter) {
+TEST(StoreJobs, VersionFiveDatabaseReadsWithoutJobsAndIsUpgradedByItsWriter) {
   TempDir dir;
   Rng rng(default_seed());
-  const std::string path = dir.file("v4.db");
+  const std::string path = dir.file("v5.db");
   {
     ResultStore s(path);
     s.write_trial(s.add_sweep(sweep_with_key("sw-old")), random_trial(rng, batch_trials()[0], 2));
   }
-  sqlite3* raw = nullptr;  // back to version 4: no slurm_job_id column
+  sqlite3* raw = nullptr;  // back to version 5: no slurm_job_id column
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE trials DROP COLUMN slurm_job_id; "
-                              "UPDATE schema_info SET value='4' WHERE key='schema_version'",
+                              "UPDATE schema_info SET value='5' WHERE key='schema_version'",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(raw);
@@ -86,7 +86,7 @@ TEST(StoreJobs, VersionFourDatabaseReadsWithoutJobsAndIsUpgradedByItsWriter) {
     writer.write_trial(writer.find_sweep("sw-old")->id, random_trial(rng, batch_trials()[1], 2));
   }
   sqlite3_open(path.c_str(), &raw);
-  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "5");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "6");
   EXPECT_EQ(sqlite_scalar(raw, "SELECT group_concat(slurm_job_id, '|') FROM (SELECT slurm_job_id FROM trials ORDER BY trial_index)"), "|99");
   sqlite3_close(raw);
 }

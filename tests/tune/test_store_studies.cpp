@@ -79,7 +79,9 @@ TEST(StoreStudies, VersionThreeDatabaseHoldsNoneUntilItsFirstWriterAddsTheTable)
   }
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);  // make it what version 3 wrote
-  ASSERT_EQ(sqlite3_exec(raw, "DROP TABLE studies", nullptr, nullptr, nullptr), SQLITE_OK);
+  for (const char* newer : {"DROP TABLE studies", "ALTER TABLE trials DROP COLUMN settle_s",
+                            "ALTER TABLE repetitions DROP COLUMN sequence", "ALTER TABLE repetitions DROP COLUMN settle_s"})
+    ASSERT_EQ(sqlite3_exec(raw, newer, nullptr, nullptr, nullptr), SQLITE_OK) << newer;
   sqlite3_exec(raw, "UPDATE schema_info SET value='3' WHERE key='schema_version'", nullptr, nullptr, nullptr);
   sqlite3_close(raw);
   {
@@ -94,6 +96,6 @@ TEST(StoreStudies, VersionThreeDatabaseHoldsNoneUntilItsFirstWriterAddsTheTable)
     EXPECT_EQ(writer.sweep(sweep_id).sweep_key, "sw");
   }
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "5");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "6");
   sqlite3_close(raw);
 }

@@ -175,6 +175,29 @@ PYBIND11_MODULE(_cnnergy_ext, mod) {
     check(cnnergy_sm_clocks_lock(gpu, lo, hi, &lease));
     return lease;
   });
+  mod.def("memory_clock_set", [](unsigned gpu, unsigned mhz) {
+    cnnergy_knob_lease lease = 0;
+    check(cnnergy_memory_clock_set(gpu, mhz, &lease));
+    return lease;
+  });
+  mod.def("gpu_knob_info", [](unsigned gpu) {
+    cnnergy_gpu_knob_info info;
+    cnnergy_gpu_knob_info_init(&info);
+    check(cnnergy_gpu_knob_info_get(gpu, &info));
+    py::dict d;
+    d["index"] = info.index;
+    d["name"] = std::string(info.name);
+    d["uuid"] = std::string(info.uuid);
+    d["driver_version"] = std::string(info.driver_version);
+    d["power_limit_min_w"] = num(info.power_limit_min_w);
+    d["power_limit_max_w"] = num(info.power_limit_max_w);
+    d["power_limit_default_w"] = num(info.power_limit_default_w);
+    d["power_limit_current_w"] = num(info.power_limit_current_w);
+    d["sm_clocks_mhz"] = std::vector<unsigned>(info.sm_clocks_mhz, info.sm_clocks_mhz + info.sm_clock_count);
+    d["mem_clocks_mhz"] =
+        std::vector<unsigned>(info.mem_clocks_mhz, info.mem_clocks_mhz + info.mem_clock_count);
+    return d;
+  });
   mod.def("knob_release", [](cnnergy_knob_lease lease) { check(cnnergy_knob_release(lease)); });
   mod.def("knob_restore_all", [] { check(cnnergy_knob_restore_all()); });
   mod.def("knob_active", [] { return cnnergy_knob_active(); });

@@ -38,10 +38,13 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
     if (!st.ok())
       throw Error(ExitCode::kChildFailed, "'" + command.front() + "' " + st.describe() + " in trial " + trial.key);
   };
+  const double cooled_s = telemetry::cool_down(sampler, settings.cooldown_max_c, settings.cooldown_timeout_s);
   auto probe = make_energy_probe(sampler, {});
   const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;  // before the command's first run
-  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
   TrialMeasurement m;
+  const std::int64_t since_ns = telemetry::steady_now_ns();  // the warm-up's samples count towards settling
+  for (int i = 0; i < settings.warmup_iterations; ++i) run_once();
+  settle_before_windows(settings, sampler, since_ns, cooled_s, run_once, m, limits.stop);
   WindowResult all;  // every window, for the trial's telemetry statistics
   const RepetitionPolicy policy{settings.repetitions, std::max(settings.repetitions, settings.max_repetitions),
                                 settings.cv_threshold};
@@ -69,6 +72,7 @@ TrialMeasurement run_command_trial(const std::vector<std::string>& command, cons
     if (w.energy) mj_per_run.push_back(w.energy->joules * 1e3 / static_cast<double>(w.iterations));
   }
   warn_if_noisy(trial, ms_per_run, mj_per_run, policy);
+  mark_settle(m);
   add_trial_telemetry(m, all, idle_w);
   return m;
 }

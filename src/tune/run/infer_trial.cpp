@@ -17,6 +17,7 @@
 #include "net/graph.hpp"
 #include "net/zoo/zoo.hpp"
 #include "telemetry/rapl.hpp"
+#include "telemetry/sampler.hpp"
 #include "train/precision.hpp"
 
 namespace cnnergy::tune {
@@ -43,6 +44,7 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
     if (g && g->number && *g->number > 1)
       throw NotSupported("sweep --mode infer runs on one device (--gpus " + g->text + ")");
     if (knobs) knobs->apply(trial);
+    const double cooled_s = telemetry::cool_down(sampler, settings.cooldown_max_c, settings.cooldown_timeout_s);
     const KnobValue* b = trial.find(Knob::kBatch);
     InferenceOptions io;
     io.batch = b && b->number ? *b->number : 1;  // inference sweeps default to batch 1, not training's 64
@@ -82,10 +84,16 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
     auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
                                            : make_cpu_energy_probe(rapl);
     const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;
+    // Steady before the windows (the idle-power wait above cooled it a little): requests until settled.
+    settle_before_windows(settings, sampler, telemetry::steady_now_ns(), cooled_s, [&] {
+      session.run();
+      be->synchronize();
+    }, m);
     const WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, 0,
                         settings.max_repetitions, settings.cv_threshold};
     const WindowResult r = measure_windows(*backend, probe.get(), [&] { session.run(); }, ws);
     m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
+    mark_settle(m);
     add_trial_telemetry(m, r, idle_w);
     m.telemetry_json = with_infer_latency(
         m.telemetry_json, InferLatency{io.batch, s.count, s.mean_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms});

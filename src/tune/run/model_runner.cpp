@@ -33,20 +33,6 @@ std::string text_knob(const TrialSpec& t, Knob k, const std::string& fallback) {
   return v && !v->is_default() ? v->text : fallback;
 }
 
-void cool_down(const MeasureSettings& s, const std::shared_ptr<telemetry::Sampler>& sampler) {
-  if (s.cooldown_max_c <= 0 || !sampler) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.cooldown_timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const auto latest = sampler->latest();
-    bool cool = true;
-    if (latest)
-      for (const auto& g : latest->gpus) cool = cool && (!g.temperature_c || *g.temperature_c <= s.cooldown_max_c);
-    if (cool) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  log_warn("cool-down: the GPU did not reach " + std::to_string(s.cooldown_max_c) + " C within the timeout");
-}
-
 std::string percent(double fraction) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g %%", fraction * 100);
@@ -57,6 +43,24 @@ std::string percent(double fraction) {
 
 TrialMeasurement run_data_parallel_trial(const Graph& graph, const BackendOptions& backend_options, std::int64_t gpus,
                                          std::int64_t global_batch, bool cuda_graph, const MeasureSettings& settings);
+
+void settle_before_windows(const MeasureSettings& settings, const std::shared_ptr<telemetry::Sampler>& sampler,
+                           std::int64_t since_ns, double cooled_s, const std::function<void()>& keep_busy,
+                           TrialMeasurement& m, const std::function<bool()>& stop) {
+  if (!sampler) return;  // nothing to watch (a CPU trial, no NVML): no wait, and none recorded
+  const telemetry::SettleResult r = telemetry::wait_until_settled(sampler, since_ns, settings.settle, keep_busy, stop);
+  if (settings.settle.max_wait_s > 0 || settings.cooldown_max_c > 0) m.settle_s = cooled_s + r.waited_s;
+  if (settings.settle.max_wait_s > 0) m.settle_text = r.describe();
+  if (cooled_s > 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "cooled %.1f s, ", cooled_s);
+    m.settle_text = buf + m.settle_text;
+  }
+}
+
+void mark_settle(TrialMeasurement& m) {
+  if (m.settle_s && !m.repetitions.empty()) m.repetitions.front().settle_s = m.settle_s;
+}
 
 void warn_if_noisy(const TrialSpec& trial, std::span<const double> ms, std::span<const double> mj,
                    const RepetitionPolicy& policy) {
@@ -100,7 +104,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     const KnobValue* g = trial.find(Knob::kGpus);
     const std::int64_t gpus = g && g->number ? *g->number : 1;
     if (knobs) knobs->apply(trial);
-    cool_down(settings, sampler);
+    const double cooled_s = telemetry::cool_down(sampler, settings.cooldown_max_c, settings.cooldown_timeout_s);
     const KnobValue* b = trial.find(Knob::kBatch);
     const std::int64_t batch = b && b->number ? *b->number : workload.default_batch;
     BackendOptions bo;
@@ -137,7 +141,15 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
                                              : make_cpu_energy_probe(rapl);
       const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;
-      WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, settings.warmup_iterations,
+      // Warm-up, then steady: the warm-up's samples count towards the settling rule's window.
+      const std::int64_t since_ns = telemetry::steady_now_ns();
+      for (int i = 0; i < settings.warmup_iterations; ++i) work.step();
+      backend->synchronize();
+      settle_before_windows(settings, sampler, since_ns, cooled_s, [&] {
+        work.step();
+        be->synchronize();
+      }, m);
+      WindowSpec ws{settings.window_seconds, settings.min_iterations, settings.repetitions, 0,
                     settings.max_repetitions, settings.cv_threshold};
       const WindowResult r = measure_windows(*backend, probe.get(), [&] { work.step(); }, ws);
       if (r.noisy) {
@@ -149,6 +161,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
         warn_if_noisy(trial, ms, mj, {ws.repetitions, std::max(ws.repetitions, ws.max_repetitions), ws.cv_threshold});
       }
       m.repetitions = to_repetitions(r, probe ? probe->source() : std::string());
+      mark_settle(m);
       add_trial_telemetry(m, r, idle_w);
       const Workload w = graph->total_workload();
       m.samples_per_iteration = static_cast<double>(batch);

@@ -16,6 +16,7 @@
 #include "core/dtype.hpp"
 #include "core/shape.hpp"
 #include "measure/statistics.hpp"
+#include "telemetry/settle.hpp"
 #include "tune/knobs.hpp"
 #include "tune/plan.hpp"
 
@@ -38,7 +39,18 @@ struct MeasureSettings {
   double cv_threshold = 0.05;    // fraction (0.05 = 5 %) of time (and energy) per iteration
   double cooldown_max_c = 0;    // > 0: before a trial, wait until the GPU is at or below this temperature
   double cooldown_timeout_s = 120;
+  // Before the first window of every visit (after the knob change and the warm-up), keep the workload
+  // running until temperature and power have settled (telemetry/settle.hpp); settle.max_wait_s = 0: off.
+  telemetry::SettleRule settle{.max_wait_s = 0};
 };
+
+// The steady start of a visit: the wait for settling after `since_ns` (the workload's start), with
+// `keep_busy` running the workload, added to `cooled_s` (the cool-down before it). Sets m.settle_s
+// and m.settle_text; mark_settle() then puts the wait on the visit's first window.
+void settle_before_windows(const MeasureSettings& settings, const std::shared_ptr<telemetry::Sampler>& sampler,
+                           std::int64_t since_ns, double cooled_s, const std::function<void()>& keep_busy,
+                           TrialMeasurement& m, const std::function<bool()>& stop = {});
+void mark_settle(TrialMeasurement& m);
 
 // What the device allows (power-limit range, supported clocks, GPU count) for knob validation.
 DeviceLimits query_device_limits(const telemetry::Nvml* nvml, unsigned gpu);

@@ -43,10 +43,11 @@ except ImportError:
     from . import _ctypes_backend as _backend
     backend_name = "ctypes"
 
-__version__ = "1.0.0"
+__version__ = "1.2.0"
 __all__ = ["Monitor", "Measurement", "GpuMeasurement", "power_limit", "sm_clocks", "api_version",
            "CnnergyError", "InvalidArgument", "DataError", "NotSupported", "PermissionDenied",
-           "DeviceError", "NotReady", "backend_name", "active_knob_changes"]
+           "DeviceError", "NotReady", "backend_name", "active_knob_changes", "memory_clock",
+           "gpu_knob_info", "PowerLimitOptimizer", "ClockOptimizer"]
 
 
 def api_version() -> int:
@@ -456,6 +457,26 @@ def sm_clocks(min_mhz: int, max_mhz=None, gpu: int = 0):
         _backend.knob_release(lease)
 
 
+@contextlib.contextmanager
+def memory_clock(mhz: int, gpu: int = 0):
+    """Runs the body with GPU `gpu`'s memory clock at `mhz` (a supported memory clock); restored
+    like power_limit."""
+    lease = _backend.memory_clock_set(int(gpu), int(mhz))
+    try:
+        yield
+    finally:
+        _backend.knob_release(lease)
+
+
+def gpu_knob_info(gpu: int = 0) -> dict:
+    """What can be changed on GPU `gpu`: name, uuid, driver_version, power_limit_{min,max,default,
+    current}_w (None when unknown), sm_clocks_mhz and mem_clocks_mhz (supported, descending)."""
+    return _backend.gpu_knob_info(int(gpu))
+
+
 def active_knob_changes() -> int:
     """How many power_limit / sm_clocks scopes are in force in this process."""
     return _backend.knob_active()
+
+
+from .optimizer import ClockOptimizer, PowerLimitOptimizer  # noqa: E402 (needs Monitor above)

@@ -108,6 +108,24 @@ _lib.cnnergy_power_limit_set.argtypes = [ctypes.c_uint, ctypes.c_double, ctypes.
 _lib.cnnergy_sm_clocks_lock.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                                         ctypes.POINTER(_u64)]
 _lib.cnnergy_knob_release.argtypes = [_u64]
+_MAX_CLOCKS = 512
+
+
+class _KnobInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("index", ctypes.c_uint),
+                ("name", ctypes.c_char * 96), ("uuid", ctypes.c_char * 96),
+                ("driver_version", ctypes.c_char * 80),
+                ("power_limit_min_w", ctypes.c_double), ("power_limit_max_w", ctypes.c_double),
+                ("power_limit_default_w", ctypes.c_double),
+                ("power_limit_current_w", ctypes.c_double),
+                ("sm_clock_count", ctypes.c_size_t), ("sm_clocks_mhz", ctypes.c_uint * _MAX_CLOCKS),
+                ("mem_clock_count", ctypes.c_size_t),
+                ("mem_clocks_mhz", ctypes.c_uint * _MAX_CLOCKS)]
+
+
+_lib.cnnergy_gpu_knob_info_init.argtypes = [ctypes.POINTER(_KnobInfo)]
+_lib.cnnergy_gpu_knob_info_get.argtypes = [ctypes.c_uint, ctypes.POINTER(_KnobInfo)]
+_lib.cnnergy_memory_clock_set.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(_u64)]
 _lib.cnnergy_knob_active.restype = ctypes.c_size_t
 
 
@@ -245,6 +263,27 @@ def sm_clocks_lock(gpu, lo, hi):
     lease = _u64()
     _check(_lib.cnnergy_sm_clocks_lock(gpu, lo, hi, ctypes.byref(lease)))
     return lease.value
+
+
+def memory_clock_set(gpu, mhz):
+    lease = _u64()
+    _check(_lib.cnnergy_memory_clock_set(gpu, mhz, ctypes.byref(lease)))
+    return lease.value
+
+
+def gpu_knob_info(gpu):
+    k = _KnobInfo()
+    _lib.cnnergy_gpu_knob_info_init(ctypes.byref(k))
+    _check(_lib.cnnergy_gpu_knob_info_get(gpu, ctypes.byref(k)))
+    text = lambda b: b.decode("utf-8", "replace")  # noqa: E731
+    return {"index": k.index, "name": text(k.name), "uuid": text(k.uuid),
+            "driver_version": text(k.driver_version),
+            "power_limit_min_w": _num(k.power_limit_min_w),
+            "power_limit_max_w": _num(k.power_limit_max_w),
+            "power_limit_default_w": _num(k.power_limit_default_w),
+            "power_limit_current_w": _num(k.power_limit_current_w),
+            "sm_clocks_mhz": list(k.sm_clocks_mhz[:k.sm_clock_count]),
+            "mem_clocks_mhz": list(k.mem_clocks_mhz[:k.mem_clock_count])}
 
 
 def knob_release(lease):
