@@ -14,7 +14,8 @@ packages=(cmake g++ make pkg-config libgtest-dev libopenblas-dev libsqlite3-dev 
           pybind11-dev python3-dev
           python3-build python3-venv python3-wheel python3-setuptools python3-pip  # the wheel (pyproject.toml)
           libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
-          python3-torch python3-torchvision)  # torchvision models exported to ONNX, logits compared
+          python3-torch python3-torchvision  # torchvision models exported to ONNX, logits compared
+          slurm-wlm munge prometheus dpkg-dev)  # tests/cluster: a real Slurm and Prometheus, the .deb
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -338,6 +338,11 @@ std::string ArgParser::get(const std::string& name) const {
 
 bool ArgParser::get_flag(const std::string& name) const { return values_.count(resolve(name)) > 0; }
 
+bool ArgParser::is_flag(const std::string& name) const {
+  const auto it = specs_.find(resolve(name));
+  return it != specs_.end() && it->second.is_flag;
+}
+
 std::int64_t ArgParser::get_int(const std::string& name, std::int64_t min_value, std::int64_t max_value) const {
   const std::string s = get(name);
   const std::string& n = resolve(name);

@@ -51,6 +51,7 @@ class ArgParser {
   const std::vector<std::string>& warnings() const { return warnings_; }  // deprecation notes printed by parse
   const std::string& command() const { return command_; }
   std::vector<std::string> option_names() const;  // long names in declaration order (no aliases)
+  bool is_flag(const std::string& name) const;     // declared with flag() (takes no value)
 
  private:
   struct Spec {

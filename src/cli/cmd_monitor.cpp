@@ -13,6 +13,7 @@
 #include "cli/args.hpp"
 #include "cli/knobs_flag.hpp"
 #include "cli/monitor_session.hpp"
+#include "cli/sweep_slurm.hpp"
 #include "cli/telemetry_commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -214,6 +215,7 @@ int run_monitor(const std::vector<std::string>& args) {
     prometheus_port = static_cast<unsigned>(p.get_int("prometheus-port", 0, 65535));
   auto exporter =
       exporter::MonitorExporter::create(sampler, prometheus_port, p.get_optional("jsonl"));
+  if (exporter) exporter->label_job(slurm_job_id_from_environment());  // under Slurm: slurm_job_id="..."
   if (int s = early_signal.load()) return 128 + s;  // interrupted before the start; knobs restore on the way out
 
   std::vector<MonitorRun> runs;

@@ -21,12 +21,52 @@
 
 namespace cnnergy::cli {
 
+namespace {
+
+// Which trials of the merged sweeps did not run to a result, and why (printed, and returned for the
+// JSON summary): what a cluster merge job owes the user who reads its log.
+Json report_failed_trials(const std::string& db, const std::vector<std::string>& sweep_keys) {
+  const tune::ResultStore store(db, tune::ResultStore::Mode::kReadOnly);
+  Json out = Json::array();
+  for (const auto& key : sweep_keys) {
+    const auto sweep = store.find_sweep(key);
+    if (!sweep) continue;
+    std::size_t ok = 0, total = 0;
+    std::vector<std::string> lines;
+    for (const auto& t : store.trials(sweep->id)) {
+      ++total;
+      if (t.summary.status == tune::TrialStatus::kOk) {
+        ++ok;
+        continue;
+      }
+      lines.push_back("  " + t.summary.key + ": " + std::string(tune::trial_status_name(t.summary.status)) +
+                      (t.error_message.empty() ? "" : " (" + t.error_message + ")") +
+                      (t.slurm_job_id.empty() ? "" : " [Slurm job " + t.slurm_job_id + "]"));
+      Json f = Json::object();
+      f["sweep_key"] = key;
+      f["trial_key"] = t.summary.key;
+      f["status"] = std::string(tune::trial_status_name(t.summary.status));
+      f["error_message"] = t.error_message;
+      f["slurm_job_id"] = t.slurm_job_id;
+      out.push_back(f);
+    }
+    std::printf("sweep %s: %zu trial(s) stored, %zu ok, %zu without a result%s\n", key.c_str(), total, ok, total - ok,
+                lines.empty() ? "" : ":");
+    for (const auto& l : lines) std::printf("%s\n", l.c_str());
+  }
+  return out;
+}
+
+}  // namespace
+
 int run_merge(const std::vector<std::string>& args) {
   ArgParser p("merge", "Merge results databases into one: the shards of a sweep (--shard i/N) become one sweep, "
                        "different sweeps are kept side by side. A trial present twice keeps the better status "
                        "(ok > does_not_fit > skipped > failed) and is reported.");
   p.positional("OUT.db", "the database to merge into (created when missing)");
   p.positional("IN.db...", "one or more databases to merge from (read only)");
+  p.flag("same-sweep", "the inputs are the shards of one sweep: refuse (naming both sweep keys, merging nothing) an "
+                      "input that holds another sweep");
   declare_output_flags(p, "the merge summary");
   p.epilog("The merge is one transaction: on any error (a damaged input, a full disk) OUT.db is left as it was.");
   // ArgParser takes a fixed number of positionals: the first two go through it, the rest are more inputs.
@@ -49,7 +89,9 @@ int run_merge(const std::vector<std::string>& args) {
   OutputSink sink(p);
   std::vector<std::string> inputs = {p.get("IN.db...")};
   inputs.insert(inputs.end(), more_inputs.begin(), more_inputs.end());
-  const tune::MergeReport r = tune::merge_stores(p.get("OUT.db"), inputs);
+  tune::MergeOptions options;
+  options.one_sweep = p.get_flag("same-sweep");
+  const tune::MergeReport r = tune::merge_stores(p.get("OUT.db"), inputs, options);
   constexpr std::size_t kMaxNotes = 20;  // merging a file twice would otherwise print every trial
   for (std::size_t i = 0; i < r.messages.size() && i < kMaxNotes; ++i) std::fprintf(stderr, "cnnergy: note: %s\n", r.messages[i].c_str());
   if (r.messages.size() > kMaxNotes) std::fprintf(stderr, "cnnergy: note: ... and %zu more\n", r.messages.size() - kMaxNotes);
@@ -67,6 +109,7 @@ int run_merge(const std::vector<std::string>& args) {
   summary["sweeps_merged"] = r.sweeps_merged;
   summary["duplicates_kept"] = r.duplicates_kept;
   summary["duplicates_replaced"] = r.duplicates_replaced;
+  summary["failed_trials"] = report_failed_trials(p.get("OUT.db"), r.sweep_keys);
   sink.finish(summary);
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "cli/backend_flags.hpp"
 #include "cli/sweep_infer.hpp"
 #include "cli/sweep_session.hpp"
+#include "cli/sweep_slurm.hpp"
 #include "cli/vocabulary.hpp"
 #include "cli/knobs_flag.hpp"
 #include "core/build_info.hpp"
@@ -143,6 +144,7 @@ void declare_flags(ArgParser& p) {
   p.option("tag", "a label stored with the sweep (part of its identity), for `cnnergy compare --by tag`");
   p.option("preset", "run a paper's experiment: hardware-comparison (Gera et al. 2018; see docs/compare.md)");
   declare_output_flags(p, "the trial and optimum tables");
+  declare_slurm_flags(p);
   p.allow_passthrough("an external training program, rerun per trial with CNNERGY_<KNOB> variables set");
   p.epilog(
       "Knob values: lists (--batch 64,128,256), inclusive ranges start:stop:step (--power-limit 200:700:25),\n"
@@ -475,8 +477,12 @@ int run_sweep(const std::vector<std::string>& args) {
   auto trials = def.space.trials(def.reference);
   const auto dropped = check_trials(p, dev, is_command, trials);
   if (p.get("db").empty()) throw InvalidArgument("--db is empty: give the results database's file name");
+  for (const char* f : {"slurm-opt", "shards", "slurm-dir"})
+    if (p.given(f) && !p.get_flag("slurm")) throw InvalidArgument(std::string("--") + f + " goes with --slurm");
+  if (p.get_flag("slurm")) return run_sweep_on_slurm(p, args, def, trials, !is_command && dev.device.is_cuda());
   if (auto r = p.get_optional("report")) check_report_path(*r);  // before the sweep, not after it
   tune::ResultStore store(p.get("db"));
+  store.set_default_job_id(slurm_job_id_from_environment());  // each trial joins with `sacct`
   tune::PlanOptions po;
   po.resume = p.get_flag("resume");
   if (auto s = p.get_optional("shard")) po.shard = tune::parse_shard(*s);

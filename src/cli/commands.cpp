@@ -35,6 +35,7 @@ const std::vector<Command>& commands() {
       {"compare", "result sets of several databases side by side: GPUs, CPUs, drivers, tags (Gera et al. 2018)", run_compare},
       {"devices", "GPUs NVML sees: readings, what each can measure and control", run_devices},
       {"monitor", "run a command and report its time and energy (perf stat for joules)", run_monitor},
+      {"exporter", "serve every GPU's telemetry to Prometheus (a node exporter; Slurm job labels)", run_exporter},
       {"restore", "restore GPU settings left changed by a crashed or killed run", run_restore},
       {"daemon-state", "GPU state, leases and your rights as the cnnergyd knob daemon reports them", run_daemon_state},
   };

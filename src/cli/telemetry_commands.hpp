@@ -12,5 +12,6 @@ int run_devices(const std::vector<std::string>& args);
 int run_monitor(const std::vector<std::string>& args);
 int run_restore(const std::vector<std::string>& args);
 int run_daemon_state(const std::vector<std::string>& args);  // cmd_daemon_state.cpp
+int run_exporter(const std::vector<std::string>& args);      // cmd_exporter.cpp
 
 }  // namespace cnnergy::cli

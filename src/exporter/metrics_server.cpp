@@ -47,18 +47,23 @@ sockaddr_in loopback(unsigned port) {
 
 }  // namespace
 
-MetricsServer::MetricsServer(unsigned port, Render render) : render_(std::move(render)) {
+MetricsServer::MetricsServer(unsigned port, Render render, const std::string& bind_address)
+    : render_(std::move(render)), address_(bind_address) {
   if (port > 65535) throw InvalidArgument("port " + std::to_string(port) + " is not 0 to 65535");
+  in_addr bind_ip{};
+  if (::inet_pton(AF_INET, bind_address.c_str(), &bind_ip) != 1)
+    throw InvalidArgument("cannot serve metrics on '" + bind_address + "': not an IPv4 address (e.g. 127.0.0.1)");
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw DeviceError(std::string("socket: ") + std::strerror(errno));
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a = loopback(port);
+  a.sin_addr = bind_ip;
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       ::listen(listen_fd_, SOMAXCONN) != 0) {
     const int err = errno;
     ::close(listen_fd_);
-    throw InvalidArgument("cannot serve metrics on 127.0.0.1:" + std::to_string(port) + ": " +
+    throw InvalidArgument("cannot serve metrics on " + bind_address + ":" + std::to_string(port) + ": " +
                           std::strerror(err) +
                           (err == EADDRINUSE ? " (another program uses this port; choose another, "
                                                "or 0 for one the system picks)"

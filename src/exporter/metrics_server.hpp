@@ -3,8 +3,8 @@
 // over non-blocking sockets, so a slow or silent client never delays another's scrape: each
 // connection must deliver its request within a deadline and a size limit, at most
 // kMaxConnections are open at once (the oldest idle one is dropped for a newcomer), and a client
-// that does not read its answer is dropped after a write deadline. Stopped by the destructor. Only
-// 127.0.0.1: exposing it wider is a reverse proxy's job, not a measurement tool's.
+// that does not read its answer is dropped after a write deadline. Stopped by the destructor. 127.0.0.1
+// unless the caller names another address (a node exporter opened to the site's Prometheus).
 #pragma once
 
 #include <functional>
@@ -17,8 +17,9 @@ class MetricsServer {
  public:
   using Render = std::function<std::string()>;
   // port 0: the OS picks a free one (see port()). InvalidArgument when the port is in use or
-  // cannot be bound, naming it.
-  MetricsServer(unsigned port, Render render);
+  // cannot be bound, naming it. `bind_address`: an IPv4 address; 127.0.0.1 unless an
+  // administrator asks for more (`cnnergy exporter --bind-address`).
+  MetricsServer(unsigned port, Render render, const std::string& bind_address = "127.0.0.1");
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -30,7 +31,7 @@ class MetricsServer {
   static constexpr int kWriteDeadlineMs = 5000;          // a client that does not read its answer
 
   unsigned port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/metrics"; }
+  std::string url() const { return "http://" + address_ + ":" + std::to_string(port_) + "/metrics"; }
 
  private:
   void run();
@@ -39,6 +40,7 @@ class MetricsServer {
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   unsigned port_ = 0;
+  std::string address_;
   std::thread thread_;
 };
 

@@ -19,7 +19,7 @@ std::unique_ptr<MonitorExporter> MonitorExporter::create(
 MonitorExporter::MonitorExporter(std::vector<GpuLabels> gpus,
                                  std::optional<unsigned> prometheus_port,
                                  std::optional<std::string> jsonl_path)
-    : state_(gpus) {
+    : gpus_(gpus), state_(gpus) {
   if (jsonl_path) jsonl_ = std::make_unique<JsonlStream>(*jsonl_path, gpus);
   if (prometheus_port)
     server_ = std::make_unique<MetricsServer>(*prometheus_port, [this] { return state_.render(); });
@@ -54,6 +54,13 @@ void MonitorExporter::detach() {
 void MonitorExporter::on_window(const telemetry::Measurement& m) {
   state_.on_window(m);
   if (jsonl_) jsonl_->on_window(m);
+}
+
+void MonitorExporter::label_job(const std::string& slurm_job_id) {
+  JobIds jobs;
+  if (!slurm_job_id.empty())
+    for (const auto& g : gpus_) jobs[g.index] = slurm_job_id;
+  state_.set_job_source([jobs] { return jobs; });
 }
 
 std::optional<unsigned> MonitorExporter::port() const {

@@ -33,10 +33,13 @@ class MonitorExporter {
   void attach(std::shared_ptr<telemetry::Sampler> sampler);
   void detach();
   void on_window(const telemetry::Measurement& m);
+  // Labels every GPU's series with this Slurm job id (a monitor running inside a job); "": none.
+  void label_job(const std::string& slurm_job_id);
   std::optional<unsigned> port() const;
   std::string url() const;  // empty without a server
 
  private:
+  std::vector<GpuLabels> gpus_;
   MetricsState state_;
   std::unique_ptr<JsonlStream> jsonl_;
   std::unique_ptr<MetricsServer> server_;

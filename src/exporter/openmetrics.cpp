@@ -53,8 +53,12 @@ class Writer {
   std::ostringstream os_;
 };
 
-std::string gpu_label(const GpuLabels& g) {
-  return "gpu=\"" + std::to_string(g.index) + "\",uuid=\"" + escape_label(g.uuid) + "\"";
+std::string gpu_label(const GpuLabels& g, const JobIds& jobs) {
+  std::string out = "gpu=\"" + std::to_string(g.index) + "\",uuid=\"" + escape_label(g.uuid) + "\"";
+  if (!g.name.empty()) out += ",model=\"" + escape_label(g.name) + "\"";
+  if (const auto it = jobs.find(g.index); it != jobs.end() && !it->second.empty())
+    out += ",slurm_job_id=\"" + escape_label(it->second) + "\"";
+  return out;
 }
 
 }  // namespace
@@ -107,8 +111,15 @@ void MetricsState::on_window(const telemetry::Measurement& m) {
   }
 }
 
+void MetricsState::set_job_source(std::function<JobIds()> source) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  job_source_ = std::move(source);
+}
+
 std::string MetricsState::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  const JobIds jobs = job_source_ ? job_source_() : JobIds{};
+  const auto labels_of = [&jobs](const GpuLabels& g) { return gpu_label(g, jobs); };
   Writer w;
   // One family at a time over every GPU, as the format requires (no interleaving).
   const auto per_gpu = [&](const std::string& name, const char* type, const char* unit,
@@ -120,7 +131,7 @@ std::string MetricsState::render() const {
     if (!any) return;
     w.family(name, type, unit, help);
     for (std::size_t slot = 0; slot < gpus_.size() && slot < latest_->gpus.size(); ++slot)
-      if (auto v = value(latest_->gpus[slot])) w.sample(name + suffix, gpu_label(gpus_[slot]), *v);
+      if (auto v = value(latest_->gpus[slot])) w.sample(name + suffix, labels_of(gpus_[slot]), *v);
   };
   using G = telemetry::GpuSample;
   using O = std::optional<double>;
@@ -163,7 +174,7 @@ std::string MetricsState::render() const {
         if (!mask) continue;
         for (const auto& [bit, name] : known_reasons())
           w.sample("cnnergy_gpu_throttle_reason",
-                   gpu_label(gpus_[slot]) + ",reason=\"" + name + "\"", (*mask & bit) ? 1 : 0);
+                   labels_of(gpus_[slot]) + ",reason=\"" + name + "\"", (*mask & bit) ? 1 : 0);
       }
     }
     if (latest_->cpu_energy_mj) {

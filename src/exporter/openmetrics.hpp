@@ -1,10 +1,12 @@
 // Live metrics of a monitored run for dashboards and log pipelines: the latest sampler reading and
 // every completed window, rendered as OpenMetrics text (Prometheus' exposition format) and as
 // JSON lines. Names follow Prometheus conventions: base units in the name (joules, watts, hertz,
-// celsius, ratio), `_total` on counters, labels gpu="0",uuid="GPU-...".
+// celsius, ratio), `_total` on counters, labels gpu="0",uuid="GPU-...",model="..." and, while a
+// Slurm job holds the GPU, slurm_job_id="...".
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -21,6 +23,9 @@ struct GpuLabels {
   std::string uuid, name;
 };
 
+// The Slurm job holding each GPU, by NVML index (a GPU absent from the map: none).
+using JobIds = std::map<unsigned, std::string>;
+
 // The GPUs a sampler reads, in its slot order, with their UUIDs and names.
 std::vector<GpuLabels> gpu_labels(const telemetry::Sampler& sampler);
 
@@ -36,6 +41,9 @@ class MetricsState {
   void on_sample(const telemetry::Sample& s);
   void on_window(const telemetry::Measurement& m);
   std::string render() const;  // OpenMetrics text, ending in "# EOF\n"
+  // Where the slurm_job_id label comes from: asked at every render (a node exporter reads the job
+  // map a Slurm prolog writes; a monitor inside a job gives its own job for every GPU).
+  void set_job_source(std::function<JobIds()> source);
 
  private:
   struct WindowTotals {
@@ -49,6 +57,7 @@ class MetricsState {
   std::optional<telemetry::Sample> latest_;
   std::uint64_t samples_ = 0;
   std::map<std::string, WindowTotals> windows_;
+  std::function<JobIds()> job_source_;
 };
 
 // One JSON object per line: {"type":"sample",...} for each sample and {"type":"window",...} for

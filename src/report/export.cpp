@@ -78,7 +78,9 @@ void export_csv(const ResultStore& store, const std::string& path) {
     for (const char* s : {"_median", "_stddev", "_min", "_max"}) header.push_back(std::string(metric_name(m)) + s);
   for (Metric m : kAllMetrics)
     for (const char* s : {"_ci95_low", "_ci95_high"}) header.push_back(std::string(metric_name(m)) + s);
-  for (const char* c : {"energy_vs_reference_pct", "time_vs_reference_pct", "eds_k2", "eds_k1.5", "pareto"}) header.emplace_back(c);
+  for (const char* c : {"energy_vs_reference_pct", "time_vs_reference_pct", "eds_k2", "eds_k1.5", "pareto",
+                        "slurm_job_id"})
+    header.emplace_back(c);
   for (std::size_t i = 0; i < header.size(); ++i) out += (i ? "," : "") + csv_field(header[i]);
   out += "\r\n";
 
@@ -127,6 +129,7 @@ void export_csv(const ResultStore& store, const std::string& path) {
       row.push_back(num(objective_value(s, kEds2, ref, ps)));
       row.push_back(num(objective_value(s, kEds15, ref, ps)));
       row.push_back(std::find(d.analysis.pareto.begin(), d.analysis.pareto.end(), i) != d.analysis.pareto.end() ? "1" : "0");
+      row.push_back(t.slurm_job_id);  // joins with sacct's JobID
       for (std::size_t c = 0; c < row.size(); ++c) out += (c ? "," : "") + csv_field(row[c]);
       out += "\r\n";
     }
@@ -190,6 +193,7 @@ void export_json(const ResultStore& store, const std::string& path) {
           {"index", Json(t.trial_index)}, {"key", Json(t.summary.key)}, {"knobs", Json(std::move(knobs))},
           {"status", Json(std::string(trial_status_name(t.summary.status)))}, {"error_message", Json(t.error_message)},
           {"reference", Json(t.summary.reference)}, {"started", Json(t.started)}, {"finished", Json(t.finished)},
+          {"slurm_job_id", Json(t.slurm_job_id)},
           {"samples_per_iteration", t.samples_per_iteration > 0 ? Json(t.samples_per_iteration) : Json()},
           {"flops_per_iteration", t.flops_per_iteration > 0 ? Json(t.flops_per_iteration) : Json()},
           {"accuracy", opt(t.accuracy)}, {"metrics", Json(std::move(metrics))},

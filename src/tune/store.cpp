@@ -214,6 +214,7 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
       for (const auto& stmt : sql::telemetry_columns_v3()) db_->exec(stmt);
       for (const auto& stmt : sql::studies_table_v4()) db_->exec(stmt);
       for (const auto& stmt : sql::order_columns_v5()) db_->exec(stmt);
+      for (const auto& stmt : sql::job_id_column_v6()) db_->exec(stmt);
     }
     tx.commit();
     if (create) return;
@@ -236,7 +237,16 @@ ResultStore::ResultStore(const std::string& path, Mode mode) {
   if (version >= 1 && version < sql::kSchemaVersion && !read_only) {
     SqliteTransaction tx(*db_);
     for (int v = version; v < sql::kSchemaVersion; ++v)
-      for (const auto& stmt : sql::upgrade_from(v)) db_->exec(stmt);
+      for (const auto& stmt : sql::upgrade_from(v)) {
+        // A column added by hand or by a newer writer of this same version is not added twice.
+        if (stmt.rfind("ALTER TABLE trials ADD COLUMN slurm_job_id", 0) == 0) {
+          SqliteStmt has(*db_, sql::kHasColumn);
+          has.bind(1, "trials").bind(2, "slurm_job_id");
+          has.step();
+          if (has.get_int(0) > 0) continue;
+        }
+        db_->exec(stmt);
+      }
     tx.commit();
     version = sql::kSchemaVersion;
   }
@@ -303,7 +313,7 @@ void ResultStore::append_sweep_note(std::int64_t sweep_id, const std::string& no
   st.run();
 }
 
-void ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord& t) {
+std::int64_t ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord& t) {
   const TrialMeasurement& m = t.measurement;
   const auto metrics = compute_trial_metrics(m);  // validates the measurement before anything is written
   {
@@ -374,6 +384,8 @@ void ResultStore::insert_trial(std::int64_t sweep_id, const TrialRecord& t) {
   }
   write_trial_telemetry(trial_id, m);
   write_trial_order(trial_id, m);
+  write_trial_job_id(trial_id, default_job_id_);
+  return trial_id;
 }
 
 void ResultStore::write_trial(std::int64_t sweep_id, const TrialRecord& trial) {
@@ -421,6 +433,7 @@ std::vector<StoredTrial> ResultStore::trials(std::int64_t sweep_id) const {
     t.samples_per_iteration = st.get_optional_double(10).value_or(0);
     t.flops_per_iteration = st.get_optional_double(11).value_or(0);
     t.accuracy = st.get_optional_double(12);
+    t.slurm_job_id = trial_job_id(t.id);
     out.push_back(std::move(t));
   }
   return out;
@@ -488,21 +501,42 @@ TrialRecord ResultStore::read_trial(std::int64_t trial_id) const {
 }
 
 MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths) {
+  return merge_stores(out_path, input_paths, MergeOptions{});
+}
+
+MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths,
+                         const MergeOptions& options) {
   if (input_paths.empty()) throw InvalidArgument("merge needs at least one input database");
   std::error_code ec;
   for (const auto& in : input_paths)
     if (fs::exists(out_path, ec) && fs::exists(in, ec) && fs::equivalent(out_path, in, ec))
       throw InvalidArgument("merge input " + in + " is the output database itself");
-  // Open (and so check) every input before the output is touched.
-  std::vector<ResultStore> inputs;
-  for (const auto& in : input_paths) inputs.emplace_back(in, ResultStore::Mode::kReadOnly);
+  // Open (and so check) every input before the output is touched. They are opened again one at a
+  // time for the copy: a thousand shards held open at once would exceed the process's file limit.
+  std::string first_key, first_path;
+  for (const auto& path : input_paths) {
+    const ResultStore in(path, ResultStore::Mode::kReadOnly);
+    if (!options.one_sweep) continue;
+    for (const SweepRecord& s : in.sweeps()) {
+      if (first_key.empty()) {
+        first_key = s.sweep_key;
+        first_path = path;
+      } else if (s.sweep_key != first_key) {
+        throw InvalidArgument("merge input " + path + " holds sweep " + s.sweep_key + ", not sweep " + first_key +
+                              " of " + first_path + ": it is a shard of another sweep (another workload or other "
+                              "settings); nothing was merged");
+      }
+    }
+  }
   ResultStore out(out_path, ResultStore::Mode::kReadWrite);
 
   MergeReport report;
   SqliteTransaction tx(*out.db_);
-  for (std::size_t f = 0; f < inputs.size(); ++f) {
-    const ResultStore& in = inputs[f];
+  std::set<std::string> keys;
+  for (const auto& path : input_paths) {
+    const ResultStore in(path, ResultStore::Mode::kReadOnly);
     for (const SweepRecord& s : in.sweeps()) {
+      if (keys.insert(s.sweep_key).second) report.sweep_keys.push_back(s.sweep_key);
       std::int64_t target = 0;
       const std::string tag = in.sweep_tag(s.id);
       std::optional<SweepRecord> same_sweep;
@@ -541,13 +575,14 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
           }
           ++report.duplicates_replaced;
         }
-        out.insert_trial(target, in.read_trial(t.id));
+        out.write_trial_job_id(out.insert_trial(target, in.read_trial(t.id)), t.slurm_job_id);
         ++report.trials_copied;
       }
     }
   }
   // Studies: each one that the output does not already hold (the same kind, time, command and document).
-  for (const ResultStore& in : inputs)
+  for (const auto& path : input_paths) {
+    const ResultStore in(path, ResultStore::Mode::kReadOnly);
     for (const StudyRecord& s : in.studies()) {
       bool present = false;
       for (const StudyRecord& o : out.studies())
@@ -561,6 +596,7 @@ MergeReport merge_stores(const std::string& out_path, const std::vector<std::str
       out.insert_study(s);
       ++report.studies_copied;
     }
+  }
   tx.commit();
   return report;
 }

@@ -17,6 +17,7 @@ namespace cnnergy::tune {
 
 class SqliteDb;
 struct MergeReport;
+struct MergeOptions;
 
 // Where a sweep ran. The GPU fields come from telemetry (the caller fills them); host_environment()
 // fills what the host knows.
@@ -66,6 +67,7 @@ struct StoredTrial {
   std::size_t repetitions = 0;
   double samples_per_iteration = 0, flops_per_iteration = 0;
   std::optional<double> accuracy;
+  std::string slurm_job_id;  // "" outside Slurm or in a database before schema 5
 };
 
 class ResultStore {
@@ -78,6 +80,9 @@ class ResultStore {
   ResultStore& operator=(ResultStore&&) noexcept;
 
   const std::string& path() const;
+  // The scheduler job id written with every trial from now on (store_jobs.cpp; merge copies each one's):
+  // `sweep` sets it from the Slurm environment so `sacct` can be joined with the trials.
+  void set_default_job_id(std::string job_id) { default_job_id_ = std::move(job_id); }
 
   // `tag` (`sweep --tag`): a label `compare --by tag` groups by; "" = none.
   std::int64_t add_sweep(const SweepRecord& sweep, const std::string& tag = "");
@@ -118,7 +123,7 @@ class ResultStore {
  private:
   // Both run inside a transaction the caller holds.
   std::int64_t insert_sweep(const SweepRecord& sweep, const std::string& tag = "");
-  void insert_trial(std::int64_t sweep_id, const TrialRecord& trial);
+  std::int64_t insert_trial(std::int64_t sweep_id, const TrialRecord& trial);  // the trial's row id
   // Schema 3 (store_telemetry.cpp): tag and telemetry columns, written after the base rows and read
   // only where the database has them (older ones opened read-only do not).
   bool has_schema3_columns() const;
@@ -131,7 +136,13 @@ class ResultStore {
   bool has_schema5_columns() const;
   void write_trial_order(std::int64_t trial_id, const TrialMeasurement& m);
   void read_trial_order(std::int64_t trial_id, TrialMeasurement& m) const;
-  friend MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
+  // Schema 6 (store_jobs.cpp): the trial's Slurm job id; "" where the database predates it.
+  void write_trial_job_id(std::int64_t trial_id, const std::string& job_id);
+  std::string trial_job_id(std::int64_t trial_id) const;
+  std::string default_job_id_;
+  mutable std::optional<bool> has_job_column_;
+  friend MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths,
+                                  const MergeOptions& options);
   std::unique_ptr<SqliteDb> db_;
 };
 
@@ -140,6 +151,13 @@ struct MergeReport {
   std::size_t duplicates_kept = 0, duplicates_replaced = 0;
   std::size_t studies_copied = 0;
   std::vector<std::string> messages;  // one line per duplicate or environment difference
+  std::vector<std::string> sweep_keys;  // the inputs' sweeps, in the order first seen
+};
+
+struct MergeOptions {
+  // The inputs are the shards of one sweep (`merge --same-sweep`, a Slurm merge job): an input
+  // holding another sweep key is refused, naming both keys, before anything is written.
+  bool one_sweep = false;
 };
 
 // Merges result stores into `out_path` (created when missing): sweeps with the same key, tag and GPU
@@ -148,5 +166,7 @@ struct MergeReport {
 // existing one on a tie, and is reported. All inputs are checked before anything is written, and the
 // merge is one transaction: it happens completely or not at all.
 MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths);
+MergeReport merge_stores(const std::string& out_path, const std::vector<std::string>& input_paths,
+                         const MergeOptions& options);
 
 }  // namespace cnnergy::tune

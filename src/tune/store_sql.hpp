@@ -5,7 +5,8 @@
 // Version history: 1 (first); 2 adds the trials.cuda_graph knob column; 3 adds telemetry statistics
 // (trials.telemetry_json, repetitions.telemetry_json) and the sweep's tag (sweeps.tag); 4 adds the
 // studies table (a convolution study's whole JSON document, `cnnergy convbench --db`); 5 adds time
-// order and steady starts (trials.settle_s, repetitions.sequence and repetitions.settle_s).
+// order and steady starts (trials.settle_s, repetitions.sequence and repetitions.settle_s); 6 adds the
+// scheduler's job id of every trial (trials.slurm_job_id, for a join with `sacct`).
 #pragma once
 
 #include <string>
@@ -16,7 +17,7 @@
 
 namespace cnnergy::tune::sql {
 
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // Version 3's columns, in their own list: added to a version-2 database by its first writer, and to
 // every new database right after the base schema.
@@ -46,6 +47,11 @@ inline std::vector<std::string> order_columns_v5() {
           "ALTER TABLE repetitions ADD COLUMN settle_s REAL"};
 }
 
+// Version 6's column, likewise: the Slurm job that measured the trial ("" outside Slurm).
+inline std::vector<std::string> job_id_column_v6() {
+  return {"ALTER TABLE trials ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT ''"};
+}
+
 // The statements that take a database of version v to v + 1, by v. Readers of an older version
 // work unchanged (every knob is read back from trials.knobs_json); a writer upgrades on open.
 inline std::vector<std::string> upgrade_from(int version) {
@@ -66,6 +72,11 @@ inline std::vector<std::string> upgrade_from(int version) {
     case 4: {
       auto out = order_columns_v5();
       out.push_back("UPDATE schema_info SET value = '5' WHERE key = 'schema_version'");
+      return out;
+    }
+    case 5: {
+      auto out = job_id_column_v6();
+      out.push_back("UPDATE schema_info SET value = '6' WHERE key = 'schema_version'");
       return out;
     }
     default:
@@ -224,6 +235,8 @@ inline const char* const kSelectRepetitionOrder =
 inline const char* const kMaxSequence =
     "SELECT max(r.sequence) FROM repetitions r JOIN trials t ON r.trial_id = t.id WHERE t.sweep_id = ?";
 inline const char* const kSelectSweepTag = "SELECT tag FROM sweeps WHERE id = ?";
+inline const char* const kSetTrialJobId = "UPDATE trials SET slurm_job_id = ? WHERE id = ?";
+inline const char* const kSelectTrialJobId = "SELECT slurm_job_id FROM trials WHERE id = ?";
 inline const char* const kHasColumn = "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?";
 
 inline const char* const kSelectLayers =

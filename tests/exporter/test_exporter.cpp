@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "exporter/job_map.hpp"
 #include "exporter/metrics_server.hpp"
 #include "exporter/openmetrics.hpp"
 #include "telemetry/telemetry_test_util.hpp"
@@ -55,7 +57,7 @@ TEST(OpenMetrics, RendersTheLatestSampleAndWindows) {
   state.on_window(m);
   state.on_window(m);
   const std::string text = state.render();
-  const std::string gpu = "{gpu=\"0\",uuid=\"GPU-abc\\\"d\"}";
+  const std::string gpu = "{gpu=\"0\",uuid=\"GPU-abc\\\"d\",model=\"H100\"}";
   EXPECT_NE(text.find("# TYPE cnnergy_gpu_energy_joules counter\n"), std::string::npos) << text;
   EXPECT_NE(text.find("# UNIT cnnergy_gpu_energy_joules joules\n"), std::string::npos);
   EXPECT_NE(text.find("cnnergy_gpu_energy_joules_total" + gpu + " 2.5\n"), std::string::npos);
@@ -87,6 +89,42 @@ TEST(OpenMetrics, RendersTheLatestSampleAndWindows) {
 
 TEST(OpenMetrics, EscapesLabels) {
   EXPECT_EQ(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+}
+
+TEST(OpenMetrics, SlurmJobLabelsOnlyTheGpusAJobHoldsAndEscapesThem) {
+  MetricsState state({{0, "GPU-0", "H100 \"SXM\""}, {3, "GPU-3", "H100"}});
+  telemetry::Sample two = sample_at(1.5);
+  two.gpus.push_back(two.gpus.front());
+  state.on_sample(two);
+  JobIds jobs = {{3, "12\"3\n4"}};
+  state.set_job_source([&jobs] { return jobs; });
+  std::string text = state.render();
+  EXPECT_NE(text.find("cnnergy_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\",model=\"H100 \\\"SXM\\\"\"} "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("{gpu=\"3\",uuid=\"GPU-3\",model=\"H100\",slurm_job_id=\"12\\\"3\\n4\"}"), std::string::npos) << text;
+  jobs.clear();  // the job ended: the label goes at the next scrape
+  text = state.render();
+  EXPECT_EQ(text.find("slurm_job_id"), std::string::npos) << text;
+}
+
+TEST(JobMap, ReadsOneJobPerGpuFileAndIgnoresEverythingElse) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cnnergy-jobmap-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "0") << "4242\n";
+  std::ofstream(dir / "2") << "99_3 \nsecond line\n";
+  std::ofstream(dir / "notes") << "7\n";
+  std::ofstream(dir / "5");  // empty: no job
+  const JobIds jobs = read_job_map(dir.string());
+  EXPECT_EQ(jobs, (JobIds{{0, "4242"}, {2, "99_3"}}));
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(read_job_map(dir.string()).empty());  // no folder: no job
+}
+
+TEST(MetricsServer, ServesOnTheAddressItIsGivenAndRefusesANonAddress) {
+  MetricsServer server(0, [] { return std::string("x 1\n# EOF\n"); }, "127.0.0.1");
+  EXPECT_EQ(server.url(), "http://127.0.0.1:" + std::to_string(server.port()) + "/metrics");
+  EXPECT_EQ(http_get_loopback(server.port(), "/metrics").status, 200);
+  EXPECT_THROW(MetricsServer(0, [] { return std::string(); }, "localhost:80"), InvalidArgument);
 }
 
 TEST(MetricsServer, ServesOverLoopbackOnAPortTheSystemPicks) {

@@ -265,11 +265,11 @@ TEST(Store, OtherSchemaVersionsAndForeignDatabasesAreRefused) {
   { ResultStore store(path); }
   sqlite3* raw = nullptr;
   sqlite3_open(path.c_str(), &raw);
-  sqlite3_exec(raw, "UPDATE schema_info SET value='6' WHERE key='schema_version'", nullptr, nullptr, nullptr);
+  sqlite3_exec(raw, "UPDATE schema_info SET value='7' WHERE key='schema_version'", nullptr, nullptr, nullptr);
   sqlite3_close(raw);
   std::string msg = data_error_of([&] { ResultStore s(path); });
-  EXPECT_NE(msg.find("schema version 6"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("reads schema versions 1 to 5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("schema version 7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reads schema versions 1 to 6"), std::string::npos) << msg;
 
   const std::string foreign = dir.file("foreign.db");
   sqlite3_open(foreign.c_str(), &raw);
@@ -327,7 +327,7 @@ TEST(Store, VersionOneDatabasesAreReadAndUpgraded) {
     EXPECT_EQ(writer.trials(sweep_id).size(), 3u);
   }
   sqlite3_open(path.c_str(), &raw);
-  EXPECT_EQ(scalar("SELECT value FROM schema_info WHERE key='schema_version'"), "5");  // 1 -> 2 -> 3 -> 4 -> 5
+  EXPECT_EQ(scalar("SELECT value FROM schema_info WHERE key='schema_version'"), "6");  // 1 -> 2 -> 3 -> 4 -> 5 -> 6
   EXPECT_EQ(scalar("SELECT count(*) FROM trials WHERE cuda_graph = 'on'"), "1");
   EXPECT_EQ(scalar("SELECT count(*) FROM trials WHERE cuda_graph IS NULL"), "2");
   sqlite3_close(raw);

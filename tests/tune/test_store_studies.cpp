@@ -96,6 +96,6 @@ TEST(StoreStudies, VersionThreeDatabaseHoldsNoneUntilItsFirstWriterAddsTheTable)
     EXPECT_EQ(writer.sweep(sweep_id).sweep_key, "sw");
   }
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "5");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "6");
   sqlite3_close(raw);
 }

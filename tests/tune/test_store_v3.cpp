@@ -73,7 +73,7 @@ TEST(StoreV3, VersionTwoDatabaseIsReadThenUpgradedByTheFirstWriter) {
     new_id = writer.add_sweep(sweep_on("NVIDIA H100"), "lab-a");
   }
   sqlite3_open(path.c_str(), &raw);
-  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "5");
+  EXPECT_EQ(sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "6");
   EXPECT_EQ(sqlite_scalar(raw, "SELECT tag FROM sweeps WHERE sweep_key='sw-old'"), "");
   sqlite3_close(raw);
   ResultStore store(path, ResultStore::Mode::kReadOnly);

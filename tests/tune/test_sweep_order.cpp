@@ -251,6 +251,6 @@ TEST(StoreV5, SchemaFourDatabaseGainsTimeOrderColumnsOnItsFirstWrite) {
   EXPECT_EQ(back.measurement.settle_s, 2.5);
   EXPECT_EQ(store.max_sequence(id), 8);
   sqlite3_open(path.c_str(), &raw);
-  EXPECT_EQ(cnnergy::tune::testing::sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "5");
+  EXPECT_EQ(cnnergy::tune::testing::sqlite_scalar(raw, "SELECT value FROM schema_info WHERE key='schema_version'"), "6");  // 4 -> 5 -> 6
   sqlite3_close(raw);
 }
