@@ -61,7 +61,7 @@ Buffer read_bounded(const std::string& path, const FileLimit& limit) {
   if (path.empty()) throw DataError("no " + what + " file given (the path is empty)");
   const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0)
-    throw DataError("cannot read the " + what + " " + path + ": " + std::strerror(errno));
+    throw DataError("cannot open the " + what + " " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
     throw DataError("cannot read the " + what + " " + path + ": " + std::strerror(errno));

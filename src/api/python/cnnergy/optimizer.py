@@ -495,13 +495,7 @@ class _Optimizer:
         self._say("optimizer stopped, the training goes on at the default setting: %s.%s"
                   % (e, hint), logging.WARNING)
         self.state = "off"
-        v = self._visit
-        if v is not None and v.open:
-            try:
-                self.monitor.end_window(v.name)
-            except CnnergyError:
-                pass
-        self._visit, self._visits, self._pending = None, [], []
+        self._abandon_visits()
         try:
             self._holder.release()
         except CnnergyError as e2:
@@ -519,6 +513,12 @@ class _Optimizer:
             self._fail_quiet()
 
     def _fail_quiet(self):
+        self._abandon_visits()
+        self.state = "off"
+        self._holder.release()
+
+    def _abandon_visits(self):
+        """Ends the open window, if any, and forgets the visits planned."""
         v = self._visit
         if v is not None and v.open:
             try:
@@ -526,8 +526,6 @@ class _Optimizer:
             except CnnergyError:
                 pass
         self._visit, self._visits, self._pending = None, [], []
-        self.state = "off"
-        self._holder.release()
 
     def __enter__(self):
         return self
