@@ -47,8 +47,9 @@ extern "C" {
 #endif
 
 /* 1.1.0: cnnergy_now_ns, cnnergy_window_begin_at / _end_at, cnnergy_monitor_window_count
- * 1.2.0: cnnergy_gpu_knob_info_get (power-limit range, supported clocks, driver), cnnergy_memory_clock_set */
-#define CNNERGY_API_VERSION 10200
+ * 1.2.0: cnnergy_gpu_knob_info_get (power-limit range, supported clocks, driver), cnnergy_memory_clock_set
+ * 1.3.0: cnnergy_monitor_settle_check (the sweep's steady-state rule on the monitor's own samples) */
+#define CNNERGY_API_VERSION 10300
 #define CNNERGY_MAX_GPUS 64
 #define CNNERGY_NAME_MAX 128
 
@@ -127,6 +128,27 @@ CNNERGY_EXPORT double cnnergy_monitor_interval_ms(const cnnergy_monitor* monitor
  * monitor. INVALID_ARGUMENT for a port in use; DATA for a file that cannot be written. */
 CNNERGY_EXPORT cnnergy_status cnnergy_monitor_export(cnnergy_monitor* monitor, int prometheus_port,
                                                      const char* jsonl_path, unsigned* bound_port);
+
+/* Since 1.3. Has the GPUs' temperature and power settled since `since_ns` (cnnergy_now_ns's clock:
+ * a knob change, a new workload)? The steady-state rule of `cnnergy sweep --settle-s`, applied to the
+ * samples this monitor took since then: over the last window_s seconds of them (at least five), the
+ * hottest GPU's temperature slope is at most max_temp_slope_c_per_s and the summed power's slope at
+ * most max_power_slope_per_s of its mean per second, each allowed two standard errors of its
+ * least-squares fit. A rule field <= 0 takes the sweep's default (1 s, 0.1 C/s, 0.01 per s). Reads
+ * only; the caller keeps its workload running between checks. INVALID_ARGUMENT when the monitor is
+ * not running. */
+typedef struct cnnergy_settle_check {
+  size_t struct_size;          /* set by the library */
+  int settled;                 /* 1: both slopes within the rule */
+  size_t samples;              /* samples in the rule's window */
+  double temp_slope_c_per_s;   /* NaN: no temperature readings */
+  double power_slope_per_s;    /* fraction of the mean power per second; NaN: no power readings */
+  char reason[256];            /* why not settled ("" when settled) */
+} cnnergy_settle_check;
+CNNERGY_EXPORT cnnergy_status cnnergy_monitor_settle_check(const cnnergy_monitor* monitor, int64_t since_ns,
+                                                           double window_s, double max_temp_slope_c_per_s,
+                                                           double max_power_slope_per_s,
+                                                           cnnergy_settle_check* out);
 
 /* ---- windows ---------------------------------------------------------------------------------- */
 /* Opens the window `name` (1 to CNNERGY_NAME_MAX-1 bytes). Windows may nest and overlap; a name can

@@ -19,6 +19,7 @@
 #include "telemetry/nvml.hpp"
 #include "telemetry/rapl.hpp"
 #include "telemetry/sampler.hpp"
+#include "telemetry/settle.hpp"
 
 using namespace cnnergy;
 using namespace cnnergy::telemetry;
@@ -393,6 +394,34 @@ double cnnergy_monitor_sensor_period_ms(const cnnergy_monitor* monitor) {
 
 double cnnergy_monitor_interval_ms(const cnnergy_monitor* monitor) {
   return monitor ? monitor->interval_ms : kNaN;
+}
+
+cnnergy_status cnnergy_monitor_settle_check(const cnnergy_monitor* monitor, int64_t since_ns, double window_s,
+                                            double max_temp_slope_c_per_s, double max_power_slope_per_s,
+                                            cnnergy_settle_check* out) {
+  return guarded([&] {
+    if (!monitor || !out) return bad("cnnergy_monitor_settle_check: NULL argument");
+    std::shared_ptr<cnnergy::telemetry::Sampler> sampler;
+    {
+      std::lock_guard<std::mutex> lock(const_cast<cnnergy_monitor*>(monitor)->mutex);
+      if (!monitor->running || !monitor->sampler)
+        return bad("the monitor is stopped: start it before asking whether the GPUs have settled");
+      sampler = monitor->sampler;
+    }
+    cnnergy::telemetry::SettleRule rule;
+    if (window_s > 0) rule.window_s = window_s;
+    if (max_temp_slope_c_per_s > 0) rule.max_temp_slope_c_per_s = max_temp_slope_c_per_s;
+    if (max_power_slope_per_s > 0) rule.max_power_slope_per_s = max_power_slope_per_s;
+    const auto c = cnnergy::telemetry::check_settled_since(*sampler, since_ns, rule);
+    std::memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    out->settled = c.settled ? 1 : 0;
+    out->samples = c.samples;
+    out->temp_slope_c_per_s = c.temp_slope_c_per_s.value_or(kNaN);
+    out->power_slope_per_s = c.power_slope_per_s.value_or(kNaN);
+    std::snprintf(out->reason, sizeof out->reason, "%s", c.reason.c_str());
+    return CNNERGY_OK;
+  });
 }
 
 cnnergy_status cnnergy_window_begin(cnnergy_monitor* monitor, const char* name,

@@ -105,6 +105,25 @@ std::string SettleResult::describe() const {
   return slopes.empty() ? out : out + " (" + slopes + ")";
 }
 
+SettleCheck check_settled_since(const Sampler& sampler, std::int64_t since_ns, const SettleRule& rule) {
+  std::vector<SettleSample> pts;
+  for (const auto& s : sampler.samples_from(since_ns)) {
+    if (s.t_ns < since_ns) continue;  // the rule judges only what followed the change
+    SettleSample p;
+    p.t_s = seconds(s.t_ns - since_ns);
+    double watts = 0;
+    bool have_power = true;
+    for (const auto& g : s.gpus) {
+      if (g.temperature_c) p.temperature_c = std::max(p.temperature_c.value_or(-1e9), double(*g.temperature_c));
+      if (g.power_mw) watts += *g.power_mw * 1e-3;
+      else have_power = false;
+    }
+    if (have_power && !s.gpus.empty()) p.power_w = watts;
+    pts.push_back(p);
+  }
+  return check_settled(pts, rule);
+}
+
 SettleResult wait_until_settled(const std::shared_ptr<Sampler>& sampler, std::int64_t since_ns,
                                 const SettleRule& rule, const std::function<void()>& keep_busy,
                                 const std::function<bool()>& stop) {
@@ -113,22 +132,7 @@ SettleResult wait_until_settled(const std::shared_ptr<Sampler>& sampler, std::in
   const std::int64_t start_ns = steady_now_ns();
   const auto idle_sleep = std::chrono::duration<double, std::milli>(std::max(10.0, sampler->interval_ms() / 2));
   for (;;) {
-    std::vector<SettleSample> pts;
-    for (const auto& s : sampler->samples_from(since_ns)) {
-      if (s.t_ns < since_ns) continue;  // the rule judges only what followed the change
-      SettleSample p;
-      p.t_s = seconds(s.t_ns - since_ns);
-      double watts = 0;
-      bool have_power = true;
-      for (const auto& g : s.gpus) {
-        if (g.temperature_c) p.temperature_c = std::max(p.temperature_c.value_or(-1e9), double(*g.temperature_c));
-        if (g.power_mw) watts += *g.power_mw * 1e-3;
-        else have_power = false;
-      }
-      if (have_power && !s.gpus.empty()) p.power_w = watts;
-      pts.push_back(p);
-    }
-    r.last = check_settled(pts, rule);
+    r.last = check_settled_since(*sampler, since_ns, rule);
     r.observed = r.observed || r.last.temp_slope_c_per_s || r.last.power_slope_per_s;
     r.waited_s = seconds(steady_now_ns() - start_ns);
     if (r.last.settled) {

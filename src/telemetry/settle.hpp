@@ -48,6 +48,10 @@ struct SettleCheck {
 // The rule on samples ordered by time; only those within `rule.window_s` of the last one count.
 SettleCheck check_settled(std::span<const SettleSample> samples, const SettleRule& rule);
 
+// The rule on the sampler's own samples taken since `since_ns` (steady_clock ns): what
+// wait_until_settled checks at each turn, for callers that keep their workload running themselves.
+SettleCheck check_settled_since(const Sampler& sampler, std::int64_t since_ns, const SettleRule& rule);
+
 struct SettleResult {
   double waited_s = 0;     // time spent in the wait (beyond what the caller ran before it)
   bool settled = false;    // false: the time limit ended the wait (or there was nothing to watch)

@@ -147,6 +147,18 @@ PYBIND11_MODULE(_cnnergy_ext, mod) {
     return id;
   });
   mod.def("now_ns", [] { return cnnergy_now_ns(); });
+  mod.def("settle_check", [](std::uintptr_t h, std::int64_t since_ns, double window_s, double max_temp_slope,
+                             double max_power_slope) {
+    cnnergy_settle_check c;
+    check(cnnergy_monitor_settle_check(monitor_of(h), since_ns, window_s, max_temp_slope, max_power_slope, &c));
+    py::dict d;
+    d["settled"] = c.settled != 0;
+    d["samples"] = c.samples;
+    d["temp_slope_c_per_s"] = std::isnan(c.temp_slope_c_per_s) ? py::object(py::none()) : py::float_(c.temp_slope_c_per_s);
+    d["power_slope_per_s"] = std::isnan(c.power_slope_per_s) ? py::object(py::none()) : py::float_(c.power_slope_per_s);
+    d["reason"] = std::string(c.reason);
+    return d;
+  });
   mod.def("window_count",
           [](std::uintptr_t h) { return cnnergy_monitor_window_count(monitor_of(h)); });
   // Returns the measurement as a dict, or None when timeout_ms == 0 and it is not ready yet.

@@ -43,7 +43,7 @@ except ImportError:
     from . import _ctypes_backend as _backend
     backend_name = "ctypes"
 
-__version__ = "1.2.0"
+__version__ = "1.3.0"
 __all__ = ["Monitor", "Measurement", "GpuMeasurement", "power_limit", "sm_clocks", "api_version",
            "CnnergyError", "InvalidArgument", "DataError", "NotSupported", "PermissionDenied",
            "DeviceError", "NotReady", "backend_name", "active_knob_changes", "memory_clock",
@@ -392,6 +392,17 @@ class Monitor:
             inner.last_measurement = None
             return inner
         return wrap
+
+    def settle_check(self, since_ns: int, window_s: float = 0.0, max_temp_slope_c_per_s: float = 0.0,
+                     max_power_slope_per_s: float = 0.0) -> dict:
+        """Whether temperature and power have settled since `since_ns` (time.monotonic_ns(): a
+        setting change): the steady-state rule of `cnnergy sweep --settle-s` on this monitor's own
+        samples (over the last window_s seconds, at least five samples, the temperature's slope at
+        most 0.1 C/s and the power's at most 1 % of its mean per second; 0 keeps those defaults).
+        Reads only: keep the workload running between checks. Returns {"settled", "samples",
+        "temp_slope_c_per_s", "power_slope_per_s", "reason"}."""
+        return _backend.settle_check(self._handle, int(since_ns), float(window_s),
+                                     float(max_temp_slope_c_per_s), float(max_power_slope_per_s))
 
     def start(self) -> None:
         _backend.start(self._handle)

@@ -43,6 +43,12 @@ class _Measurement(ctypes.Structure):
                 ("gpus", _GpuEnergy * MAX_GPUS)]
 
 
+class _SettleCheck(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("settled", ctypes.c_int),
+                ("samples", ctypes.c_size_t), ("temp_slope_c_per_s", ctypes.c_double),
+                ("power_slope_per_s", ctypes.c_double), ("reason", ctypes.c_char * 256)]
+
+
 def _candidates():
     env = os.environ.get("CNNERGY_LIBRARY")
     if env:
@@ -80,6 +86,9 @@ _lib.cnnergy_monitor_gpu_info.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
 for _f in ("cnnergy_monitor_sensor_period_ms", "cnnergy_monitor_interval_ms"):
     getattr(_lib, _f).argtypes = [ctypes.c_void_p]
     getattr(_lib, _f).restype = ctypes.c_double
+_lib.cnnergy_monitor_settle_check.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double,
+                                              ctypes.c_double, ctypes.c_double,
+                                              ctypes.POINTER(_SettleCheck)]
 for _f in ("cnnergy_window_begin", "cnnergy_window_end"):
     getattr(_lib, _f).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
 # Calls that never wait go through a PyDLL handle, which keeps the GIL: begin, end, discard (an
@@ -186,6 +195,16 @@ def info(h):
     return {"gpus": gpus, "has_cpu": _lib.cnnergy_monitor_has_cpu(m) != 0,
             "sensor_period_ms": _lib.cnnergy_monitor_sensor_period_ms(m),
             "interval_ms": _lib.cnnergy_monitor_interval_ms(m)}
+
+
+def settle_check(h, since_ns, window_s, max_temp_slope, max_power_slope):
+    c = _SettleCheck()
+    _check(_lib.cnnergy_monitor_settle_check(_handle(h), since_ns, window_s, max_temp_slope,
+                                             max_power_slope, ctypes.byref(c)))
+    nan_none = lambda v: None if v != v else v  # noqa: E731
+    return {"settled": c.settled != 0, "samples": c.samples,
+            "temp_slope_c_per_s": nan_none(c.temp_slope_c_per_s),
+            "power_slope_per_s": nan_none(c.power_slope_per_s), "reason": c.reason.decode()}
 
 
 def export(h, port, jsonl):

@@ -8,8 +8,11 @@ Profiling. The default setting (the reference) is measured first: its first step
 many steps a window needs to span `min_window_periods` sensor update periods (the methodology's
 rule; docs/methodology.md). Then rounds visit the reference and every live candidate, in an order
 reversed every other round so that a slow drift (temperature, data) weighs on every setting alike, the
-reference revisited in each round. After every change `warmup_steps` steps are discarded, after
-settle() (the hook where a wait for the power to settle goes). From the third round on, a
+reference revisited in each round. After every change `warmup_steps` steps are discarded, and then
+more until the GPUs have settled at the new setting: the steady-state rule of `cnnergy sweep
+--settle-s` (Monitor.settle_check: the slopes of temperature and power over the span of one window
+within 0.1 C/s and 1 %/s), checked about once a sensor period, at most `settle_s` seconds; every
+rank must have settled. The waits are reported in the decision. From the third round on, a
 candidate whose 95 % interval lies wholly above the best one's is dropped; the search ends when the
 best is told apart from every other candidate and from the default, or when `max_rounds`,
 `max_profile_steps` or `max_profile_s` is spent. A best that is not distinguishable from the
@@ -41,13 +44,16 @@ _instances = itertools.count(1)  # unique window names, however many optimizers 
 
 
 class _Visit:
-    """One stay at a setting: warm-up steps, then one measured window of `steps` steps."""
+    """One stay at a setting: warm-up steps, steps until the GPUs have settled (after a change),
+    then one measured window of `steps` steps."""
 
-    __slots__ = ("setting", "warmup_left", "steps", "done", "open", "name", "measurement")
+    __slots__ = ("setting", "warmup_left", "steps", "done", "open", "name", "measurement",
+                 "settling", "settle_since_ns", "settle_t0", "settle_steps")
 
     def __init__(self, setting, warmup, steps, name):
         self.setting, self.warmup_left, self.steps, self.name = setting, warmup, steps, name
         self.done, self.open, self.measurement = 0, False, None
+        self.settling, self.settle_since_ns, self.settle_t0, self.settle_steps = False, 0, 0.0, 0
 
 
 class _Optimizer:
@@ -58,7 +64,7 @@ class _Optimizer:
                  batch_size=None, precision="", db=None, remember=True, dry_run=False,
                  max_profile_steps=5000, max_profile_s=900.0, warmup_steps=3,
                  min_window_periods=5, steps_per_window=None, min_rounds=3, max_rounds=10,
-                 recheck_rounds=4, collective=None):
+                 recheck_rounds=4, settle_s=30.0, settle_window_s=None, collective=None):
         from . import Monitor, _backend
         if monitor is None or not isinstance(monitor, Monitor):
             raise InvalidArgument("the optimizer needs a cnnergy.Monitor measuring the GPUs it "
@@ -69,6 +75,12 @@ class _Optimizer:
                                              and max_slowdown > 0):
             raise InvalidArgument("max_slowdown must be > 0 (e.g. 0.10 for at most 10 %% slower "
                                   "per step than the default) or None, not %r" % (max_slowdown,))
+        if not (isinstance(settle_s, (int, float)) and 0 <= settle_s <= 3600):
+            raise InvalidArgument("settle_s is the longest wait for the GPUs to settle after a "
+                                  "change, 0 to 3600 s (0: no wait), not %r" % (settle_s,))
+        if settle_window_s is not None and not (isinstance(settle_window_s, (int, float))
+                                                and settle_window_s > 0):
+            raise InvalidArgument("settle_window_s must be > 0 (or None: one window's span)")
         for name, v in (("max_profile_steps", max_profile_steps), ("max_profile_s", max_profile_s),
                         ("min_window_periods", min_window_periods), ("min_rounds", min_rounds)):
             if not v > 0:
@@ -99,6 +111,11 @@ class _Optimizer:
         self._asked_steps_per_window = None if steps_per_window is None else int(steps_per_window)
         self.min_rounds, self.max_rounds = int(min_rounds), int(max_rounds)
         self.recheck_rounds = int(recheck_rounds)
+        self.settle_s = float(settle_s)
+        self._settle_window_s = None if settle_window_s is None else float(settle_window_s)
+        self._settle_check_every = 1
+        self._settle_waits = []   # (setting text, waited_s, settled) per change
+        self._applied_key = ()    # the setting in force: the default until the first change
         self._backend = _backend
         self._collective = collective or default_collective()
         self.info = [_backend.gpu_knob_info(g) for g in self.gpus]
@@ -184,7 +201,7 @@ class _Optimizer:
         v = self._visit
         if self.state == "calibrate":
             self._last_begin = time.monotonic()
-        elif v.warmup_left == 0 and not v.open:
+        elif v.warmup_left == 0 and not v.settling and not v.open:
             self.monitor.begin_window(v.name)
             v.open = True
 
@@ -196,6 +213,11 @@ class _Optimizer:
             return
         if v.warmup_left > 0:
             v.warmup_left -= 1
+            return
+        if v.settling:
+            v.settle_steps += 1
+            if v.settle_steps % self._settle_check_every == 0:
+                self._check_settled(v)
             return
         v.done += 1
         if v.done < v.steps:
@@ -245,6 +267,12 @@ class _Optimizer:
         enough, step_s = self._collective.broadcast((enough, step_s))  # rank 0's view
         if not enough:
             return
+        # Each rank detected its own sensor's update period, and two detections can differ (a
+        # period and its double, under load): a window spans the longest of them on every rank,
+        # so that all ranks end their windows, and meet at the next collective, at the same step.
+        mine = [0.0] * self.world_size
+        mine[self._collective.rank] = self.min_window_s
+        self.min_window_s = max(self._collective.sum_floats(mine))
         needed = max(1, int(math.ceil(self.min_window_s / max(step_s, 1e-9))))
         asked = self._asked_steps_per_window
         if asked is not None and asked < needed:
@@ -254,6 +282,7 @@ class _Optimizer:
                                             self.min_window_periods, needed, needed),
                       logging.WARNING)
         self.steps_per_window = max(needed, asked or 0)
+        self._settle_check_every = max(1, self.steps_per_window // 5)  # about a sensor period
         self._say("a step takes %.1f ms: %d steps per window (>= %.0f ms), %d warm-up steps after "
                   "every change" % (step_s * 1e3, self.steps_per_window, self.min_window_s * 1e3,
                                     self.warmup_steps))
@@ -288,12 +317,38 @@ class _Optimizer:
 
     def _enter(self, visit):
         self._holder.apply(visit.setting)
-        self.settle(visit.setting)
+        key = _knobs.key(visit.setting)
+        # Every rank visits the same settings in the same order, so all agree on "changed".
+        if key != self._applied_key and self.settle_s > 0:
+            visit.settling = True
+            visit.settle_since_ns, visit.settle_t0 = time.monotonic_ns(), time.monotonic()
+        self._applied_key = key
 
-    def settle(self, setting):
-        """Called after every change of setting, before its warm-up steps: the place for a wait
-        until the GPU's power and clocks have settled at the new setting. The warm-up steps are
-        discarded in any case; this default waits no longer."""
+    def _check_settled(self, v):
+        """The steady-state rule on this rank's GPUs; the visit goes on to its window once every
+        rank has settled, or once one has waited settle_s (the same step on every rank)."""
+        window_s = self._settle_window_s or self.min_window_s
+        c = self.monitor.settle_check(v.settle_since_ns, window_s=window_s)
+        waited = time.monotonic() - v.settle_t0
+        flags = self._collective.sum_floats([0.0 if c["settled"] else 1.0,
+                                             1.0 if waited >= self.settle_s else 0.0])
+        if flags[0] > 0 and flags[1] == 0:
+            return
+        v.settling = False
+        settled = flags[0] == 0
+        text = _knobs.describe(v.setting)
+        self._settle_waits.append((text, waited, settled))
+        if not settled:
+            self._say("%s: not settled after %.1f s (%s); measuring anyway" % (
+                text, waited, c["reason"] or "another rank had not settled"), logging.WARNING)
+
+    def _settle_summary(self):
+        if not self._settle_waits:
+            return None
+        waits = [w for _, w, _ in self._settle_waits]
+        return {"changes": len(waits), "waited_s": sum(waits), "longest_s": max(waits),
+                "not_settled": sum(1 for _, _, ok in self._settle_waits if not ok),
+                "limit_s": self.settle_s}
 
     def _next_visit(self):
         first_of_round = self._visit.setting == {} and self._round > 0
@@ -410,7 +465,8 @@ class _Optimizer:
                     "interval_method": INTERVAL_METHOD, "profile_steps": self._steps,
                     "profile_s": time.monotonic() - self._started,
                     "rounds": len(self._windows.get((), [])),  # the default is in every round
-                    "budget_spent": bool(final and self._budget_spent())}
+                    "budget_spent": bool(final and self._budget_spent()),
+                    "settle": self._settle_summary()}
         if self.state == "recheck":
             setting, verdict = self._recheck_verdict(rows)
         elif best is None or ref is None or best == ():
@@ -481,6 +537,11 @@ class _Optimizer:
             self._holder.apply(setting)
         finally:
             self.state = "hold"
+        st = decision.get("settle")
+        if st:
+            self._say("settling after %d changes took %.1f s (longest %.1f s; %d not settled "
+                      "within %g s)" % (st["changes"], st["waited_s"], st["longest_s"],
+                                        st["not_settled"], st["limit_s"]))
         e = decision.get("energy_change_pct")
         self._say("decision: %s (%s)%s" % (
             _knobs.describe(setting), verdict, "" if e is None else
