@@ -2,7 +2,7 @@
 """torchvision models through our ONNX importer on the GPU: each model (random weights, batch-norm
 statistics calibrated as in tests/onnx/torchvision_compare.py, eval mode) is exported by PyTorch to
 ONNX (opset 13) and run by `cnnergy infer MODEL.onnx --inputs X.npy --outputs Y.npy` with --device
-cuda --precision fp32, --device cuda --precision bf16 and --device cpu. Targets (issue 28):
+cuda --precision fp32, --device cuda --precision bf16 and --device cpu. Targets:
   * fp32 GPU against our CPU: max abs difference <= 1e-4 x max abs logit;
   * bf16 GPU top-1 agreement with fp32 >= 99 %;
   * sanity: PyTorch's own CPU logits against our CPU, max abs difference <= 1e-4 x max abs logit.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ONNX import time (issue 28's target: a 100 MB model in < 2 s). Writes large zoo models with
+"""ONNX import time (target: a 100 MB model in < 2 s). Writes large zoo models with
 `cnnergy export-onnx` (AlexNet about 233 MiB, VGG-16 about 528 MiB of weights) and times
 `cnnergy model-info FILE.onnx` (parse with libonnx's protobuf classes, decode every initialiser,
 map the graph, shape inference, the per-layer table) against `cnnergy model-info ZOO_NAME` (the same

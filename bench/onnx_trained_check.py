@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 28's bf16 target on TRAINED weights: each torchvision model (10 classes, random init) is
+"""The bf16 agreement target on TRAINED weights: each torchvision model (10 classes, random init) is
 trained briefly by PyTorch on Fashion-MNIST (grayscale replicated to 3 channels, resized), exported to
 ONNX as bench/onnx_gpu_check.py does and run by `cnnergy infer MODEL.onnx --inputs X.npy --outputs Y.npy`
 with --device cuda --precision fp32 and bf16 on (a) --inputs Fashion-MNIST test images, preprocessed

@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--batch", type=int, default=2, help="random inputs per model (default 2)")
     ap.add_argument("--seed", type=int, default=3, help="seed of the exported weights and the inputs")
     ap.add_argument("--tolerance", type=float, default=1e-4,
-                    help="pass when max |a - b| <= T x max |logit| (default 1e-4, issue 28's bar)")
+                    help="pass when max |a - b| <= T x max |logit| (default 1e-4, the import's bar)")
     ap.add_argument("--zoo", action="store_true", help="also run the zoo model itself (cnnergy infer MODEL --seed S)")
     ap.add_argument("--work", default="onnxruntime_check", help="directory of the .onnx and .npy files")
     ap.add_argument("--json", default=None, help="JSON output (default: WORK/onnxruntime_check.json)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Agreement and overhead of cnnergy's Python windows on a PyTorch ResNet-50 training (issue 21).
+"""Agreement and overhead of cnnergy's Python windows on a PyTorch ResNet-50 training.
 
 Run on a lent GPU from the repository root, with a build tree carried there (the package is used
 through its ctypes backend, so the device's Python 3.12 needs no compiler):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where begin_window/end_window spend their time right after a PyTorch training step (issue 21).
+"""Where begin_window/end_window spend their time right after a PyTorch training step.
 
 Run on a lent GPU with the build tree carried there (ctypes backend):
     /opt/torch/.venv/bin/python bench/python_window_cost.py --build .carry [--steps 200]

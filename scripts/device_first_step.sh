@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Time to first step on a lent GPU (issue 16), model by model: for each model and precision, cnnergy's
+# Time to first step on a lent GPU, model by model: for each model and precision, cnnergy's
 # first run of each batch (its own process, an algorithm cache holding nothing for that problem), a
 # second run of all the batches in one process on the cache the first runs wrote, and PyTorch with
 # cudnn.benchmark (bench/peer_pytorch.py, all the batches in one process: only its first cell pays for

@@ -273,7 +273,7 @@ run_inference() {
 
 # ---- onnx-export: every zoo model written by `cnnergy export-onnx`, run by ONNX Runtime's CPU provider
 # against our importer + CPU backend (`infer MODEL.onnx --inputs`) and the zoo model itself; then the
-# import time of the AlexNet and VGG-16 files (issue 28: 100 MB in < 2 s). CPU only: no GPU is used.
+# import time of the AlexNet and VGG-16 files (target: 100 MB in < 2 s). CPU only: no GPU is used.
 run_onnx_export() {
   local py=/opt/torch/.venv/bin/python; [ -x "$py" ] || py=python3
   local oc="$CARRY/onnxruntime_check.py" it="$CARRY/onnx_import_time.py"
@@ -379,7 +379,7 @@ run_train_profile() {
 }
 
 # ---- train-energy: images/s, joules per image and peak memory of our training step against the best
-# PyTorch mode, cell by cell, in the same call (issue 27's targets) -----------------------------------
+# PyTorch mode, cell by cell, in the same call (the training targets) ---------------------------------
 # Ours: GRAPH_MODELS (default resnet50,resnet34) replayed as CUDA graphs, EAGER_MODELS (default
 # vgg16,alexnet: dropout) without, at BATCHES (64,256; VGG-16 at VGG_BATCH, 128) in PRECISION (bf16),
 # then WINDOWS (3) energy windows of WINDOW_S (3) s each. The peer: the same cells in MODES
