@@ -32,20 +32,35 @@ gtest_lines() { grep -E "^\[  (FAILED|SKIPPED|PASSED) |tests ran|Failure" "$1" |
 # summary line: passed, failed, skipped, seconds, its slowest test. Logs and gtest XML in the archive.
 run_tests() {
   gpu_info
-  local manifest=$CARRY/gpu_tests.txt limit=${GPU_TEST_LIMIT_S:-300} status=0
+  local manifest=$CARRY/gpu_tests.txt limit=${GPU_TEST_LIMIT_S:-300} jobs=${GPU_TEST_JOBS:-1} status=0 name
   [ -s "$manifest" ] || { echo "tests: no $manifest (run scripts/pack_device.sh on a CUDA build)" >&2; return 2; }
-  local t0=$SECONDS
+  local t0=$SECONDS running=0
+  # GPU_TEST_JOBS > 1 runs that many binaries at once on the one GPU (correctness only: their
+  # seconds then include the wait for the GPU, an upper bound of each alone).
   while read -r name; do
     [ -n "$name" ] || continue
-    if [ ! -x "$CARRY/bin/$name" ]; then echo "$name: not carried"; status=1; continue; fi
-    local s=$SECONDS
-    CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout "$limit" "$CARRY/bin/$name" --gtest_output="xml:$OUT/$name.xml" \
-      > "$OUT/$name.log" 2>&1
-    local rc=$?
-    python3 "$CARRY/gtest_summary.py" "$name" "$OUT/$name.xml" "$rc" "$((SECONDS - s))" || status=1
-    [ "$rc" = 0 ] || { status=1; grep -E "^\[  FAILED  \]|Failure$" "$OUT/$name.log" | head -20; }
+    if [ ! -x "$CARRY/bin/$name" ]; then echo "$name: not carried" > "$OUT/$name.summary"; echo 1 > "$OUT/$name.rc"; continue; fi
+    (
+      s=$SECONDS
+      CNNERGY_FASHION_MNIST_DIR=/tmp/fmnist timeout "$limit" "$CARRY/bin/$name" --gtest_output="xml:$OUT/$name.xml" \
+        > "$OUT/$name.log" 2>&1
+      rc=$?
+      python3 "$CARRY/gtest_summary.py" "$name" "$OUT/$name.xml" "$rc" "$((SECONDS - s))" > "$OUT/$name.summary" 2>&1 \
+        || { [ "$rc" = 0 ] && rc=1; }
+      echo "$rc" > "$OUT/$name.rc"
+    ) &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
   done < "$manifest"
-  echo "all GPU test binaries: $((SECONDS - t0)) s, $([ $status = 0 ] && echo passed || echo FAILED)"
+  wait
+  while read -r name; do
+    [ -n "$name" ] || continue
+    cat "$OUT/$name.summary"
+    if [ "$(cat "$OUT/$name.rc" 2>/dev/null || echo 1)" != 0 ]; then
+      status=1; grep -E "^\[  FAILED  \]|Failure$" "$OUT/$name.log" 2>/dev/null | head -20
+    fi
+  done < "$manifest"
+  echo "all GPU test binaries: $((SECONDS - t0)) s wall, $jobs at a time, $([ $status = 0 ] && echo passed || echo FAILED)"
   return $status
 }
 
