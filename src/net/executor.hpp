@@ -91,6 +91,7 @@
 #include "core/tensor.hpp"
 #include "layers/layer.hpp"
 #include "net/graph.hpp"
+#include "net/memory_plan.hpp"
 
 namespace cnnergy {
 
@@ -282,11 +283,16 @@ class Executor {
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);
   void run_backward_layer(std::size_t i, float loss_scale);
-  struct RecomputeCandidate {
-    int layer, input, group;  // the producer, its input tensor, the output's storage group (its root tensor)
+  // The memory planner's request for this network (executor_memory.cpp) and how tensors map onto it.
+  struct MemoryDescription {
+    MemoryPlanRequest request;
+    std::vector<int> group;     // per tensor id: its activation storage group (an index of request.groups)
+    std::vector<int> gradient;  // per tensor id: its gradient's index in request.gradients; -1: none
+    std::vector<std::string> gradient_labels;  // per request.gradients entry (MemoryReport::live_at_peak)
+    std::size_t naive_bytes = 0;               // MemoryReport::naive_bytes
   };
-  std::vector<RecomputeCandidate> recompute_candidates(const std::vector<int>& group,
-                                                       const std::function<bool(int)>& read_in_backward) const;
+  MemoryDescription describe_memory(bool with_workspaces) const;
+  std::vector<RecomputeOption> recompute_options(const MemoryDescription& d) const;
 
   const Graph& graph_;
   Backend& backend_;
