@@ -66,8 +66,8 @@
 //   whole run (ResNet-50 bf16 b256: 202 MiB). A call that asks for more falls back to the shared one.
 //   The workspaces are placed after every tensor (into the gaps they leave), so the arena grows by at
 //   most the largest of them; the activation budget below counts tensors only. Not with reuse_memory=false.
-// Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
-// 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
+// Intervals are placed in one arena by net/memory_plan.hpp (greedy by size: largest first, each at
+// the lowest offset, 256-byte aligned, where it overlaps no interval live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
 // Activations and gradients share the pool (both are in the backend dtype). Parameters, their
 // gradients and layer-internal state (BN saved statistics, dropout masks, loss probabilities) are
@@ -265,7 +265,7 @@ class Executor {
   std::size_t statistics_from_convolutions() const;
 
  private:
-  void fuse_relus();
+  void fuse_relus();  // the fusion passes (fusion_passes.cpp, with fold_batch_norms), run when binding
   void fuse_residuals();
   void fuse_statistics();
   // Returns (convolution, max pool) for each pool offered the convolution's ReLU mask.
