@@ -1,92 +1,16 @@
-// Executor: binds a graph's layers to a backend at a batch size, plans activation/gradient memory
-// by liveness (see executor.hpp for the rules), and runs forward/backward whole or per layer.
+// Executor: binds a graph's layers to a backend at a batch size, allocates the memory plan
+// (described in executor_memory.cpp, planned by net/memory_plan; executor.hpp gives the rules), hands
+// the layers their tensors and runs forward/backward whole or per layer. The fusion passes it runs
+// when binding are in fusion_passes.cpp.
 #include "net/executor.hpp"
 
 #include <algorithm>
-#include <limits>
-#include <numeric>
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
-#include "net/gradient_groups.hpp"
 
 namespace cnnergy {
 namespace {
-
-std::size_t bytes_of(const Shape& s, DType t) { return static_cast<std::size_t>(s.numel()) * dtype_size_bytes(t); }
-
-// One storage request of the plan: an activation group or a gradient.
-struct Interval {
-  int start = 0, end = 0;  // steps, inclusive
-  std::size_t bytes = 0;
-  std::size_t offset = 0;  // in the arena, once placed
-  bool late = false;       // placed after every other: a convolution workspace, into the gaps the tensors leave
-};
-
-constexpr std::size_t kArenaAlignment = 256;  // what cuDNN and vectorised kernels like best
-std::size_t align_up(std::size_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
-
-// Places every interval at an offset of one arena so that intervals overlapping in time never
-// overlap in memory: largest first, each at the lowest offset that fits between the placed
-// intervals it overlaps in time (greedy by size). Late intervals (convolution workspaces, one step
-// each) come after all others, so that they fill the gaps the tensors leave and a workspace never
-// pushes a long-lived tensor up: the arena is at most the tensors' own plus the largest workspace.
-// Returns the arena size.
-std::size_t place(std::vector<Interval>& items) {
-  std::vector<std::size_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (items[a].late != items[b].late) return items[b].late;
-    if (items[a].bytes != items[b].bytes) return items[a].bytes > items[b].bytes;
-    return items[a].start < items[b].start;
-  });
-  std::vector<std::size_t> placed;
-  std::size_t arena = 0;
-  std::vector<const Interval*> conflicts;
-  for (std::size_t idx : order) {
-    Interval& it = items[idx];
-    conflicts.clear();
-    for (std::size_t p : placed) {
-      const Interval& q = items[p];
-      if (q.start <= it.end && it.start <= q.end) conflicts.push_back(&q);
-    }
-    std::sort(conflicts.begin(), conflicts.end(), [](const Interval* a, const Interval* b) { return a->offset < b->offset; });
-    std::size_t offset = 0;
-    for (const Interval* q : conflicts) {
-      if (offset + it.bytes <= q->offset) break;  // fits in the gap below q
-      offset = std::max(offset, align_up(q->offset + q->bytes));
-    }
-    it.offset = offset;
-    arena = std::max(arena, offset + it.bytes);
-    placed.push_back(idx);
-  }
-  return arena;
-}
-
-// place() with the workspaces placed last, and greedy by size with the rest: whichever arena is
-// smaller (last keeps a large workspace from pushing long-lived tensors up; by size lets a workspace at
-// the busiest step go below tensors that fit the gaps above it).
-std::size_t place_best(std::vector<Interval>& items) {
-  std::vector<Interval> mixed = items;
-  for (Interval& it : mixed) it.late = false;
-  const std::size_t last = place(items);
-  if (std::none_of(items.begin(), items.end(), [](const Interval& it) { return it.late; })) return last;
-  const std::size_t by_size = place(mixed);
-  if (by_size >= last) return last;
-  for (std::size_t k = 0; k < items.size(); ++k) items[k].offset = mixed[k].offset;
-  return by_size;
-}
-
-// The most bytes live at any one step (no placement can use less), and the first step where it is reached.
-std::pair<std::size_t, int> live_peak_at(const std::vector<Interval>& items) {
-  int last = 0;
-  for (const auto& it : items) last = std::max(last, it.end);
-  std::vector<std::size_t> live(static_cast<std::size_t>(last) + 2, 0);
-  for (const auto& it : items)
-    for (int s = it.start; s <= it.end; ++s) live[static_cast<std::size_t>(s)] += it.bytes;
-  const auto peak = std::max_element(live.begin(), live.end());
-  return {*peak, static_cast<int>(peak - live.begin())};
-}
 
 // One layer call's convolution workspace (Backend::set_conv_workspace): the layer's region of the
 // arena where it has one, the backend's shared workspace again afterwards (also when the call throws).
@@ -234,25 +158,6 @@ void Executor::check_fits_before_binding() const {
                              format_memory_bytes(static_cast<std::uint64_t>(params)));
 }
 
-// A batch norm whose input is the only output of a layer and read by nothing else is offered to
-// that layer (a convolution folds it into its weights and bias).
-void Executor::fold_batch_norms() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& bn = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (bn.type() != "batch_norm" || ins.size() != 1) continue;
-    const GraphTensor& xt = graph_.tensor(ins[0]);
-    if (ins[0] == graph_.input_tensor() || ins[0] == graph_.logits_tensor() || xt.producer < 0 ||
-        xt.consumers.size() != 1 || graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
-      continue;
-    Layer& producer = *layers_[static_cast<std::size_t>(xt.producer)];
-    if (producer.absorbed() || !producer.absorb_batch_norm(bn)) continue;
-    bn.absorb_into(producer.name());
-    ++memory_.folded_batch_norms;
-  }
-  folds_pending_ = memory_.folded_batch_norms > 0;
-}
-
 void Executor::fold_parameters() {
   restore_masters();  // folding reads them
   for (auto& l : layers_) l->fold_absorbed();
@@ -285,199 +190,6 @@ void Executor::restore_masters() {
   parked_.clear();
 }
 
-// A ReLU whose input is the only output of a layer and read by nothing else is offered to that layer.
-void Executor::fuse_relus() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& relu = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (relu.type() != "relu" || ins.size() != 1) continue;
-    const int x = ins[0];
-    const GraphTensor& xt = graph_.tensor(x);
-    if (x == graph_.input_tensor() || x == graph_.logits_tensor() || xt.producer < 0 || xt.consumers.size() != 1 ||
-        graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
-      continue;
-    Layer* producer = layers_[static_cast<std::size_t>(xt.producer)].get();
-    if (producer->absorbed()) {
-      // A batch norm folded into the convolution before it (the convolution's sole consumer): the
-      // convolution is offered the ReLU; conv -> (bn) -> relu is one chain, planned as one tensor.
-      const int conv = producer->type() == "batch_norm" ? absorber_of(static_cast<std::size_t>(xt.producer)) : -1;
-      if (conv < 0) continue;
-      producer = layers_[static_cast<std::size_t>(conv)].get();
-    }
-    if (producer->absorbed() || !producer->fuse_relu(backend_)) continue;
-    relu.absorb_into(producer->name());
-    ++memory_.fused_relus;
-  }
-}
-
-int Executor::absorber_of(std::size_t i) const {
-  const auto& ins = graph_.layer_inputs(i);
-  if (!layers_[i]->absorbed() || ins.size() != 1) return -1;
-  const int p = graph_.tensor(ins[0]).producer;
-  if (p < 0 || layers_[static_cast<std::size_t>(p)]->name() != layers_[i]->absorbed_into()) return -1;
-  return p;
-}
-
-// An add whose input t is a batch norm's only output, read by nothing else, is offered to the layer
-// that then computes it: with folding, the convolution the batch norm was folded into; without, the
-// batch norm itself. The add's other input z must be computed before that layer, which reads it in
-// forward. Folded (inference), the add is absorbed and runs nothing; otherwise only its forward is
-// taken, and its backward still runs.
-void Executor::fuse_residuals() {
-  const bool folded = options_.fold_batch_norm;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& add = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (add.type() != "add" || add.absorbed() || ins.size() != 2 || ins[0] == ins[1]) continue;
-    for (std::size_t j = 0; j < 2; ++j) {
-      const int t = ins[j], z = ins[1 - j];
-      const GraphTensor& tt = graph_.tensor(t);
-      if (t == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1 ||
-          graph_.layer_outputs(static_cast<std::size_t>(tt.producer)).size() != 1)
-        continue;
-      const Layer& bn = *layers_[static_cast<std::size_t>(tt.producer)];
-      const auto& bn_ins = graph_.layer_inputs(static_cast<std::size_t>(tt.producer));
-      if (bn.type() != "batch_norm" || bn.absorbed() != folded || bn_ins.size() != 1) continue;
-      int taker = tt.producer;
-      if (folded) {  // only a folded convolution has a bias to add z beside
-        taker = graph_.tensor(bn_ins[0]).producer;
-        if (taker < 0 || layers_[static_cast<std::size_t>(taker)]->name() != bn.absorbed_into()) continue;
-      }
-      if (graph_.tensor(z).producer >= taker) continue;  // z must exist when the taker runs (-1: the input)
-      Layer& layer = *layers_[static_cast<std::size_t>(taker)];
-      if (!layer.fuse_residual(backend_, add.relu_fused())) continue;
-      if (folded) {
-        add.absorb_into(layer.name());
-        absorbed_output_of_[i] = t;
-      } else {
-        forward_taken_output_of_[i] = t;
-      }
-      residual_input_[static_cast<std::size_t>(taker)] = z;
-      ++memory_.fused_residuals;
-      // Its backward too, where nothing runs backward between the add and the batch norm.
-      if (!folded && options_.training && options_.fuse_residual_backward && add.relu_fused() &&
-          static_cast<std::size_t>(taker) + 1 == i && layer.take_residual_relu_backward()) {
-        add.leave_relu_backward();
-        ++memory_.fused_residual_masks;
-      }
-      break;
-    }
-  }
-}
-
-// A max pool whose input nothing else reads in backward may keep its argmax from forward
-// (Layer::offer_argmax_keeping), and its input then dies after forward. Where another layer reads
-// that memory in backward anyway (VGG's convolutions keep their fused ReLU's output), the argmax
-// bytes would only add to the peak: the pool reads its input again instead. Walks through absorbed
-// producers (a ReLU fused into the layer before it) to the layer that writes the memory.
-std::vector<std::pair<std::size_t, std::size_t>> Executor::offer_argmax_keeping() {
-  // Whether tensor t's memory is read in backward by a layer other than `reader`.
-  auto read_by_others = [&](auto&& self, int t, std::size_t reader) -> bool {
-    const GraphTensor& gt = graph_.tensor(t);
-    if (t == graph_.input_tensor() || t == graph_.logits_tensor() || gt.producer < 0) return true;
-    for (int c : gt.consumers)
-      if (static_cast<std::size_t>(c) != reader && layers_[static_cast<std::size_t>(c)]->needs_inputs_in_backward())
-        return true;
-    const auto producer = static_cast<std::size_t>(gt.producer);
-    const Layer& p = *layers_[producer];
-    if (p.needs_outputs_in_backward() || forward_taken_output_of_[producer] >= 0) return true;
-    if (!p.absorbed()) return false;
-    const auto& ins = graph_.layer_inputs(producer);
-    return ins.size() != 1 || self(self, ins[0], producer);
-  };
-  // The convolution whose fused ReLU output tensor t is (through the absorbed ReLU layer), where that
-  // output is read by `reader` alone and the ReLU's mask is the only reason the convolution reads its
-  // output in backward; -1 otherwise.
-  auto relu_convolution = [&](int t, std::size_t reader) -> int {
-    const GraphTensor& gt = graph_.tensor(t);
-    if (t == graph_.input_tensor() || t == graph_.logits_tensor() || gt.producer < 0 || gt.consumers.size() != 1 ||
-        static_cast<std::size_t>(gt.consumers[0]) != reader)
-      return -1;
-    const auto relu = static_cast<std::size_t>(gt.producer);
-    if (!layers_[relu]->absorbed() || graph_.layer_inputs(relu).size() != 1) return -1;
-    const int x = graph_.layer_inputs(relu)[0];
-    const GraphTensor& xt = graph_.tensor(x);
-    if (x == graph_.input_tensor() || xt.producer < 0 || xt.consumers.size() != 1) return -1;
-    const auto conv = static_cast<std::size_t>(xt.producer);
-    const Layer& c = *layers_[conv];
-    if (c.type() != "conv" || c.absorbed() || !c.relu_fused() || graph_.layer_outputs(conv).size() != 1 ||
-        forward_taken_output_of_[conv] >= 0 || absorber_of(relu) != static_cast<int>(conv))
-      return -1;
-    return static_cast<int>(conv);
-  };
-  std::vector<std::pair<std::size_t, std::size_t>> relu_mask_offers;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& pool = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (pool.type() != "max_pool" || ins.size() != 1) continue;
-    if (!read_by_others(read_by_others, ins[0], i)) {
-      pool.offer_argmax_keeping();
-      continue;
-    }
-    if (!options_.pool_relu_mask) continue;
-    if (const int conv = relu_convolution(ins[0], i); conv >= 0 && pool.offer_relu_mask(backend_))
-      relu_mask_offers.emplace_back(static_cast<std::size_t>(conv), i);
-  }
-  return relu_mask_offers;
-}
-
-// A max pool whose input only it reads and that was offered its argmax (offer_argmax_keeping: nothing
-// reads that input in backward), where the input is a batch norm's output (through the ReLU fused into
-// it) and the layers between the two run nothing: the batch norm offers the pool its normalisation.
-// Taken, the pool reads the batch norm's input, and the batch norm's output is never written.
-void Executor::fuse_normalisations() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& pool = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (pool.type() != "max_pool" || ins.size() != 1) continue;
-    const GraphTensor& tt = graph_.tensor(ins[0]);
-    if (ins[0] == graph_.input_tensor() || tt.producer < 0 || tt.consumers.size() != 1) continue;
-    auto b = static_cast<std::size_t>(tt.producer);
-    if (layers_[b]->absorbed()) {  // the ReLU fused into the batch norm: its input is the batch norm's output
-      const int bn = absorber_of(b);
-      if (bn < 0 || graph_.tensor(graph_.layer_inputs(b)[0]).consumers.size() != 1) continue;
-      b = static_cast<std::size_t>(bn);
-    }
-    Layer& bn = *layers_[b];
-    const auto& bn_ins = graph_.layer_inputs(b);
-    if (bn.type() != "batch_norm" || bn_ins.size() != 1 || graph_.layer_outputs(b).size() != 1 ||
-        forward_taken_output_of_[b] >= 0 || residual_input_[b] >= 0)
-      continue;
-    bool between_run = false;  // the batch norm's input must be as the batch norm read it
-    for (std::size_t k = b + 1; k < i; ++k) between_run = between_run || !layers_[k]->absorbed();
-    if (between_run) continue;
-    const std::optional<BatchNormDesc> desc = bn.offer_normalisation();
-    if (!desc) continue;
-    auto link = std::make_shared<Layer::Normalisation>();
-    if (!pool.take_normalisation(backend_, *desc, link)) continue;
-    bn.hand_on_normalisation(link);
-    normalised_input_of_[i] = bn_ins[0];
-    output_unwritten_[b] = 1;
-    ++memory_.normalising_pools;
-  }
-}
-
-// A training batch norm whose input is a convolution's only output, read by nothing else, is given
-// the convolution's statistics where the backend offers them (Backend::fuses_conv_statistics).
-void Executor::fuse_statistics() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& bn = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    if (bn.type() != "batch_norm" || bn.absorbed() || ins.size() != 1) continue;
-    const GraphTensor& xt = graph_.tensor(ins[0]);
-    if (ins[0] == graph_.input_tensor() || xt.producer < 0 || xt.consumers.size() != 1 ||
-        graph_.layer_outputs(static_cast<std::size_t>(xt.producer)).size() != 1)
-      continue;
-    Layer& conv = *layers_[static_cast<std::size_t>(xt.producer)];
-    if (conv.type() != "conv" || conv.absorbed()) continue;
-    auto link = std::make_shared<Layer::BatchStatistics>();
-    if (!conv.offer_statistics(backend_, link)) continue;
-    bn.use_statistics(link);
-    statistics_links_.push_back(link);
-    ++memory_.conv_statistics;
-  }
-}
-
 std::size_t Executor::statistics_from_convolutions() const {
   return static_cast<std::size_t>(std::count_if(statistics_links_.begin(), statistics_links_.end(),
                                                 [](const auto& link) { return link->written; }));
@@ -489,259 +201,51 @@ std::size_t Executor::plan_and_allocate(bool tensors_only) {
   const DType dtype = backend_.dtype();
   const bool train = options_.training;
   const bool reuse = options_.reuse_memory;
-  auto bwd_step = [&](int layer) { return 2 * num_layers - 1 - layer; };
   auto shape_of = [&](int t) { return graph_.tensor(t).shape.with_batch(options_.batch_size); };
-
-  // Storage groups: each activation is its own group unless a layer's output shares its input.
-  std::vector<int> group(num_tensors);
-  std::iota(group.begin(), group.end(), 0);
-  for (int i = 0; i < num_layers; ++i) {
-    const Layer& l = *layers_[static_cast<std::size_t>(i)];
-    const auto& ins = graph_.layer_inputs(static_cast<std::size_t>(i));
-    const auto& outs = graph_.layer_outputs(static_cast<std::size_t>(i));
-    if (l.absorbed()) {  // the producer's output, fused: one tensor in every plan
-      const int via = absorbed_output_of_[static_cast<std::size_t>(i)];  // an add: the convolution's input
-      group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(via >= 0 ? via : ins[0])];
-      continue;
-    }
-    if (const int t = forward_taken_output_of_[static_cast<std::size_t>(i)]; t >= 0) {  // a batch norm writes it
-      group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(t)];
-      continue;
-    }
-    if (!reuse || outs.size() != 1 || ins.size() != 1 || ins[0] == graph_.input_tensor()) continue;
-    const int x = ins[0];
-    const auto alias = l.input_alias();
-    if (alias == Layer::InputAlias::kNone) continue;
-    if (alias == Layer::InputAlias::kInPlace) {
-      const GraphTensor& xt = graph_.tensor(x);
-      const bool sole_reader = xt.consumers.size() == 1;
-      const bool producer_keeps_output = train && layers_[static_cast<std::size_t>(xt.producer)]->needs_outputs_in_backward();
-      bool x_shared = group[static_cast<std::size_t>(x)] != x;  // x is itself a view of something
-      if (!sole_reader || producer_keeps_output || x_shared || x == graph_.logits_tensor()) continue;
-    }
-    group[static_cast<std::size_t>(outs[0])] = group[static_cast<std::size_t>(x)];
-  }
-
-  // Activation intervals per group: forward (producer to last forward reader) and backward (the
-  // backward steps that read it), kept apart so that a recomputed group can drop between them.
-  struct GroupSpan {
-    int start = 0, forward_end = 0;
-    int backward_start = std::numeric_limits<int>::max(), backward_end = -1;  // none: end < start
-    std::size_t bytes = 0;
-    bool used = false;
-  };
-  std::vector<GroupSpan> spans(num_tensors);
-  std::size_t naive = 0;
-  // Batch-norm apply fusion: the batch norm's output group takes no memory; its input lives on
-  // through the normalising pool's forward, which reads it.
-  std::vector<char> unwritten_group(num_tensors, 0);
-  std::vector<int> last_normalising_reader(num_tensors, -1);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    if (output_unwritten_[i])
-      unwritten_group[static_cast<std::size_t>(group[static_cast<std::size_t>(graph_.layer_outputs(i)[0])])] = 1;
-    if (const int x = normalised_input_of_[i]; x >= 0)
-      last_normalising_reader[static_cast<std::size_t>(x)] = static_cast<int>(i);
-  }
-  for (std::size_t t = 1; t < num_tensors; ++t) {
-    if (unwritten_group[static_cast<std::size_t>(group[t])]) continue;
-    const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
-    GroupSpan mine;
-    mine.start = gt.producer;
-    mine.forward_end = std::max(gt.producer, last_normalising_reader[t]);
-    auto read_in_backward = [&](int layer) {
-      mine.backward_start = std::min(mine.backward_start, bwd_step(layer));
-      mine.backward_end = std::max(mine.backward_end, bwd_step(layer));
-    };
-    for (int c : gt.consumers) {
-      mine.forward_end = std::max(mine.forward_end, c);
-      if (train && layers_[static_cast<std::size_t>(c)]->needs_inputs_in_backward()) read_in_backward(c);
-    }
-    if (train && layers_[static_cast<std::size_t>(gt.producer)]->needs_outputs_in_backward()) read_in_backward(gt.producer);
-    if (static_cast<int>(t) == graph_.logits_tensor()) read_in_backward(-1);  // readable after the iteration
-    mine.bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
-    const auto producer = static_cast<std::size_t>(gt.producer);
-    if (!layers_[producer]->absorbed() && forward_taken_output_of_[producer] < 0) naive += mine.bytes;  // else the producer's
-    GroupSpan& g = spans[static_cast<std::size_t>(group[t])];
-    if (!g.used) {
-      g = mine;
-      g.used = true;
-      continue;
-    }
-    g.start = std::min(g.start, mine.start);
-    g.forward_end = std::max(g.forward_end, mine.forward_end);
-    g.backward_start = std::min(g.backward_start, mine.backward_start);
-    g.backward_end = std::max(g.backward_end, mine.backward_end);
-    g.bytes = std::max(g.bytes, mine.bytes);
-  }
-  // Gradient storage groups (gradient_groups.hpp): an input's gradient shares its layer's output
-  // gradient where the layer allows it (Layer::gradient_in_place: ReLU, add) and the plan stays
-  // exact: the layer is the input's sole consumer, or its last one (the residual shortcut).
-  auto has_grad = [&](int t) {
-    const GraphTensor& gt = graph_.tensor(t);
-    return t != graph_.input_tensor() && gt.needs_grad && !gt.consumers.empty();
-  };
-  std::vector<int> grad_group(num_tensors);
-  std::iota(grad_group.begin(), grad_group.end(), 0);
-  if (train) {
-    GradientGroupInputs gi;
-    gi.graph = &graph_;
-    gi.layers = &layers_;
-    gi.reuse = reuse;
-    gi.has_grad = has_grad;
-    gi.same_shape = [&](int a, int b) { return shape_of(a) == shape_of(b); };
-    grad_group = plan_gradient_groups(gi);
-  }
-  auto grad_root = [&](int t) { return grad_group[static_cast<std::size_t>(t)]; };
-  // Gradient intervals: from the first consumer's backward (the highest consumer index) to the
-  // producer's backward, united over a storage group (indices into grad_items).
-  std::vector<Interval> grad_items;
-  std::vector<std::string> grad_labels;  // what each grad_items entry is (MemoryReport::live_at_peak)
-  std::vector<int> grad_item(num_tensors, -1);
-  if (train) {
-    std::vector<int> group_grad_item(num_tensors, -1);
-    for (std::size_t t = 1; t < num_tensors; ++t) {
-      if (!has_grad(static_cast<int>(t))) continue;
-      const GraphTensor& gt = graph_.tensor(static_cast<int>(t));
-      const std::size_t bytes = bytes_of(shape_of(static_cast<int>(t)), dtype);
-      if (!layers_[static_cast<std::size_t>(gt.consumers.back())]->absorbed()) naive += bytes;  // else its output's
-      const Interval mine{bwd_step(gt.consumers.back()), bwd_step(gt.producer), bytes, 0};
-      int& item = group_grad_item[static_cast<std::size_t>(grad_root(static_cast<int>(t)))];
-      if (item < 0) {
-        item = static_cast<int>(grad_items.size());
-        grad_items.push_back(mine);
-        grad_labels.push_back("gradient of the output of " + layers_[static_cast<std::size_t>(gt.producer)]->name());
-      } else {
-        Interval& it = grad_items[static_cast<std::size_t>(item)];
-        it.start = std::min(it.start, mine.start);
-        it.end = std::max(it.end, mine.end);
-        it.bytes = std::max(it.bytes, mine.bytes);
-      }
-      grad_item[t] = item;
-    }
-  }
-
-  // Convolution workspaces (conv_workspace_in_arena): the most a layer's forward / backward call
-  // asks, known now that the algorithms are resolved (the constructor resolved them before planning).
-  std::vector<std::size_t> forward_workspace_bytes(layers_.size(), 0), backward_workspace_bytes(layers_.size(), 0);
-  if (train && reuse && options_.conv_workspace_in_arena && !tensors_only)
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      forward_workspace_bytes[i] = layers_[i]->workspace_bound(false);
-      backward_workspace_bytes[i] = layers_[i]->workspace_bound(true);
-    }
-
-  // The plan's items for a choice of recomputed groups: every activation group one interval from its
-  // producer to its last reader, a recomputed one two (forward, and from its rebuild to its last
-  // backward reader); then the gradients; then each convolution's forward and backward workspace, its
-  // own step only. group_item / backward_item: a group's items (-1: none); forward_workspace_item /
-  // backward_workspace_item: a layer's.
-  std::vector<int> group_item(num_tensors, -1), backward_item(num_tensors, -1);
-  std::vector<int> forward_workspace_item(layers_.size(), -1), backward_workspace_item(layers_.size(), -1);
-  // labels (the final plan only): what each item is, for MemoryReport::live_at_peak.
-  auto build_items = [&](const std::vector<char>& recomputed, bool with_workspaces,
-                         std::vector<std::string>* labels = nullptr) {
-    std::vector<Interval> out;
-    auto label = [&](std::string what) {
-      if (labels != nullptr) labels->push_back(std::move(what));
-    };
-    std::fill(group_item.begin(), group_item.end(), -1);
-    std::fill(backward_item.begin(), backward_item.end(), -1);
-    for (std::size_t g = 1; g < num_tensors; ++g) {
-      const GroupSpan& sp = spans[g];
-      if (!sp.used) continue;
-      const bool read_back = sp.backward_end >= sp.backward_start;
-      group_item[g] = static_cast<int>(out.size());
-      const std::string output = "output of " + layers_[static_cast<std::size_t>(graph_.tensor(static_cast<int>(g)).producer)]->name();
-      if (recomputed[g]) {
-        out.push_back(Interval{sp.start, sp.forward_end, sp.bytes, 0});
-        label(output);
-        backward_item[g] = static_cast<int>(out.size());
-        out.push_back(Interval{sp.backward_start, sp.backward_end, sp.bytes, 0});
-        label(output + " (rebuilt)");
-      } else {
-        out.push_back(Interval{sp.start, read_back ? std::max(sp.forward_end, sp.backward_end) : sp.forward_end, sp.bytes, 0});
-        label(output);
-      }
-    }
-    const auto base = static_cast<int>(out.size());
-    out.insert(out.end(), grad_items.begin(), grad_items.end());
-    if (labels != nullptr) labels->insert(labels->end(), grad_labels.begin(), grad_labels.end());
-    for (int i = 0; i < num_layers && with_workspaces; ++i) {
-      const auto l = static_cast<std::size_t>(i);
-      if (forward_workspace_bytes[l] > 0) {
-        forward_workspace_item[l] = static_cast<int>(out.size());
-        out.push_back(Interval{i, i, forward_workspace_bytes[l], 0, true});
-        label("workspace of " + layers_[l]->name() + " (forward)");
-      }
-      if (backward_workspace_bytes[l] > 0) {
-        backward_workspace_item[l] = static_cast<int>(out.size());
-        out.push_back(Interval{bwd_step(i), bwd_step(i), backward_workspace_bytes[l], 0, true});
-        label("workspace of " + layers_[l]->name() + " (backward)");
-      }
-    }
-    return std::pair{std::move(out), base};
-  };
+  MemoryDescription d = describe_memory(/*with_workspaces=*/!tensors_only);
   // The search's budget (workspace_within_activations): the tensors' live peak, nothing recomputed,
   // no workspace, nothing allocated.
-  if (tensors_only) return live_peak_at(build_items(std::vector<char>(num_tensors, 0), false).first).first;
-  // Recomputation (ExecutorOptions::activation_budget_bytes): while the most bytes live at one step
-  // exceed the budget, a candidate group live at that step is recomputed (the most bytes freed per
-  // byte its rebuild moves first, then the largest).
-  std::vector<char> recomputed(num_tensors, 0);
-  recompute_before_.assign(layers_.size(), {});
-  memory_.recomputed_outputs = 0;
-  memory_.recomputed_bytes = 0;
-  if (train && reuse && options_.activation_budget_bytes) {
-    const std::vector<RecomputeCandidate> candidates = recompute_candidates(group, [&](int g) {
-      const GroupSpan& sp = spans[static_cast<std::size_t>(g)];
-      return sp.used && sp.backward_end >= sp.backward_start;
-    });
-    std::vector<char> taken(candidates.size(), 0);
-    auto better = [&](const RecomputeCandidate& a, const RecomputeCandidate& b) {
-      const double ba = static_cast<double>(spans[static_cast<std::size_t>(a.group)].bytes);
-      const double bb = static_cast<double>(spans[static_cast<std::size_t>(b.group)].bytes);
-      const double ra = ba / (ba + static_cast<double>(bytes_of(shape_of(a.input), dtype)));
-      const double rb = bb / (bb + static_cast<double>(bytes_of(shape_of(b.input), dtype)));
-      return ra != rb ? ra > rb : ba > bb;
-    };
-    for (;;) {
-      // The budget counts activations and gradients (a workspace is no candidate).
-      const auto [peak_bytes, peak_step] = live_peak_at(build_items(recomputed, false).first);
-      if (peak_bytes <= *options_.activation_budget_bytes) break;
-      int best = -1;
-      for (std::size_t k = 0; k < candidates.size(); ++k) {
-        const RecomputeCandidate& c = candidates[k];
-        const GroupSpan& sp = spans[static_cast<std::size_t>(c.group)];
-        if (taken[k] || sp.forward_end >= peak_step || sp.backward_start <= peak_step) continue;  // not freed there
-        // A batch norm reading a recomputed output, or whose output another recomputation reads,
-        // would rebuild from a buffer not yet rebuilt: one of the two only.
-        if (recomputed[static_cast<std::size_t>(group[static_cast<std::size_t>(c.input)])]) continue;
-        bool read_by_taken = false;
-        for (std::size_t j = 0; j < candidates.size(); ++j)
-          read_by_taken = read_by_taken || (taken[j] && group[static_cast<std::size_t>(candidates[j].input)] == c.group);
-        if (read_by_taken) continue;
-        // The most bytes freed per byte the rebuild moves (it reads the input, writes the output): a
-        // batch norm's output before a pooled one; then the larger.
-        if (best < 0 || better(c, candidates[static_cast<std::size_t>(best)])) best = static_cast<int>(k);
-      }
-      if (best < 0) break;  // nothing left that is live at the peak
-      const RecomputeCandidate& c = candidates[static_cast<std::size_t>(best)];
-      taken[static_cast<std::size_t>(best)] = 1;
-      recomputed[static_cast<std::size_t>(c.group)] = 1;
-      // Rebuilt just before the first backward that reads it.
-      const int reader = 2 * num_layers - 1 - spans[static_cast<std::size_t>(c.group)].backward_start;
-      recompute_before_[static_cast<std::size_t>(reader)].push_back(Recompute{c.layer, c.input, c.group});
-      ++memory_.recomputed_outputs;
-      memory_.recomputed_bytes += spans[static_cast<std::size_t>(c.group)].bytes;
-    }
+  if (tensors_only) return tensors_live_peak_bytes(d.request);
+  if (train && reuse && options_.activation_budget_bytes) {  // recomputation (ExecutorOptions::activation_budget_bytes)
+    d.request.recompute_options = recompute_options(d);
+    d.request.activation_budget_bytes = options_.activation_budget_bytes;
   }
-  std::vector<std::string> labels;
-  auto built = build_items(recomputed, true, &labels);
-  std::vector<Interval>& items = built.first;
-  CNNERGY_CHECK(labels.size() == items.size(), "every planned interval has its label");
-  for (int& g : grad_item)
-    if (g >= 0) g += built.second;
+  ArenaPlan plan = plan_memory(d.request);
+  recompute_before_.assign(layers_.size(), {});
+  memory_.recomputed_outputs = plan.recomputed.size();
+  memory_.recomputed_bytes = 0;
+  for (const ArenaPlan::Recompute& r : plan.recomputed) {
+    const RecomputeOption& o = d.request.recompute_options.at(r.option);
+    recompute_before_.at(static_cast<std::size_t>(r.before_layer)).push_back(Recompute{o.layer, o.input, o.group});
+    memory_.recomputed_bytes += d.request.groups[static_cast<std::size_t>(o.group)].bytes;
+  }
+  std::vector<PlanInterval>& items = plan.items;
+  // What each item is, for MemoryReport::live_at_peak.
+  std::vector<std::string> labels(items.size());
+  for (std::size_t g = 0; g < num_tensors; ++g) {
+    if (plan.group_item[g] < 0) continue;
+    const std::string output = "output of " + layers_[static_cast<std::size_t>(graph_.tensor(static_cast<int>(g)).producer)]->name();
+    labels[static_cast<std::size_t>(plan.group_item[g])] = output;
+    if (plan.backward_item[g] >= 0) labels[static_cast<std::size_t>(plan.backward_item[g])] = output + " (rebuilt)";
+  }
+  for (std::size_t k = 0; k < d.gradient_labels.size(); ++k) labels[plan.gradient_base + k] = d.gradient_labels[k];
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    if (plan.forward_workspace_item[l] >= 0)
+      labels[static_cast<std::size_t>(plan.forward_workspace_item[l])] = "workspace of " + layers_[l]->name() + " (forward)";
+    if (plan.backward_workspace_item[l] >= 0)
+      labels[static_cast<std::size_t>(plan.backward_workspace_item[l])] = "workspace of " + layers_[l]->name() + " (backward)";
+  }
+  std::vector<int> grad_item(num_tensors, -1);
+  for (std::size_t t = 0; t < num_tensors; ++t)
+    if (d.gradient[t] >= 0) grad_item[t] = static_cast<int>(plan.gradient_base) + d.gradient[t];
+  const std::vector<int>& group = d.group;
+  const std::vector<int>& group_item = plan.group_item;
+  const std::vector<int>& backward_item = plan.backward_item;
+  const std::vector<int>& forward_workspace_item = plan.forward_workspace_item;
+  const std::vector<int>& backward_workspace_item = plan.backward_workspace_item;
+  const std::size_t naive = d.naive_bytes;
 
-  const std::size_t arena = reuse ? place_best(items) : 0;
+  const std::size_t arena = plan.arena_bytes;
   if (host_budget_) {  // CPU: the planned activations plus what binding allocated, before allocating them
     std::uint64_t planned = arena;
     if (!reuse)
@@ -766,7 +270,8 @@ std::size_t Executor::plan_and_allocate(bool tensors_only) {
       memory_.activation_bytes += it.bytes;
     }
   }
-  const auto [peak_bytes, peak_step] = live_peak_at(items);
+  const std::size_t peak_bytes = plan.live_peak_bytes;
+  const int peak_step = plan.peak_step;
   memory_.live_peak_bytes = peak_bytes;
   memory_.live_at_peak.clear();
   for (std::size_t k = 0; k < items.size(); ++k)
@@ -785,7 +290,7 @@ std::size_t Executor::plan_and_allocate(bool tensors_only) {
   memory_.arena_workspaces = 0;
   memory_.arena_workspace_bytes = 0;
   auto region = [&](int item) {
-    const Interval& it = items.at(static_cast<std::size_t>(item));
+    const PlanInterval& it = items.at(static_cast<std::size_t>(item));
     void* data = reuse ? static_cast<void*>(static_cast<char*>(pool_.front()->data()) + it.offset)
                        : pool_.at(it.offset)->data();
     return WorkspaceRegion{data, it.bytes};
@@ -801,7 +306,7 @@ std::size_t Executor::plan_and_allocate(bool tensors_only) {
 
   auto view = [&](int t, int item) {
     const Shape s = shape_of(t);
-    const Interval& it = items.at(static_cast<std::size_t>(item));
+    const PlanInterval& it = items.at(static_cast<std::size_t>(item));
     const Layout layout = s.rank() == 4 ? backend_.layout() : Layout::kNCHW;
     if (!reuse) return Tensor(s, dtype, layout, pool_.at(it.offset));
     return Tensor(s, dtype, layout, pool_.front(), it.offset);
@@ -841,38 +346,6 @@ std::size_t Executor::plan_and_allocate(bool tensors_only) {
   }
   refresh_views();
   return peak_bytes;
-}
-
-// Groups whose producer can write them again from its input (Layer::recomputes_output: a batch norm
-// without a fused add, a pooling layer) and whose other members are the outputs of ReLUs absorbed into it, so that
-// what backward reads is exactly what the producer writes. The logits and the network input never.
-std::vector<Executor::RecomputeCandidate> Executor::recompute_candidates(
-    const std::vector<int>& group, const std::function<bool(int)>& read_in_backward) const {
-  std::vector<RecomputeCandidate> out;
-  const auto num_tensors = graph_.num_tensors();
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = *layers_[i];
-    const auto& ins = graph_.layer_inputs(i);
-    const auto& outs = graph_.layer_outputs(i);
-    // The input must still be there when the output is rebuilt: a layer that reads its input in its
-    // own backward keeps it live until then, after every reader of its output.
-    if (!l.recomputes_output() || !l.needs_inputs_in_backward() || ins.size() != 1 || outs.size() != 1 ||
-        forward_taken_output_of_[i] >= 0)
-      continue;
-    const int t = outs[0];
-    const int g = group[static_cast<std::size_t>(t)];
-    if (t == graph_.logits_tensor() || !read_in_backward(g)) continue;
-    bool clean = true;
-    for (std::size_t u = 1; u < num_tensors && clean; ++u) {
-      if (group[u] != g || static_cast<int>(u) == t) continue;
-      const auto producer = static_cast<std::size_t>(graph_.tensor(static_cast<int>(u)).producer);
-      const Layer& p = *layers_[producer];
-      clean = p.absorbed() && p.absorbed_into() == l.name() && absorbed_output_of_[producer] < 0 &&
-              static_cast<int>(u) != graph_.logits_tensor();
-    }
-    if (clean) out.push_back(RecomputeCandidate{static_cast<int>(i), ins[0], g});
-  }
-  return out;
 }
 
 void Executor::refresh_views() {

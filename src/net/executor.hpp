@@ -66,8 +66,8 @@
 //   whole run (ResNet-50 bf16 b256: 202 MiB). A call that asks for more falls back to the shared one.
 //   The workspaces are placed after every tensor (into the gaps they leave), so the arena grows by at
 //   most the largest of them; the activation budget below counts tensors only. Not with reuse_memory=false.
-// Intervals are placed in one arena (greedy by size: largest first, each at the lowest offset,
-// 256-byte aligned, where it overlaps no placed interval that is live at the same time), which
+// Intervals are placed in one arena by net/memory_plan.hpp (greedy by size: largest first, each at
+// the lowest offset, 256-byte aligned, where it overlaps no interval live at the same time), which
 // lands close to the most bytes live at one step (MemoryReport::live_peak_bytes).
 // Activations and gradients share the pool (both are in the backend dtype). Parameters, their
 // gradients and layer-internal state (BN saved statistics, dropout masks, loss probabilities) are
@@ -91,6 +91,7 @@
 #include "core/tensor.hpp"
 #include "layers/layer.hpp"
 #include "net/graph.hpp"
+#include "net/memory_plan.hpp"
 
 namespace cnnergy {
 
@@ -264,7 +265,7 @@ class Executor {
   std::size_t statistics_from_convolutions() const;
 
  private:
-  void fuse_relus();
+  void fuse_relus();  // the fusion passes (fusion_passes.cpp, with fold_batch_norms), run when binding
   void fuse_residuals();
   void fuse_statistics();
   // Returns (convolution, max pool) for each pool offered the convolution's ReLU mask.
@@ -282,11 +283,16 @@ class Executor {
   void refresh_views();
   void run_forward_layer(std::size_t i, Phase phase);
   void run_backward_layer(std::size_t i, float loss_scale);
-  struct RecomputeCandidate {
-    int layer, input, group;  // the producer, its input tensor, the output's storage group (its root tensor)
+  // The memory planner's request for this network (executor_memory.cpp) and how tensors map onto it.
+  struct MemoryDescription {
+    MemoryPlanRequest request;
+    std::vector<int> group;     // per tensor id: its activation storage group (an index of request.groups)
+    std::vector<int> gradient;  // per tensor id: its gradient's index in request.gradients; -1: none
+    std::vector<std::string> gradient_labels;  // per request.gradients entry (MemoryReport::live_at_peak)
+    std::size_t naive_bytes = 0;               // MemoryReport::naive_bytes
   };
-  std::vector<RecomputeCandidate> recompute_candidates(const std::vector<int>& group,
-                                                       const std::function<bool(int)>& read_in_backward) const;
+  MemoryDescription describe_memory(bool with_workspaces) const;
+  std::vector<RecomputeOption> recompute_options(const MemoryDescription& d) const;
 
   const Graph& graph_;
   Backend& backend_;
