@@ -25,15 +25,6 @@ namespace cnnergy::tune {
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
 void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w);
 
-namespace {
-
-std::string text_knob(const TrialSpec& t, Knob k, const std::string& fallback) {
-  const KnobValue* v = t.find(k);
-  return v && !v->is_default() ? v->text : fallback;
-}
-
-}  // namespace
-
 TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettings& settings, const InferSettings& infer,
                               HardwareKnobs* knobs, std::shared_ptr<telemetry::Sampler> sampler) {
   if (infer.requests < 1) throw InvalidArgument("--requests must be at least 1");
@@ -47,7 +38,7 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
     const KnobValue* b = trial.find(Knob::kBatch);
     InferenceOptions io;
     io.batch = b && b->number ? *b->number : 1;  // inference sweeps default to batch 1, not training's 64
-    io.cuda_graph = text_knob(trial, Knob::kCudaGraph, infer.cuda_graph_default ? "on" : "off") == "on";
+    io.cuda_graph = knob_text(trial, Knob::kCudaGraph, infer.cuda_graph_default ? "on" : "off") == "on";
     const BackendOptions bo = trial_run_config(trial, workload.run).backend_options();  // as `infer` runs
     const auto graph = build_model(workload.model, workload.input, workload.classes);
     auto backend = create_backend(bo);

@@ -27,11 +27,6 @@ namespace cnnergy::tune {
 
 namespace {
 
-std::string text_knob(const TrialSpec& t, Knob k, const std::string& fallback) {
-  const KnobValue* v = t.find(k);
-  return v && !v->is_default() ? v->text : fallback;
-}
-
 std::string percent(double fraction) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g %%", fraction * 100);
@@ -108,7 +103,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     const std::int64_t batch = b && b->number ? *b->number : workload.default_batch;
     // As `train` runs by default, so a trial measures what `train` would run.
     const BackendOptions bo = trial_run_config(trial, workload.run).backend_options();
-    const bool cuda_graph = text_knob(trial, Knob::kCudaGraph, "off") == "on";
+    const bool cuda_graph = knob_text(trial, Knob::kCudaGraph, "off") == "on";
     auto graph = build_model(workload.model, workload.input, workload.classes);
     if (gpus > 1) {
       if (workload.accuracy_epochs > 0)

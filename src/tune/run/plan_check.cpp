@@ -18,11 +18,6 @@ namespace cnnergy::tune {
 
 namespace {
 
-std::string text_of(const TrialSpec& t, Knob k, const std::string& fallback) {
-  const KnobValue* v = t.find(k);
-  return v && !v->is_default() ? v->text : fallback;
-}
-
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
@@ -77,7 +72,7 @@ PlanCheck check_model_plan(const ModelWorkload& w, const std::vector<TrialSpec>&
       reason = "--gpus " + g->text + " but the machine has " + std::to_string(*limits.gpu_count) + " GPU(s)";
     if (reason.empty() && g && g->number && *g->number > 1 && w.accuracy_epochs > 0)
       reason = "accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1";
-    if (reason.empty() && text_of(t, Knob::kCudaGraph, "off") == "on" && !w.run.device.is_cuda())
+    if (reason.empty() && knob_text(t, Knob::kCudaGraph, "off") == "on" && !w.run.device.is_cuda())
       reason = "--cuda-graph on needs --device cuda (this sweep runs on " + w.run.device.str() + ")";
     if (reason.empty()) {
       const KnobValue* b = t.find(Knob::kBatch);

@@ -96,6 +96,8 @@ struct ModelWorkload {
 // A trial's run settings: its precision, layout and conv_algo knobs over `sweep`'s; a bad value
 // throws InvalidArgument naming the knob.
 RunConfig trial_run_config(const TrialSpec& trial, const RunConfig& sweep);
+// A knob's text in the trial, or `fallback` where the trial leaves it unset or at "default".
+std::string knob_text(const TrialSpec& trial, Knob knob, const std::string& fallback);
 
 // `sampler` may be null (no NVML: time only); `knobs` may be null (no hardware knobs swept).
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
