@@ -29,6 +29,7 @@
 #include "telemetry/trial_stats.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
+#include "train/run_config.hpp"
 
 using namespace cnnergy;
 
@@ -44,11 +45,11 @@ struct GpuWorkload {
 
 GpuWorkload make_workload(const std::string& model, std::int64_t batch, const std::string& precision) {
   GpuWorkload w;
-  BackendOptions bo;
-  bo.device = parse_device("cuda");
-  apply_precision(parse_precision(precision), bo);
-  bo.layout = precision == "bf16" ? Layout::kNHWC : Layout::kNCHW;
-  w.backend = create_backend(bo);
+  // The product's settings at this precision (the layout as bench_train_throughput's auto picks it).
+  RunConfig run = RunConfig::from_knobs({{"precision", precision}}, RunConfig{});
+  run.device = parse_device("cuda");
+  run.layout = precision == "bf16" ? Layout::kNHWC : Layout::kNCHW;
+  w.backend = create_backend(run.backend_options());
   w.graph = build_model(model);
   w.work = std::make_unique<FixedBatchWorkload>(*w.graph, *w.backend, batch);
   return w;

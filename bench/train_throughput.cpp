@@ -39,6 +39,7 @@
 #include "net/zoo/zoo.hpp"
 #include "train/fixed_batch.hpp"
 #include "train/precision.hpp"
+#include "train/run_config.hpp"
 
 using namespace cnnergy;
 
@@ -140,7 +141,7 @@ struct Cell {
   bool fuse_residual = true;  // batch norms take the residual add after them (ExecutorOptions::fuse_residual)
   bool fuse_residual_backward = true;  // and mask its ReLU in backward (ExecutorOptions::fuse_residual_backward)
   bool space_to_depth = true;  // BackendOptions::conv_space_to_depth (a first layer over few channels, NHWC)
-  bool fuse_epilogue = false;  // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
+  bool fuse_epilogue = true;   // BackendOptions::conv_epilogue_fusion (cuDNN's fused conv + bias + ReLU)
   StatisticsFusion fuse_statistics = StatisticsFusion::kWhereFaster;  // BackendOptions::conv_statistics_fusion
   std::size_t conv_statistics = 0;  // batch norms given their statistics by their convolution
   std::size_t conv_statistics_computed = 0;  // of them, taken from it at the last step (cuDNN's graph ran)
@@ -202,29 +203,27 @@ void measure_energy(Cell& cell, Backend& backend, FixedBatchWorkload& work);
 
 void run_cell(Cell& cell, int iters, int warmup, const std::vector<std::int64_t>& image) {
   const auto cell_start = Clock::now();
-  BackendOptions opt;
-  opt.device = parse_device(cell.device);
-  apply_precision(parse_precision(cell.precision), opt);
-  opt.layout = parse_layout(cell.layout);
-  opt.conv_algo_policy = cell.algo;
-  opt.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
-  opt.algo_cache_dir = cell.algo_cache_dir;
-  opt.conv_epilogue_fusion = cell.fuse_epilogue;
-  opt.conv_statistics_fusion = cell.fuse_statistics;
-  opt.conv_space_to_depth = cell.space_to_depth;
-  opt.workspace_limit_bytes = static_cast<std::size_t>(cell.workspace_mib) << 20;
-  auto backend = create_backend(opt);
+  // The cell's knobs over the product's settings; each switch the cell sweeps is set by name.
+  RunConfig run = RunConfig::from_knobs(
+      {{"precision", cell.precision}, {"layout", cell.layout}, {"conv-algo", cell.algo}}, RunConfig{});
+  run.device = parse_device(cell.device);
+  run.conv_search_candidates = static_cast<std::size_t>(cell.candidates);
+  run.algo_cache_dir = cell.algo_cache_dir;
+  run.fuse_epilogue = cell.fuse_epilogue;
+  run.fuse_statistics = cell.fuse_statistics;
+  run.space_to_depth = cell.space_to_depth;
+  run.workspace_limit_bytes = static_cast<std::size_t>(cell.workspace_mib) << 20;
+  if (cell.activation_budget_mib) run.activation_budget_bytes = static_cast<std::size_t>(*cell.activation_budget_mib) << 20;
+  auto backend = create_backend(run.backend_options());
   std::optional<Shape> input;
   if (!image.empty()) input = Shape{3, image[0], image[0]};
   auto graph = build_model(cell.model, input, std::nullopt);
-  std::optional<std::size_t> budget;
-  if (cell.activation_budget_mib) budget = static_cast<std::size_t>(*cell.activation_budget_mib) << 20;
   ExecutorOptions eo;
   eo.batch_size = cell.batch;
+  run.apply(eo);  // the activation budget
   eo.fuse_relu = cell.fuse_relu;
   eo.fuse_residual = cell.fuse_residual;
   eo.fuse_residual_backward = cell.fuse_residual && cell.fuse_residual_backward;
-  eo.activation_budget_bytes = budget;
   eo.fuse_batch_norm_pool = cell.fuse_pool;
   eo.pool_relu_mask = cell.pool_relu_mask;
   eo.conv_workspace_in_arena = cell.workspace_in_arena;

@@ -387,14 +387,14 @@ struct BackendOptions {
   bool conv_algo_fallback = true;     // a named algorithm that cannot run a shape falls back (else error)
   // CUDA: a forward convolution with a bias may run as one cuDNN fused graph (conv + bias, + the
   // fused ReLU), where an engine runs it and it measures faster than the convolution and its bias
-  // pass (backend/cuda/conv_epilogue_plan.hpp). Off by default: the first plan of a shape can take
-  // a second to compile; `infer` and `train` turn it on (--fuse-epilogue).
-  bool conv_epilogue_fusion = false;
+  // pass (backend/cuda/conv_epilogue_plan.hpp). On, as the commands run (--fuse-epilogue); the
+  // first plan of a shape can take a second to compile.
+  bool conv_epilogue_fusion = true;
   // CUDA, NHWC: a strided forward convolution over few channels (a network's first layer: AlexNet's
   // 11x11/4 over 3 channels, ResNet's 7x7/2) may run as a stride-1 convolution over C*S*S channels
   // of its input rearranged space-to-depth, where that measures faster (conv_space_to_depth.hpp).
-  // Off by default; `infer` turns it on (--space-to-depth).
-  bool conv_space_to_depth = false;
+  // On, as the commands run (--space-to-depth).
+  bool conv_space_to_depth = true;
   // Training: a convolution without a bias whose output only a batch norm reads may compute that
   // batch norm's statistics (Conv2dDesc::statistics; CUDA: cuDNN's convolution + GenStats graph,
   // taken per layer where it measures faster than the forward and the batch norm's statistics pass;

@@ -1,6 +1,6 @@
-// The backend a command runs on, read from its --device, --precision, --layout, --conv-algo,
-// --conv-candidates and --algo-cache flags (every command that runs a network declares these six),
-// so they mean the same everywhere.
+// The run settings a command reads from its flags (--device, --precision, --layout, --conv-algo,
+// --conv-candidates, --algo-cache, and where declared the fusion switches and the activation budget):
+// the flags' declarations here, their meaning in one place, RunConfig::from_flags.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include "cli/vocabulary.hpp"
 #include "core/algo_cache.hpp"
 #include "train/precision.hpp"
+#include "train/run_config.hpp"
 
 namespace cnnergy::cli {
 
@@ -21,8 +22,7 @@ inline constexpr const char* kAlgoCacheHelp =
     "persistent convolution algorithm cache: a directory, or off (default: $CNNERGY_ALGO_CACHE, "
     "else $XDG_CACHE_HOME/cnnergy, else ~/.cache/cnnergy); a second run searches nothing it has seen";
 
-// --fuse-epilogue (infer, train, profile, dist-train): BackendOptions::conv_epilogue_fusion, on by default there
-// (sweep trials set it likewise).
+// --fuse-epilogue (infer, train, profile, dist-train): RunConfig::fuse_epilogue, on by default.
 inline void declare_fuse_epilogue_flag(ArgParser& p) {
   p.option("fuse-epilogue",
            "GPU: run a convolution with a bias (a folded batch norm's, or its own) and the ReLU it took as one "
@@ -31,7 +31,7 @@ inline void declare_fuse_epilogue_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
-// --fuse-statistics (train, profile, dist-train): BackendOptions::conv_statistics_fusion, on by default.
+// --fuse-statistics (train, profile, dist-train): RunConfig::fuse_statistics, on by default.
 inline void declare_fuse_statistics_flag(ArgParser& p) {
   p.option("fuse-statistics",
            "training: a convolution without a bias whose output only a batch norm reads computes that batch "
@@ -42,14 +42,8 @@ inline void declare_fuse_statistics_flag(ArgParser& p) {
            "reduces its input itself",
            "on", {"on", "off", "always"});
 }
-inline StatisticsFusion parse_statistics_fusion(const std::string& v) {
-  if (v == "off") return StatisticsFusion::kOff;
-  if (v == "always") return StatisticsFusion::kAlways;
-  return StatisticsFusion::kWhereFaster;  // "on" (the option's choices are checked when parsed)
-}
 
-// --space-to-depth (infer, train, profile, dist-train): BackendOptions::conv_space_to_depth, on by default there
-// (sweep trials set it likewise).
+// --space-to-depth (infer, train, profile, dist-train): RunConfig::space_to_depth, on by default.
 inline void declare_space_to_depth_flag(ArgParser& p) {
   p.option("space-to-depth",
            "GPU, nhwc: run a strided convolution over few channels (a network's first layer) as a stride-1 "
@@ -58,22 +52,13 @@ inline void declare_space_to_depth_flag(ArgParser& p) {
            "on", {"on", "off"});
 }
 
-// --activation-budget-mib (train, profile; bench_train_throughput): ExecutorOptions::activation_budget_bytes.
+// --activation-budget-mib (train, profile, dist-train; bench_train_throughput): RunConfig::activation_budget_bytes.
 inline void declare_activation_budget_flag(ArgParser& p) {
   p.option("activation-budget-mib",
            "training: keep the activations and their gradients live at one step within this many MiB by "
            "dropping batch-norm and pooling outputs after forward and recomputing them, bit for bit, just before "
            "the first backward that reads them (batch norms first, until it fits; 0 recomputes as many as lower the "
            "peak; each costs that layer's forward pass again). Unset: nothing is recomputed");
-}
-inline std::optional<std::size_t> activation_budget_from_flags(const ArgParser& p) {
-  if (!p.get_optional("activation-budget-mib")) return std::nullopt;
-  return static_cast<std::size_t>(p.get_int("activation-budget-mib", 0, std::int64_t{1} << 40)) << 20;
-}
-
-// --algo-cache's directory ("" when the cache is off), after the environment and defaults.
-inline std::string algo_cache_dir_from_flags(const ArgParser& p) {
-  return resolve_algo_cache_dir(p.get_optional("algo-cache").value_or(""));
 }
 
 // The line train, profile and the benchmark print about the convolution algorithm search (done
@@ -87,18 +72,15 @@ inline std::string algo_search_line(const AlgoSearchStats& s) {
          (s.cache_path.empty() ? std::string(", cache off") : " " + s.cache_path) + ")";
 }
 
-inline BackendOptions backend_options_from_flags(const ArgParser& p) {
-  BackendOptions bo;
-  bo.device = device_from_flags(p);  // one default rule: cuda when a GPU is present
-  apply_precision(parse_precision(p.get("precision")), bo);
-  bo.layout = parse_layout(p.get("layout"));
-  bo.conv_algo_policy = p.get("conv-algo");
-  bo.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
-  bo.algo_cache_dir = algo_cache_dir_from_flags(p);
-  if (p.has("fuse-epilogue")) bo.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
-  if (p.has("space-to-depth")) bo.conv_space_to_depth = p.get("space-to-depth") == "on";
-  if (p.has("fuse-statistics")) bo.conv_statistics_fusion = parse_statistics_fusion(p.get("fuse-statistics"));
-  return bo;
+// The command's run settings: each declared flag (given or defaulted) over the product's defaults,
+// and the --device rule (cuda when a GPU is present).
+inline RunConfig run_config_from_flags(const ArgParser& p) {
+  SettingMap flags;
+  for (const std::string& name : RunConfig::flag_names())
+    if (auto v = p.get_optional(name)) flags.emplace(name, std::move(*v));
+  RunConfig run = RunConfig::from_flags(flags);
+  run.device = device_from_flags(p);
+  return run;
 }
 
 }  // namespace cnnergy::cli

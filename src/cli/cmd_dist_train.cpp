@@ -114,20 +114,14 @@ Common parse_common(const ArgParser& p) {
     throw InvalidArgument("--device must be cpu or cuda here (replicas take GPUs 0..N-1), got '" + *d + "'");
   c.backend.device = device_from_flags(p);
   c.config.cuda_graph = p.get_flag("cuda-graph");
-  c.config.activation_budget_bytes = activation_budget_from_flags(p);
+  const RunConfig run = run_config_from_flags(p);
+  c.config.activation_budget_bytes = run.activation_budget_bytes;
   if (c.config.cuda_graph && !c.backend.device.is_cuda())  // before any data is opened
     throw NotSupported(
         "--cuda-graph records the step as a CUDA graph and needs --device cuda (this run is on " +
         c.backend.device.str() + ")");
-  c.precision = p.get("precision");
-  apply_precision(parse_precision(c.precision), c.backend);
-  c.backend.layout = parse_layout(p.get("layout"));
-  c.backend.conv_algo_policy = p.get("conv-algo");
-  c.backend.conv_search_candidates = static_cast<std::size_t>(p.get_int("conv-candidates", 1, 100));
-  c.backend.algo_cache_dir = algo_cache_dir_from_flags(p);
-  c.backend.conv_epilogue_fusion = p.get("fuse-epilogue") == "on";
-  c.backend.conv_space_to_depth = p.get("space-to-depth") == "on";
-  c.backend.conv_statistics_fusion = parse_statistics_fusion(p.get("fuse-statistics"));
+  c.precision = std::string(precision_name(run.precision));
+  c.backend = run.backend_options();
   DataParallelConfig& d = c.config;
   d.epochs = p.get_int("epochs", 1, 100000);
   d.max_iterations_per_epoch = p.get_int("max-iters", 0, 1LL << 40);

@@ -182,7 +182,7 @@ int run_infer(const std::vector<std::string>& args) {
            "reported as saturated. Energy needs an NVIDIA driver (NVML) or RAPL; otherwise \"not measured\".");
   if (!p.parse(args)) return 0;
   OutputSink sink(p);
-  BackendOptions bo = backend_options_from_flags(p);
+  BackendOptions bo = run_config_from_flags(p).backend_options();
   std::vector<std::int64_t> batches;
   for (const auto& b : split_list(p.get("batch"), "--batch")) {
     char* end = nullptr;

@@ -260,8 +260,13 @@ std::string format_list(const std::string& format) {
 
 // --show-algos: what each convolution runs on a backend (cuDNN's choice under the run's policy).
 int show_algorithms(const Graph& graph, std::int64_t batch, const ArgParser& p) {
-  BackendOptions bo = backend_options_from_flags(p);
-  bo.conv_algo_fallback = !p.get_flag("strict-algo");
+  RunConfig run = run_config_from_flags(p);
+  run.conv_algo_fallback = !p.get_flag("strict-algo");
+  // The listing names each convolution's own algorithm: no fused epilogue or space-to-depth form
+  // replaces one (model-info has neither flag).
+  run.fuse_epilogue = false;
+  run.space_to_depth = false;
+  BackendOptions bo = run.backend_options();
   auto backend = create_backend(bo);
   FixedBatchWorkload work(graph, *backend, batch);
   work.step();  // the first forward/backward picks (and caches) every algorithm

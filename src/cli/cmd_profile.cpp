@@ -82,7 +82,8 @@ int run_profile(const std::vector<std::string>& args) {
   if (!p.parse(args)) return 0;
   OutputSink sink(p);
 
-  BackendOptions bo = backend_options_from_flags(p);
+  const RunConfig run = run_config_from_flags(p);
+  BackendOptions bo = run.backend_options();
   const std::int64_t batch = p.get_int("batch", 1, 1 << 20);
   std::optional<Shape> input;
   if (auto s = p.get_optional("input")) input = parse_shape(*s);
@@ -101,7 +102,7 @@ int run_profile(const std::vector<std::string>& args) {
   auto graph = build_model(p.get("MODEL"), input, classes);
   auto backend = create_backend(bo);
   FixedBatchWorkload work(*graph, *backend, batch, 1, /*cuda_graph=*/false, p.get("fuse-relu") == "on",
-                          ResidualFusion::kForwardAndBackward, activation_budget_from_flags(p));
+                          ResidualFusion::kForwardAndBackward, run.activation_budget_bytes);
   Executor& ex = work.executor();
   SgdSolver& solver = work.solver();
   const AlgoSearchStats search = backend->algo_search_stats();  // binding searched, before any window

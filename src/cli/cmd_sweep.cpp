@@ -251,8 +251,12 @@ tune::ModelWorkload model_workload(const ArgParser& p, const DeviceSetup& dev) {
   w.model = p.get("model");
   if (auto s = p.get_optional("input")) w.input = parse_shape(*s);
   if (p.get_optional("classes")) w.classes = p.get_int("classes", 1, 1 << 24);
-  w.device = dev.device;
-  w.algo_cache_dir = algo_cache_dir_from_flags(p);  // trials after the first search nothing seen
+  // The trials' knobs set precision, layout and algorithm; the sweep gives the device and the
+  // algorithm cache (trials after the first search nothing seen).
+  SettingMap cache;
+  if (auto v = p.get_optional("algo-cache")) cache.emplace("algo-cache", *v);
+  w.run = RunConfig::from_flags(cache);
+  w.run.device = dev.device;
   if (auto d = p.get_optional("accuracy-data")) {
     w.accuracy_data = *d;
     w.accuracy_epochs = p.get_int("accuracy-epochs", 1, 10000);

@@ -143,7 +143,8 @@ int run_train(const std::vector<std::string>& args) {
   p.epilog("Loss is the mean of the losses read every 20 iterations. Exit codes: see `cnnergy --help`.");
   if (!p.parse(args)) return 0;
 
-  BackendOptions bo = backend_options_from_flags(p);
+  const RunConfig run = run_config_from_flags(p);
+  BackendOptions bo = run.backend_options();
 
   TrainConfig tc;
   tc.batch_size = p.get_int("batch", 1, 1 << 20);
@@ -180,7 +181,7 @@ int run_train(const std::vector<std::string>& args) {
   tc.prefetch = static_cast<int>(p.get_int("prefetch", 1, 64));
   tc.seed = static_cast<std::uint64_t>(p.get_int("seed", 0, 1LL << 62));
   tc.cuda_graph = p.get_flag("cuda-graph");
-  tc.activation_budget_bytes = activation_budget_from_flags(p);
+  tc.activation_budget_bytes = run.activation_budget_bytes;
 
   std::optional<Shape> input;
   if (auto s = p.get_optional("input")) input = parse_shape(*s);

@@ -18,6 +18,7 @@
 #include "measure/window.hpp"
 #include "telemetry/rapl.hpp"
 #include "train/precision.hpp"
+#include "train/run_config.hpp"
 
 namespace cnnergy::convbench {
 namespace {
@@ -45,14 +46,15 @@ Slot make_slot(const StudyOptions& o, const std::string& precision, Layout layou
                std::shared_ptr<telemetry::RaplMeter>& rapl) {
   Slot s;
   try {
-    BackendOptions bo;
-    bo.device = o.device;
-    apply_precision(parse_precision(precision), bo);
-    bo.layout = layout;
-    bo.workspace_limit_bytes = o.workspace_limit_bytes;
-    bo.conv_algo_policy = "heuristic";  // the directions a cell does not name stay cheap to resolve
-    bo.conv_algo_fallback = false;      // a named algorithm that cannot run the shape is an error
-    s.backend = create_backend(bo);
+    RunConfig run = RunConfig::from_knobs({{"precision", precision}}, RunConfig{});
+    run.device = o.device;
+    run.layout = layout;
+    run.workspace_limit_bytes = o.workspace_limit_bytes;
+    run.conv_algo_policy = "heuristic";  // the directions a cell does not name stay cheap to resolve
+    run.conv_algo_fallback = false;      // a named algorithm that cannot run the shape is an error
+    run.fuse_epilogue = false;           // a cell times the named implementation itself, as it is,
+    run.space_to_depth = false;          // not a fused or rearranged form chosen in its place
+    s.backend = create_backend(run.backend_options());
   } catch (const Error& e) {
     s.error = e.what();
     return s;

@@ -51,6 +51,8 @@ class CudaAlgoCache : public CudaTest {
     o.device = Device{DeviceKind::kCuda, 0};
     o.layout = Layout::kNHWC;
     o.conv_algo_policy = policy;
+    o.conv_epilogue_fusion = false;  // only the searches' decisions are cached and compared
+    o.conv_space_to_depth = false;
     o.workspace_limit_bytes = std::size_t{256} << 20;
     o.algo_cache_dir = dir_.string();
     return create_backend(o);

@@ -59,6 +59,8 @@ class CudaConvEpilogue : public CudaTest {
         o.dtype = p.dtype;
         o.allow_tf32 = p.tf32;
         o.layout = l;
+        o.conv_epilogue_fusion = false;  // as gpu() makes the backend: the plans are built by hand
+        o.conv_space_to_depth = false;
         std::unique_ptr<Backend> g = gpu(p, l);
         if (!g) continue;
         cuda::CudaContext ctx(o);
@@ -183,6 +185,7 @@ TEST_F(CudaConvEpilogue, BackendOfferKeepsTheValues) {
         o.dtype = p.dtype;
         o.layout = l;
         o.conv_epilogue_fusion = true;
+        o.conv_space_to_depth = false;  // the epilogue alone
         o.workspace_limit_bytes = std::size_t{256} << 20;
         std::unique_ptr<Backend> g = create_backend(o);
         Conv2dDesc d = desc(8, 64, 28, 64, 3, 1, 1);
@@ -280,6 +283,8 @@ TEST_F(CudaConvEpilogue, BackendStatisticsOfferKeepsTheValues) {
     o.dtype = p.dtype;
     o.layout = Layout::kNHWC;
     o.conv_statistics_fusion = policy;
+    o.conv_epilogue_fusion = false;  // the statistics alone
+    o.conv_space_to_depth = false;
     o.workspace_limit_bytes = std::size_t{256} << 20;
     std::unique_ptr<Backend> g = create_backend(o);
     Conv2dDesc d = desc(8, 64, 28, 64, 3, 1, 1);

@@ -36,6 +36,8 @@ class NcclDist : public SeededTest {
     LocalRunOptions o;
     o.backend.device = Device{DeviceKind::kCuda, 0};
     apply_precision(precision, o.backend);
+    o.backend.conv_epilogue_fusion = false;  // the plain convolutions these tests were written for
+    o.backend.conv_space_to_depth = false;
     for (int i = 0; i < n; ++i) o.devices.push_back(i);
     o.meter_energy = true;
     o.comm.timeout_s = timeout_s;

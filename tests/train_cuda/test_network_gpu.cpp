@@ -541,6 +541,7 @@ TEST_F(GpuTraining, SpaceToDepthFirstLayerStepMatchesThePlainOne) {
     o.dtype = dtype;
     o.layout = Layout::kNHWC;
     o.conv_algo_policy = "heuristic";
+    o.conv_epilogue_fusion = false;  // as gpu() makes them
     o.conv_space_to_depth = space_to_depth;
     auto backend = create_backend(o);
     ExecutorOptions eo;

@@ -18,22 +18,12 @@
 #include "net/zoo/zoo.hpp"
 #include "telemetry/rapl.hpp"
 #include "telemetry/sampler.hpp"
-#include "train/precision.hpp"
 
 namespace cnnergy::tune {
 
 // From model_runner.cpp: windows into the store's repetitions, and their telemetry statistics.
 std::vector<Repetition> to_repetitions(const WindowResult& r, const std::string& source);
 void add_trial_telemetry(TrialMeasurement& m, const WindowResult& r, std::optional<double> idle_power_w);
-
-namespace {
-
-std::string text_knob(const TrialSpec& t, Knob k, const std::string& fallback) {
-  const KnobValue* v = t.find(k);
-  return v && !v->is_default() ? v->text : fallback;
-}
-
-}  // namespace
 
 TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettings& settings, const InferSettings& infer,
                               HardwareKnobs* knobs, std::shared_ptr<telemetry::Sampler> sampler) {
@@ -48,15 +38,8 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
     const KnobValue* b = trial.find(Knob::kBatch);
     InferenceOptions io;
     io.batch = b && b->number ? *b->number : 1;  // inference sweeps default to batch 1, not training's 64
-    io.cuda_graph = text_knob(trial, Knob::kCudaGraph, infer.cuda_graph_default ? "on" : "off") == "on";
-    BackendOptions bo;
-    bo.device = workload.device;
-    apply_precision(parse_precision(text_knob(trial, Knob::kPrecision, workload.default_precision)), bo);
-    bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
-    bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
-    bo.algo_cache_dir = workload.algo_cache_dir;
-    bo.conv_epilogue_fusion = true;  // as `infer` runs by default (--fuse-epilogue, --space-to-depth)
-    bo.conv_space_to_depth = true;
+    io.cuda_graph = knob_text(trial, Knob::kCudaGraph, infer.cuda_graph_default ? "on" : "off") == "on";
+    const BackendOptions bo = trial_run_config(trial, workload.run).backend_options();  // as `infer` runs
     const auto graph = build_model(workload.model, workload.input, workload.classes);
     auto backend = create_backend(bo);
     TrialMeasurement m;
@@ -81,7 +64,7 @@ TrialRunner make_infer_runner(const ModelWorkload& workload, const MeasureSettin
     }
     const LatencySummary s = summarize_latencies(std::move(ms));
     Backend* be = backend.get();
-    auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
+    auto probe = workload.run.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
                                            : make_cpu_energy_probe(rapl);
     const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;
     // Steady before the windows (the idle-power wait above cooled it a little): requests until settled.

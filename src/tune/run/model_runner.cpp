@@ -20,18 +20,12 @@
 #include "telemetry/sampler.hpp"
 #include "telemetry/trial_stats.hpp"
 #include "train/fixed_batch.hpp"
-#include "train/precision.hpp"
 #include "train/trainer.hpp"
 #include "tune/run/runners.hpp"
 
 namespace cnnergy::tune {
 
 namespace {
-
-std::string text_knob(const TrialSpec& t, Knob k, const std::string& fallback) {
-  const KnobValue* v = t.find(k);
-  return v && !v->is_default() ? v->text : fallback;
-}
 
 std::string percent(double fraction) {
   char buf[32];
@@ -107,17 +101,9 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
     const double cooled_s = telemetry::cool_down(sampler, settings.cooldown_max_c, settings.cooldown_timeout_s);
     const KnobValue* b = trial.find(Knob::kBatch);
     const std::int64_t batch = b && b->number ? *b->number : workload.default_batch;
-    BackendOptions bo;
-    bo.device = workload.device;
-    apply_precision(parse_precision(text_knob(trial, Knob::kPrecision, workload.default_precision)), bo);
-    bo.layout = parse_layout(text_knob(trial, Knob::kLayout, workload.default_layout));
-    bo.conv_algo_policy = text_knob(trial, Knob::kConvAlgo, workload.default_conv_algo);
-    bo.algo_cache_dir = workload.algo_cache_dir;
-    // As `train` runs by default (--fuse-epilogue, --space-to-depth): each is taken per layer only
-    // where it times faster, so a trial measures what `train` would run.
-    bo.conv_epilogue_fusion = true;
-    bo.conv_space_to_depth = true;
-    const bool cuda_graph = text_knob(trial, Knob::kCudaGraph, "off") == "on";
+    // As `train` runs by default, so a trial measures what `train` would run.
+    const BackendOptions bo = trial_run_config(trial, workload.run).backend_options();
+    const bool cuda_graph = knob_text(trial, Knob::kCudaGraph, "off") == "on";
     auto graph = build_model(workload.model, workload.input, workload.classes);
     if (gpus > 1) {
       if (workload.accuracy_epochs > 0)
@@ -138,7 +124,7 @@ TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettin
       FixedBatchWorkload work(*graph, *backend, batch, 1, cuda_graph);
       m.algo_search_ms = backend->algo_search_stats().search_ms;  // binding searched; windows follow
       Backend* be = backend.get();
-      auto probe = workload.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
+      auto probe = workload.run.device.is_cuda() ? make_energy_probe(sampler, [be] { be->synchronize(); }, rapl)
                                              : make_cpu_energy_probe(rapl);
       const auto idle_w = probe ? probe->measure_idle_power_w() : std::nullopt;
       // Warm-up, then steady: the warm-up's samples count towards the settling rule's window.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "core/errors.hpp"
 #include "net/graph.hpp"
@@ -16,11 +17,6 @@
 namespace cnnergy::tune {
 
 namespace {
-
-std::string text_of(const TrialSpec& t, Knob k, const std::string& fallback) {
-  const KnobValue* v = t.find(k);
-  return v && !v->is_default() ? v->text : fallback;
-}
 
 std::string gib(double bytes) {
   char buf[32];
@@ -51,18 +47,18 @@ PlanCheck check_model_plan(const ModelWorkload& w, const std::vector<TrialSpec>&
   std::map<std::string, double> capacity;            // device bytes by configuration (0 unknown)
   for (const TrialSpec& t : trials) {
     std::string reason;
-    const std::string precision = text_of(t, Knob::kPrecision, w.default_precision);
-    const std::string layout = text_of(t, Knob::kLayout, w.default_layout);
-    const std::string algo = text_of(t, Knob::kConvAlgo, w.default_conv_algo);
-    const std::string config = precision + "/" + layout + "/" + algo;
-    BackendOptions bo;
-    bo.device = w.device;
+    std::optional<RunConfig> run;
+    std::string config;  // the knobs' own words where they do not parse
+    try {
+      run = trial_run_config(t, w.run);
+      config = run->describe();
+    } catch (const InvalidArgument& e) {
+      config = t.key;
+      backend_error[config] = e.what();
+    }
     if (!backend_error.count(config)) {
       try {
-        apply_precision(parse_precision(precision), bo);
-        bo.layout = parse_layout(layout);
-        bo.conv_algo_policy = algo;
-        const auto backend = create_backend(bo);
+        const auto backend = create_backend(run->backend_options());
         backend_error[config] = "";
         capacity[config] = static_cast<double>(backend->memory_stats().total_bytes);
       } catch (const Error& e) {
@@ -72,18 +68,20 @@ PlanCheck check_model_plan(const ModelWorkload& w, const std::vector<TrialSpec>&
     reason = backend_error[config];
     const KnobValue* g = t.find(Knob::kGpus);
     // (--gpus N on the CPU trains N CPU replicas: only a CUDA device has a GPU count to respect.)
-    if (reason.empty() && w.device.is_cuda() && g && g->number && limits.gpu_count && *g->number > *limits.gpu_count)
+    if (reason.empty() && w.run.device.is_cuda() && g && g->number && limits.gpu_count && *g->number > *limits.gpu_count)
       reason = "--gpus " + g->text + " but the machine has " + std::to_string(*limits.gpu_count) + " GPU(s)";
     if (reason.empty() && g && g->number && *g->number > 1 && w.accuracy_epochs > 0)
       reason = "accuracy per trial is measured on one GPU; drop --accuracy-data for --gpus > 1";
-    if (reason.empty() && text_of(t, Knob::kCudaGraph, "off") == "on" && !w.device.is_cuda())
-      reason = "--cuda-graph on needs --device cuda (this sweep runs on " + w.device.str() + ")";
+    if (reason.empty() && knob_text(t, Knob::kCudaGraph, "off") == "on" && !w.run.device.is_cuda())
+      reason = "--cuda-graph on needs --device cuda (this sweep runs on " + w.run.device.str() + ")";
     if (reason.empty()) {
       const KnobValue* b = t.find(Knob::kBatch);
       const std::int64_t batch = b && b->number ? *b->number : w.default_batch;
       const std::int64_t replicas = g && g->number ? std::max<std::int64_t>(*g->number, 1) : 1;
       const double need = estimate_training_bytes(*graph, (batch + replicas - 1) / replicas,
-                                                  precision == "fp16" ? DType::kF16 : precision == "bf16" ? DType::kBF16 : DType::kF32);
+                                                  run->precision == Precision::kFp16   ? DType::kF16
+                                                  : run->precision == Precision::kBf16 ? DType::kBF16
+                                                                                       : DType::kF32);
       // The estimate is within a factor of two of what the executor allocates (a test checks it on
       // the CPU), so only a batch estimated above twice the capacity is refused as surely too big;
       // one closer to the edge runs, and a real out-of-memory is recorded as does_not_fit.

@@ -17,6 +17,7 @@
 #include "core/shape.hpp"
 #include "measure/statistics.hpp"
 #include "telemetry/settle.hpp"
+#include "train/run_config.hpp"
 #include "tune/knobs.hpp"
 #include "tune/plan.hpp"
 
@@ -82,17 +83,21 @@ struct ModelWorkload {
   std::string model;
   std::optional<Shape> input;
   std::optional<std::int64_t> classes;
-  Device device;
   std::int64_t default_batch = 64;
-  std::string default_precision = "fp32";
-  std::string default_layout = "nchw";
-  std::string default_conv_algo = "auto";
-  std::string algo_cache_dir;  // the persistent algorithm cache (BackendOptions); empty: none
+  // The trials' run settings where their knobs say nothing: the product's defaults with the sweep's
+  // device and algorithm cache (trial_run_config lays each trial's knobs over them).
+  RunConfig run;
   // Accuracy per trial (optional): train this many epochs on this data set and store top-1.
   std::string accuracy_data;
   std::int64_t accuracy_epochs = 0;
   std::int64_t accuracy_max_iterations = 0;
 };
+
+// A trial's run settings: its precision, layout and conv_algo knobs over `sweep`'s; a bad value
+// throws InvalidArgument naming the knob.
+RunConfig trial_run_config(const TrialSpec& trial, const RunConfig& sweep);
+// A knob's text in the trial, or `fallback` where the trial leaves it unset or at "default".
+std::string knob_text(const TrialSpec& trial, Knob knob, const std::string& fallback);
 
 // `sampler` may be null (no NVML: time only); `knobs` may be null (no hardware knobs swept).
 TrialRunner make_model_runner(const ModelWorkload& workload, const MeasureSettings& settings, HardwareKnobs* knobs,
