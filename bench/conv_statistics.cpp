@@ -1,4 +1,4 @@
-// Batch-norm statistics in the convolution's epilogue (issue 27): per ResNet-50 convolution shape,
+// Batch-norm statistics in the convolution's epilogue: per ResNet-50 convolution shape,
 // what the forward of convolution + training batch norm costs today (the backend's convolution,
 // then its batch norm: a statistics pass over y and the normalisation pass) against cuDNN's fused
 // graph (the convolution writing y and its per-channel sum and sum of squares) followed by the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19 on a lent GPU (after `source scripts/device_env.sh`): convbench's in-process CUPTI counters
+# The convolution study on a lent GPU (after `source scripts/device_env.sh`): convbench's in-process CUPTI counters
 # cross-checked against Nsight Compute on the same cells (ResNet-50's 56x56 3x3 convolution at batch
 # 128: cuDNN's implicit_gemm and our own direct kernel, each one kernel per call), written to $OUT.
 # Reads counters only; ncu runs with --clock-control none (the GPU's clocks are left alone).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's targets on a lent GPU (after `source scripts/device_env.sh`): ResNet-50's seven 3x3
+# The convolution study's targets on a lent GPU (after `source scripts/device_env.sh`): ResNet-50's seven 3x3
 # convolutions at batch 128 (torchvision v1.5: the stride-2 ones included), our implicit GEMM and
 # im2col+GEMM against cuDNN's explicit GEMM, its best legacy algorithms and the graph search's pick,
 # bf16 and fp32, NHWC; then the 56x56 layer with hardware counters (--metrics full). Output in $OUT.

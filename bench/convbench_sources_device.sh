@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19 on a lent GPU (after `source scripts/device_env.sh`): the im2col+GEMM target (our
+# The convolution study on a lent GPU (after `source scripts/device_env.sh`): the im2col+GEMM target (our
 # own:im2col_gemm against cuDNN's explicit `gemm`, NCHW forward, ResNet-50's 3x3 convolutions at
 # batch 128, with hardware counters), and the model problem source with energy windows and counters
 # (every distinct convolution of ResNet-50 at batch 128). Output in $OUT.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training speed of imported ONNX networks (issue 28's target) on a lent GPU, read-only: exports
+# Training speed of imported ONNX networks (the import's target) on a lent GPU, read-only: exports
 # torchvision's resnet50 and mobilenet_v2 (random weights, batch norm kept as BatchNormalization:
 # the TorchScript exporter with constant folding off, so the graph trains like PyTorch's), trains
 # each imported file with bench_train_throughput beside the zoo's resnet50 and beside PyTorch eager

@@ -32,11 +32,11 @@ void print_usage() {
 // OMP_WAIT_POLICY or GOMP_SPINCOUNT says otherwise. On a CPU shared with other processes a spinning
 // thread takes the core its partner waits for: ResNet-50's CPU inference ran 10x slower with libgomp's
 // default (1.27 s against 0.13 s a request on this project's 2-core machine with a neighbour busy;
-// docs/benchmarks/2026-11-26-cpu-dev), and 2x slower spinning even briefly (GOMP_SPINCOUNT=30000: 198
+// docs/internals.md, "The CPU convolution's oneDNN path"), and 2x slower spinning even briefly (GOMP_SPINCOUNT=30000: 198
 // against 103 ms at batch 1). On a machine with cores to spare, sleeping at once costs a wake-up per
 // primitive instead: on a lent 16-core Xeon, ResNet-50 at batch 1 took 10.2-12.5 ms sleeping against
 // 7.3-10.0 ms spinning (OMP_WAIT_POLICY=ACTIVE), and at batch 32 241-307 against 163-295 ms, ONNX
-// Runtime (which spins too) 8.9-11.9 and 205-321 ms in the same runs (docs/benchmarks/2026-11-27-h200).
+// Runtime (which spins too) 8.9-11.9 and 205-321 ms in the same runs (docs/internals.md, "The CPU convolution's oneDNN path").
 // So: on a machine of 8 or more hardware threads where fewer than a quarter of them have another
 // runnable task now (the kernel's count in /proc/loadavg; not the 1-minute load average, which a
 // benchmark's own previous run keeps high for a minute), threads spin GOMP_SPINCOUNT=30000000 turns

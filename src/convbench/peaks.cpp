@@ -1,6 +1,6 @@
 // The table of datasheet peaks (dense, boost clock) for the GPUs cnnergy is run on; matched by the
 // CUDA device name. The SXM parts run at a 700 W limit and, under full load, below boost clock
-// (DESIGN.md: about 1455 MHz on the lent H200), so measured % of peak is a lower bound of efficiency.
+// (about 1455 MHz on an H200 at its 700 W limit; docs/methodology.md), so measured % of peak is a lower bound of efficiency.
 #include "convbench/peaks.hpp"
 
 #include "core/errors.hpp"

@@ -23,7 +23,7 @@
 namespace cnnergy::convbench {
 namespace {
 
-// The project's own CUDA convolutions (issue 19, item 1), asked of make_conv by name; a backend
+// The project's own CUDA convolutions, asked of make_conv by name; a backend
 // that does not know them yet answers with an error, which becomes the cell's status.
 const std::vector<std::string> kOwnNames = {"own:direct", "own:im2col_gemm", "own:implicit_gemm",
                                             "own:fft",    "own:winograd",    "own:winograd_2x2"};

@@ -1,4 +1,4 @@
-// The convolution study (Li et al. 2016's comparison, issue 19): every implementation x direction x
+// The convolution study (Li et al. 2016's comparison): every implementation x direction x
 // precision x layout of every problem is one cell with a status, its median time and spread (device
 // events), TFLOP/s and % of peak, extra memory, energy per call (isolation windows) and the largest
 // batch that fits; plus CPU-GPU transfer costs per problem and, for a model, its hotspot layers.

@@ -24,7 +24,7 @@ LatencySummary summarize_latencies(std::vector<double> ms);
 struct ClosedLoopSpec {
   std::int64_t requests = 200;  // timed requests (after warm-up)
   std::int64_t warmup = 10;
-  double window_s = 1.0;        // energy windows: at least this long (DESIGN.md: >= 1 s)
+  double window_s = 1.0;        // energy windows: at least this long (docs/methodology.md: >= 1 s)
   int windows = 3;
   double idle_s = 1.0;          // idle-power window before the measurement (0: none)
   bool profile_range = false;   // one device request after the warm-up inside the profiler range (ncu)

@@ -95,7 +95,7 @@ void InferenceSession::run_cpu_plans(cpu::OnednnPlan* plan, cpu::OnednnPlan* tai
 // within 4 MiB) against the widest whose largest activation stays within 256 MiB, by one timed
 // request each. Small machines favour the first (2 cores: ResNet-50 batch 32 in chunks of 1), many
 // cores the second, whose layers have enough work to share among the threads (16 cores: chunks of
-// 32 took 220 ms a request against 273 ms in chunks of 1; docs/benchmarks/2026-11-27-h200).
+// 32 took 220 ms a request against 273 ms in chunks of 1; docs/internals.md, "The CPU inference plan").
 void InferenceSession::make_cpu_plans(const Graph& graph) {
   constexpr std::size_t kCacheBudgetBytes = std::size_t{4} << 20;
   constexpr std::size_t kWideBudgetBytes = std::size_t{256} << 20;

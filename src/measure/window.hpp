@@ -1,7 +1,7 @@
 // Repeated measurement windows: a piece of device work (one "iteration" of it) is run back to back
 // for long enough that the energy sensor (updating every ~100 ms) sees it many times, and the window
 // is repeated so every figure comes with its spread. This is how energy per phase and per layer
-// stays honest when the work itself lasts milliseconds (DESIGN.md, "Measuring energy honestly").
+// stays honest when the work itself lasts milliseconds (docs/architecture.md, "Measuring energy honestly").
 #pragma once
 
 #include <cstdint>

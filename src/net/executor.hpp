@@ -115,8 +115,8 @@ struct ExecutorOptions {
   // a workspace never makes the step hold more than twice its activations, and the searches'
   // transient memory stays below what the step holds. Where activations are small beside the
   // workspaces cuDNN's fastest candidates ask (AlexNet: 80-270 MiB against 100-150 MiB of activations),
-  // the peak falls by about the workspace; the candidates left are as fast there (measured:
-  // 2026-11-28h in docs/benchmarks).
+  // the peak falls by about the workspace; the candidates left are as fast there (docs/internals.md,
+  // "The searches capped by the activations").
   bool workspace_within_activations = true;
   // Its floor: a small network's activations can be a few MiB, and a workspace of 64 MiB costs
   // nothing that matters on a GPU (tests set 0 to make the cap bind at small sizes).

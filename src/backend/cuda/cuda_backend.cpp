@@ -269,7 +269,7 @@ class CudaBackend final : public Backend {
   }
   // The ReLU before a max pool applied by the pool's backward from its output (kernels::pool_backward's
   // relu_y), on the own kernels with the argmax kept; NHWC only. Measured on an H200 against the
-  // unmasked pair in one process (2026-11-28g, call 40): in NHWC it is faster (bf16 VGG-16 +5 %,
+  // unmasked pair in one process (docs/benchmarks): in NHWC it is faster (bf16 VGG-16 +5 %,
   // AlexNet +4-6 %) and smaller (VGG-16 b128 5,483 -> 4,248 MiB); in fp32 NCHW, where the unmasked pool
   // runs cuDNN's backward, it is 2-5 % slower for less memory (VGG-16 b128 11,860 -> 9,698 MiB; at b64
   // and for AlexNet the peak is the algorithm search's either way), and there the convolution keeps its
@@ -291,7 +291,7 @@ class CudaBackend final : public Backend {
   // NHWC only (none for NCHW; fp32's break its numerics), and offered in fp16 only: bf16 has only
   // a run-time-compiled engine, never faster at ResNet-50's shapes on an H100, and a bf16 step through
   // it (where it won at batch 8, 64x64) came out farther from fp32 and further apart run to run than
-  // the unfused step (docs/benchmarks/2026-11-27f-h100).
+  // the unfused step (docs/internals.md, statistics from the convolution).
   bool fuses_conv_statistics(const Conv2dDesc& desc) const override {
     const BackendOptions& o = ctx_->options();
     return o.conv_statistics_fusion != StatisticsFusion::kOff && !desc.bias && !desc.relu && !desc.residual &&

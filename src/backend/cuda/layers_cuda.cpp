@@ -257,7 +257,7 @@ class CudaLrn final : public LrnKernel {
 // NCHW tensors of 2^31 elements or more); the own kernels take the rest, and they alone fuse a ReLU
 // or a residual add. One fp32 NCHW ResNet-50 step at batch 256 on an H100: cuDNN's batch norms and
 // the separate ReLU and add passes took 48.8 + 18.1 ms of kernel time, the plane kernels with those
-// passes fused 33.8 + 5.6 ms, and the step ran 13 % faster (docs/benchmarks/2026-11-27g-h100).
+// passes fused 33.8 + 5.6 ms, and the step ran 13 % faster (docs/benchmarks).
 kernels::ChannelView batch_norm_view(const BatchNormDesc& d, Layout layout) {
   const bool flat = d.h == 1 && d.w == 1;  // N,C,1,1 reads the same in both layouts
   return kernels::channel_view({d.n, d.c, d.h, d.w, !flat && layout == Layout::kNHWC});
