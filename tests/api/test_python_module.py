@@ -116,6 +116,19 @@ class WindowTest(unittest.TestCase):
         self.assertIn("epoch", repr(epoch))
         self.assertEqual(epoch.as_dict()["name"], "epoch")
 
+    def test_settle_check_reads_the_samples_since_a_mark(self):
+        since = time.monotonic_ns()
+        first = self.monitor.settle_check(since)
+        self.assertFalse(first["settled"])
+        self.assertEqual(first["samples"], 0)
+        self.assertIn("no samples", first["reason"])
+        time.sleep(0.7)
+        later = self.monitor.settle_check(since, window_s=0.5)
+        self.assertGreaterEqual(later["samples"], 3, later)
+        self.assertIsInstance(later["power_slope_per_s"], float)
+        self.assertIsInstance(later["temp_slope_c_per_s"], float)
+        self.assertEqual(later["reason"] == "", later["settled"])
+
     def test_short_window_flagged(self):
         self.monitor.begin_window("tiny")
         m = self.monitor.end_window("tiny")

@@ -87,7 +87,11 @@ TEST_F(SweepThermal, SequentialUnsettledPicksTheColdFirstSettingInterleavedSettl
   const auto [key, verdict] = energy_optimum(int_db);
   EXPECT_EQ(key, "power_limit_w=" + std::to_string(truth)) << "interleaved, settled: the steady-state optimum\n"
                                                            << ilv.output;
-  EXPECT_EQ(verdict, Verdict::kDistinct) << ilv.output;
+  // 450 W is about 6 % worse in steady state; three 0.6 s windows on a busy 2-core machine can
+  // spread as wide as that (seen once in the full suite at -j2): the claim is the optimum itself, and
+  // that it wins every resample, so "not distinguishable from the runner-up" is allowed, a verdict
+  // against the default or none is not.
+  EXPECT_TRUE(verdict == Verdict::kDistinct || verdict == Verdict::kNotDistinguishableFromRunnerUp) << ilv.output;
   EXPECT_NE(ilv.output.find("settled in"), std::string::npos) << ilv.output;      // the progress line says the wait
   EXPECT_NE(ilv.output.find("steady starts:"), std::string::npos) << ilv.output;  // and the sweep's total
   EXPECT_NE(ilv.output.find("reference drift, energy:"), std::string::npos) << ilv.output;
