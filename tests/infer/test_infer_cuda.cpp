@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_allocator.hpp"
 #include "backend/cuda/cuda_backend.hpp"
 #include "layers/layer.hpp"
 #include "infer/infer_testing.hpp"
@@ -123,8 +124,10 @@ TEST_P(InferCuda, FoldedGraphedSessionEqualsEvalForward) {
   // Serving holds no more workspace than the chosen algorithms need. (After the first request the
   // workspace says nothing about that: each search gives the shared workspace back before timing
   // its candidates in scratch, so it then holds only what the layers after the last search grew it
-  // to.) From the second request on it is grown afresh, by the chosen algorithms alone.
-  const std::size_t needed = chosen_workspace_bound(session.executor());
+  // to.) From the second request on it is grown afresh, by the chosen algorithms alone, and held as
+  // one block of the caching allocator: the size class of the largest need (a 9.2 MiB need is a
+  // 10 MiB block).
+  const std::size_t needed = cuda::CachingAllocator::size_class(chosen_workspace_bound(session.executor()));
   RecordProperty("workspace_bytes", std::to_string(workspace_bytes[0]) + "," + std::to_string(workspace_bytes[1]) +
                                         "," + std::to_string(workspace_bytes[2]) + " needed " + std::to_string(needed));
   EXPECT_LE(workspace_bytes[1], needed) << "after the first request " << workspace_bytes[0] << " bytes";
@@ -236,16 +239,30 @@ TEST(InferSession, MastersWaitInHostMemoryAndComeBackForNewWeights) {
   EXPECT_EQ(session.request_buffer_bytes(), images.size_bytes() / 2 + seven.size_bytes());
 }
 
+// Every network on the reference precision (fp32 NCHW) and on the serving default (bf16 NHWC); on
+// the other six precision x layout pairs ResNet-50 with the fused epilogue and space-to-depth (every
+// fusion pattern at once) and VGG-16 (no residual, no batch norm). 54 of the 56 pairs took 260 s on
+// an H100 beside two other test binaries; by those case times these 26 take about 110 s.
+std::vector<std::tuple<Case, Net>> cases() {
+  const Case all_nets[] = {Case{"fp32", Layout::kNCHW, 1e-4}, Case{"bf16", Layout::kNHWC, 5e-2}};
+  const Case two_nets[] = {Case{"fp32", Layout::kNHWC, 1e-4}, Case{"tf32", Layout::kNCHW, 1e-2},
+                           Case{"tf32", Layout::kNHWC, 1e-2}, Case{"fp16", Layout::kNCHW, 1e-2},
+                           Case{"fp16", Layout::kNHWC, 1e-2}, Case{"bf16", Layout::kNCHW, 5e-2}};
+  const Net nets[] = {Net{"resnet50", false, false}, Net{"resnet34", false, false}, Net{"googlenet", false, false},
+                      Net{"vgg16", false, false},    Net{"resnet50", true, false},  Net{"resnet34", true, false},
+                      Net{"resnet50", true, true}};
+  std::vector<std::tuple<Case, Net>> out;
+  for (const Case& c : all_nets)
+    for (const Net& n : nets) out.emplace_back(c, n);
+  for (const Case& c : two_nets) {
+    out.emplace_back(c, Net{"resnet50", true, true});
+    out.emplace_back(c, Net{"vgg16", false, false});
+  }
+  return out;
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Precisions, InferCuda,
-    ::testing::Combine(
-        ::testing::Values(Case{"fp32", Layout::kNCHW, 1e-4}, Case{"fp32", Layout::kNHWC, 1e-4},
-                          Case{"tf32", Layout::kNCHW, 1e-2}, Case{"tf32", Layout::kNHWC, 1e-2},
-                          Case{"fp16", Layout::kNCHW, 1e-2}, Case{"fp16", Layout::kNHWC, 1e-2},
-                          Case{"bf16", Layout::kNCHW, 5e-2}, Case{"bf16", Layout::kNHWC, 5e-2}),
-        ::testing::Values(Net{"resnet50", false, false}, Net{"resnet34", false, false}, Net{"googlenet", false, false},
-                          Net{"vgg16", false, false}, Net{"resnet50", true, false}, Net{"resnet34", true, false},
-                          Net{"resnet50", true, true})),
+    Precisions, InferCuda, ::testing::ValuesIn(cases()),
     [](const auto& param_info) {
       const Case& c = std::get<0>(param_info.param);
       const Net& net = std::get<1>(param_info.param);

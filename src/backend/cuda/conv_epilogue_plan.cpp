@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/conv_graph_detail.hpp"
+#include "backend/cuda/cuda_check.hpp"
 #include "core/errors.hpp"
 
 namespace cnnergy::cuda {
@@ -43,6 +44,7 @@ struct EpilogueConvPlan::Parts {
   std::deque<BackendDescriptor> keep;  // tensors, convolution, pointwise modes, operations (a deque:
                                        // references to its elements stay valid as it grows)
   std::unique_ptr<BackendDescriptor> graph;
+  std::int64_t statistics_channels = 0;  // k for a statistics problem, else 0
 };
 
 EpilogueConvPlan::EpilogueConvPlan(std::shared_ptr<const Parts> parts, BackendDescriptor config,
@@ -71,6 +73,7 @@ std::shared_ptr<EpilogueConvPlan::Parts> make_parts(cudnnHandle_t handle,
                                                     const EpilogueConvProblem& e) {
   const GraphConvProblem& p = e.conv;
   auto parts = std::make_shared<EpilogueConvPlan::Parts>();
+  parts->statistics_channels = e.statistics ? p.k : 0;
   auto& keep = parts->keep;
   const std::vector<std::int64_t> y_dims{p.n, p.k, p.out_h, p.out_w};
   const std::vector<std::int64_t> y_strides = output_strides(p);
@@ -225,7 +228,20 @@ std::vector<std::shared_ptr<const EpilogueConvPlan>> epilogue_conv_candidates(
   return plans;
 }
 
+std::int64_t EpilogueConvPlan::statistics_channels() const { return parts_->statistics_channels; }
+
 cudnnStatus_t EpilogueConvLaunch::execute(cudnnHandle_t handle, const EpilogueConvOperands& o) {
+  if (const std::int64_t k = plan_->statistics_channels(); k > 0 && o.sum != nullptr && o.sqsum != nullptr) {
+    // Some engines add their sums to what the buffers hold instead of overwriting them (seen: eng3
+    // with knob 24 = 22, compiled at run time, cuDNN 9.19 on an H100 under driver 580): zeroed
+    // first, the sums are right whichever engine won. Two small memsets, captured with the step.
+    cudaStream_t stream = nullptr;
+    const cudnnStatus_t got = cudnnGetStream(handle, &stream);
+    if (got != CUDNN_STATUS_SUCCESS) return got;
+    const std::size_t bytes = static_cast<std::size_t>(k) * sizeof(float);
+    CNNERGY_CUDA_CALL(cudaMemsetAsync(o.sum, 0, bytes, stream));
+    CNNERGY_CUDA_CALL(cudaMemsetAsync(o.sqsum, 0, bytes, stream));
+  }
   const std::array<const void*, 10> addresses{o.x,         o.w,   o.b,     o.z,        o.y,
                                               o.workspace, o.sum, o.sqsum, o.in_scale, o.in_shift};
   if (!pack_ || addresses != pack_addresses_) {

@@ -57,6 +57,7 @@ class EpilogueConvPlan {
   const std::string& engine() const { return engine_; }  // as GraphConvPlan::engine()
   bool compiled_at_run_time() const { return compiled_; }
   double build_ms() const { return build_ms_; }  // finalizing the plan (compilation included)
+  std::int64_t statistics_channels() const;      // k for a statistics graph (sums to zero), else 0
 
  private:
   std::shared_ptr<const Parts> parts_;
@@ -83,7 +84,7 @@ struct EpilogueConvOperands {
   const void* z = nullptr;  // residual problems only
   void* y = nullptr;
   void* workspace = nullptr;
-  float* sum = nullptr;    // statistics problems only: k floats each, overwritten
+  float* sum = nullptr;    // statistics problems only: k floats each, zeroed by execute, then written
   float* sqsum = nullptr;
   const void* in_scale = nullptr;  // input_affine_relu problems only: c values each
   const void* in_shift = nullptr;
