@@ -19,6 +19,7 @@
 #include "backend/cuda/conv_cudnn.hpp"
 #include "backend/cuda/own_conv.hpp"
 #include "backend/cuda/cuda_context.hpp"
+#include "backend/cuda/cuda_device_event.hpp"
 #include "backend/cuda/cuda_graph.hpp"
 #include "backend/cuda/cuda_ops.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -28,52 +29,6 @@
 namespace cnnergy::cuda {
 
 namespace {
-
-// ---- events ------------------------------------------------------------------------------------
-class CudaDeviceEvent final : public DeviceEvent {
- public:
-  explicit CudaDeviceEvent(std::shared_ptr<CudaContext> ctx) : ctx_(std::move(ctx)) {}
-
-  void record() override { record_on(ctx_->stream()); }
-  void record_on(cudaStream_t stream) {
-    ctx_->activate();
-    CNNERGY_CUDA_CALL(cudaEventRecord(event_, stream));
-    recorded_ = true;
-  }
-  cudaEvent_t raw() const { return event_; }
-  bool recorded() const { return recorded_; }
-  void synchronize() override {
-    require_recorded("synchronize");
-    CNNERGY_CUDA_CALL(cudaEventSynchronize(event_));
-  }
-  bool ready() const override {
-    if (!recorded_) return false;
-    const cudaError_t s = cudaEventQuery(event_);
-    if (s == cudaErrorNotReady) return false;
-    CNNERGY_CUDA_CALL(s);
-    return true;
-  }
-  double elapsed_ms(const DeviceEvent& since) const override {
-    const auto* start = dynamic_cast<const CudaDeviceEvent*>(&since);
-    if (start == nullptr) throw InvalidArgument("elapsed_ms: the start event is not a CUDA event");
-    require_recorded("elapsed_ms");
-    start->require_recorded("elapsed_ms (start event)");
-    CNNERGY_CUDA_CALL(cudaEventSynchronize(start->event_));
-    CNNERGY_CUDA_CALL(cudaEventSynchronize(event_));
-    float ms = 0.0f;
-    CNNERGY_CUDA_CALL(cudaEventElapsedTime(&ms, start->event_, event_));
-    return ms;
-  }
-
- private:
-  void require_recorded(const char* what) const {
-    if (!recorded_)
-      throw InvalidArgument(std::string("device event: ") + what + " before record()");
-  }
-  std::shared_ptr<CudaContext> ctx_;
-  Event event_;
-  bool recorded_ = false;
-};
 
 // ---- the backend -------------------------------------------------------------------------------
 class CudaBackend final : public Backend {

@@ -207,7 +207,7 @@ void batch_norm_backward_masking(const void* x, const void* y, void* dy, void* d
                                  const float* saved_inv_std, float* dgamma, float* dbeta, bool accumulate,
                                  void* scratch, cudaStream_t stream, const std::uint8_t* relu_mask = nullptr);
 
-// ---- pooling and LRN (pool_lrn.cu) --------------------------------------------------------------
+// ---- pooling (pool.cu) and LRN (lrn.cu) --------------------------------------------------------------
 struct PoolParams {
   std::int64_t out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   int mode;  // 0 max, 1 average including padding (window clipped to [-pad, in + pad)), 2 excluding

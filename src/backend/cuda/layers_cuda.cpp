@@ -1,6 +1,6 @@
 // Pooling, LRN, batch norm and softmax cross-entropy on the GPU. Channel-last pooling and batch
 // norm whose channels fill 16-byte packs (every NHWC layer of the zoo's ResNets, VGGs, ...) run the
-// backend's own vectorised kernels (batch_norm.cu, pool_lrn.cu), which stream at memory bandwidth
+// backend's own vectorised kernels (batch_norm.cu, pool.cu, lrn.cu), which stream at memory bandwidth
 // in every dtype. Elsewhere cuDNN runs where its semantics and type support match the contract
 // exactly (pooling whose ceil-mode output equals cuDNN's floor formula, NCHW fp32/fp16 LRN,
 // fp32/fp16 batch norm) and the own generic kernels run the rest: Caffe ceil-mode windows, NHWC or

@@ -1,18 +1,15 @@
-// The CUDA backend's own pooling and LRN kernels, with the CPU reference's semantics: first maximum
-// in scan order (a NaN wins and propagates), Caffe window divisors, Caffe LRN window. cuDNN runs
-// pooling where it matches the contract (layers_cuda.cpp); these kernels cover the rest (bf16,
-// Caffe ceil-mode windows, NHWC or bf16 LRN).
-// Pooling is templated on the storage type; NHWC tensors whose channels fill 16-byte packs move 8
-// (fp16/bf16) or 4 (fp32) channels per access. Max-pool backward runs in two gather passes: the
-// window argmax of every output (one byte per output) from x, then for every input the windows that
-// hold it, summing dy where the input is the argmax. No atomics (deterministic, exact in fp16/bf16)
-// and no dependence on a previous forward call; a training forward may keep the argmax bytes
-// instead (Pool2dDesc::keep_argmax). Stride-2 windows of at most 3 x 3 gather per 2 x 2 tile of
-// inputs (pool_backward_tile_kernel), and global average pooling's backward has a kernel of its own. A
-// max pool's forward may normalise a batch norm's input as it reads it (PoolNormalisation), so that the
-// batch norm's output is never written. The pooling
-// index math runs in 32-bit ints (division by multiply-shift) where the call's coordinates and
-// offsets fit, in 64 bits otherwise.
+// The CUDA backend's own pooling kernels, with the CPU reference's semantics: first maximum in scan
+// order (a NaN wins and propagates), Caffe window divisors; cuDNN runs pooling where it matches the
+// contract (layers_cuda.cpp), these kernels the rest (bf16, Caffe ceil-mode windows). LRN: lrn.cu.
+// Templated on the storage type; NHWC tensors whose channels fill 16-byte packs move 8 (fp16/bf16)
+// or 4 (fp32) channels per access. Max-pool backward runs in two gather passes: the window argmax of
+// every output (one byte each) from x, then for every input the windows that hold it, summing dy
+// where it is the argmax: no atomics (deterministic, exact in fp16/bf16), no dependence on a previous
+// forward (a training forward may keep the argmax bytes instead: Pool2dDesc::keep_argmax). Stride-2
+// windows of at most 3 x 3 gather per 2 x 2 tile of inputs (pool_backward_tile_kernel); global
+// average pooling's backward has its own kernel. A max pool's forward may normalise a batch norm's
+// input as it reads it (PoolNormalisation), so that the batch norm's output is never written. Index
+// math runs in 32-bit ints (division by multiply-shift) where coordinates fit, in 64 bits otherwise.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -593,56 +590,7 @@ bool pool_packs(const Dims& d, const void* a, const void* b, const void* c) {
 // Calls f(I{}) with the call's index type.
 template <class F>
 void dispatch_index(const Dims& x, const PoolParams& p, F&& f) {
-  if (index_fits_int(x, p))
-    f(int{});
-  else
-    f(std::int64_t{});
-}
-
-// ---- LRN across channels (Caffe: window [c - pre, c - pre + size - 1], alpha divided by size) ---
-__device__ __forceinline__ float lrn_scale(const void* x, DType dt, const Dims& d,
-                                           const LrnParams& p, std::int64_t n, std::int64_t c,
-                                           std::int64_t h, std::int64_t w) {
-  const std::int64_t pre = (p.size - 1) / 2;
-  const std::int64_t lo = max(std::int64_t{0}, c - pre), hi = min(d.c - 1, c - pre + p.size - 1);
-  float sum = 0.0f;
-  for (std::int64_t cc = lo; cc <= hi; ++cc) {
-    const float v = load(x, dt, offset_of(d, n, cc, h, w));
-    sum += v * v;
-  }
-  return static_cast<float>(p.k + p.alpha / static_cast<double>(p.size) * sum);
-}
-
-__global__ void lrn_forward_kernel(const void* x, void* y, Dims d, DType dt, LrnParams p,
-                                   std::int64_t count) {
-  const float neg_beta = static_cast<float>(-p.beta);
-  CNNERGY_GRID_STRIDE(j, count) {
-    const Coord k = coord_of(d, j);
-    store(y, dt, j, load(x, dt, j) * powf(lrn_scale(x, dt, d, p, k.n, k.c, k.h, k.w), neg_beta));
-  }
-}
-
-// dx_c = dy_c scale_c^-beta - 2 alpha beta / size * x_c * sum over c' whose window holds c of
-//        dy_c' y_c' / scale_c'
-__global__ void lrn_backward_kernel(const void* x, const void* y, const void* dy, void* dx, Dims d,
-                                    DType dt, LrnParams p, bool accumulate, std::int64_t count) {
-  const float neg_beta = static_cast<float>(-p.beta);
-  const float coeff = static_cast<float>(2.0 * p.alpha * p.beta / static_cast<double>(p.size));
-  const std::int64_t pre = (p.size - 1) / 2;
-  CNNERGY_GRID_STRIDE(j, count) {
-    const Coord k = coord_of(d, j);
-    const std::int64_t lo = max(std::int64_t{0}, k.c + pre - p.size + 1),
-                       hi = min(d.c - 1, k.c + pre);
-    float sum = 0.0f;
-    for (std::int64_t cc = lo; cc <= hi; ++cc) {
-      const std::int64_t o = offset_of(d, k.n, cc, k.h, k.w);
-      sum += load(dy, dt, o) * load(y, dt, o) / lrn_scale(x, dt, d, p, k.n, cc, k.h, k.w);
-    }
-    const float scale = lrn_scale(x, dt, d, p, k.n, k.c, k.h, k.w);
-    float g = load(dy, dt, j) * powf(scale, neg_beta) - coeff * load(x, dt, j) * sum;
-    if (accumulate) g += load(dx, dt, j);
-    store(dx, dt, j, g);
-  }
+  index_fits_int(x, p) ? f(int{}) : f(std::int64_t{});
 }
 
 }  // namespace
@@ -745,23 +693,6 @@ void pool_backward(const void* x, const void* dy, void* dx, const Dims& x_dims, 
     });
   });
   CNNERGY_CUDA_LAUNCH_CHECK("pool_backward");
-}
-
-void lrn_forward(const void* x, void* y, const Dims& dims, DType dtype, const LrnParams& p,
-                 cudaStream_t stream) {
-  const std::int64_t count = dims.numel();
-  if (count == 0) return;
-  lrn_forward_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dims, dtype, p, count);
-  CNNERGY_CUDA_LAUNCH_CHECK("lrn_forward");
-}
-
-void lrn_backward(const void* x, const void* y, const void* dy, void* dx, const Dims& dims,
-                  DType dtype, const LrnParams& p, bool accumulate, cudaStream_t stream) {
-  const std::int64_t count = dims.numel();
-  if (count == 0) return;
-  lrn_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(x, y, dy, dx, dims, dtype, p,
-                                                              accumulate, count);
-  CNNERGY_CUDA_LAUNCH_CHECK("lrn_backward");
 }
 
 }  // namespace cnnergy::cuda::kernels
