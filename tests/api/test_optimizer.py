@@ -225,14 +225,20 @@ class OptimizerTest(unittest.TestCase):
             set_load(1.0)
 
     def test_remembered_decision_is_applied_and_rechecked(self):
-        db = os.path.join(self.tmp.name, "results.db")
-        job = dict(remember=True, db=db, job="resnet-sim", batch_size=64, precision="bf16",
-                   parameter_count=25557032, candidates=[{"power_limit_w": 350.0}])
-        first = self.make("energy", **job)
-        train(first, 20000, 7)
-        self.assertIsNone(first.remembered)
+        # The first run must decide 350 W (13 % below the default in energy) for there to be
+        # something to remember. On a busy machine one profile in ten or so cannot tell it from the
+        # default (test_energy allows that too): up to three seeded tries, each with a fresh database.
+        for attempt, seed in enumerate((7, 17, 27)):
+            db = os.path.join(self.tmp.name, "results%d.db" % attempt)
+            job = dict(remember=True, db=db, job="resnet-sim", batch_size=64, precision="bf16",
+                       parameter_count=25557032, candidates=[{"power_limit_w": 350.0}])
+            first = self.make("energy", **job)
+            train(first, 20000, seed)
+            self.assertIsNone(first.remembered)
+            first.close()
+            if first.decision["setting"] == {"power_limit_w": 350.0}:
+                break
         self.assertEqual(first.decision["setting"], {"power_limit_w": 350.0}, first.messages)
-        first.close()
         con = sqlite3.connect(db)
         self.assertEqual(con.execute("SELECT count(*) FROM optimizer_decisions").fetchone()[0], 1)
         con.close()
