@@ -19,6 +19,7 @@
 
 #include "core/bounded_file.hpp"
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 
 namespace cnnergy {
@@ -27,21 +28,16 @@ namespace {
 
 constexpr const char* kFormatName = "cnnergy-conv-algo-cache";
 
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+// The start value these file names were first made with: one digit short of FNV's offset basis,
+// kept so that existing cache files keep their names.
+constexpr std::uint64_t kFileNameHashStart = 1469598103934665603ull;
 
 // The file of one context: its name carries a hash of the context, so GPUs (or driver versions)
 // sharing a home directory keep separate files; the context inside is checked all the same.
 std::string file_name(const AlgoCacheContext& c) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(fnv1a(c.fingerprint())));
+                static_cast<unsigned long long>(fnv1a64(c.fingerprint(), kFileNameHashStart)));
   return std::string("conv-algos-v") + std::to_string(AlgoCache::kFormatVersion) + "-" + hex +
          ".json";
 }

@@ -17,6 +17,7 @@
 
 #include "core/bounded_file.hpp"
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 #include "net/executor.hpp"
 #include "net/solver.hpp"
 
@@ -27,15 +28,6 @@ static_assert(std::endian::native == std::endian::little, "checkpoints are writt
 
 constexpr char kMagic[8] = {'C', 'N', 'N', 'R', 'G', 'C', 'K', 'P'};
 constexpr std::uint32_t kVersion = 1;
-
-std::uint64_t fnv1a64(const std::uint8_t* data, std::size_t size) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < size; ++i) {
-    h ^= data[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 class Writer {
  public:

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 
 namespace cnnergy::tune {
 
@@ -33,11 +34,7 @@ std::string SweepDefinition::canonical() const {
 }
 
 std::string SweepDefinition::key() const {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: stable across compilers and runs
-  for (unsigned char c : canonical()) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
+  const std::uint64_t h = fnv1a64(canonical());  // stable across compilers and runs
   char buf[24];
   std::snprintf(buf, sizeof buf, "sw-%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "core/hash.hpp"
 #include "net/zoo/zoo.hpp"
 #include "net_testing.hpp"
 
@@ -18,15 +19,6 @@ using namespace cnnergy;
 using namespace cnnergy::test;
 
 namespace {
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 // Every tensor's storage (buffer, in first-seen order, and offset) and the memory report, as text.
 std::string plan_text(const Executor& ex) {
@@ -57,7 +49,7 @@ struct Case {
   bool training, reuse, fold;
   std::optional<std::size_t> budget;  // activation_budget_bytes
   std::size_t arena_bytes;            // MemoryReport::activation_bytes, recorded
-  std::uint64_t fingerprint;          // fnv1a(plan_text), recorded
+  std::uint64_t fingerprint;          // fnv1a64(plan_text), recorded
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -77,8 +69,8 @@ TEST_P(ExecutorPlan, SameAsRecorded) {
   Executor ex(*graph, *backend, o);
   const std::string text = plan_text(ex);
   EXPECT_EQ(ex.memory().activation_bytes, c.arena_bytes);
-  EXPECT_EQ(fnv1a(text), c.fingerprint) << c.name << ": arena " << ex.memory().activation_bytes << ", fingerprint "
-                                        << fnv1a(text) << "ull, recomputed " << ex.memory().recomputed_outputs
+  EXPECT_EQ(fnv1a64(text), c.fingerprint) << c.name << ": arena " << ex.memory().activation_bytes << ", fingerprint "
+                                        << fnv1a64(text) << "ull, recomputed " << ex.memory().recomputed_outputs
                                         << "\n" << text;
 }
 
