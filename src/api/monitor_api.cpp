@@ -25,7 +25,7 @@ using namespace cnnergy;
 using namespace cnnergy::telemetry;
 
 struct cnnergy_monitor {
-  std::mutex mutex;
+  mutable std::mutex mutex;  // const readers (the settle check) lock it too
   std::shared_ptr<Nvml> nvml;
   std::shared_ptr<RaplMeter> rapl;  // null when not asked for or not readable
   SamplerOptions sampler_options;
@@ -403,7 +403,7 @@ cnnergy_status cnnergy_monitor_settle_check(const cnnergy_monitor* monitor, int6
     if (!monitor || !out) return bad("cnnergy_monitor_settle_check: NULL argument");
     std::shared_ptr<cnnergy::telemetry::Sampler> sampler;
     {
-      std::lock_guard<std::mutex> lock(const_cast<cnnergy_monitor*>(monitor)->mutex);
+      std::lock_guard<std::mutex> lock(monitor->mutex);
       if (!monitor->running || !monitor->sampler)
         return bad("the monitor is stopped: start it before asking whether the GPUs have settled");
       sampler = monitor->sampler;
